@@ -1,0 +1,110 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Isolation says how strongly a backend separates a sandbox from the host.
+type Isolation string
+
+const (
+	// IsolationNone: commands run as host processes (the local backend).
+	IsolationNone Isolation = "none"
+	// IsolationContainer: namespaces and cgroups (Docker, runc, Kubernetes).
+	IsolationContainer Isolation = "container"
+	// IsolationVM: a kernel of its own (gVisor, Kata, Firecracker).
+	IsolationVM Isolation = "vm"
+)
+
+// Capabilities declares what a backend can do, so callers and the config
+// checker can refuse a Spec the backend cannot honour instead of having it
+// silently ignored. See Check.
+type Capabilities struct {
+	Isolation Isolation
+	// Images: the backend runs Spec.Image. Backends without images ignore
+	// the field (so one config moves between backends) and log that they do.
+	Images bool
+	// NetworkModes lists the Spec.Network values accepted besides "";
+	// a "*" entry accepts any named network.
+	NetworkModes []string
+
+	BindVolumes  bool
+	NamedVolumes bool
+	Ports        bool
+	// User: Spec.User and ExecRequest.User can select another user.
+	User bool
+
+	CPULimit    bool
+	MemoryLimit bool
+	PidsLimit   bool
+	GPUs        bool
+	ShmSize     bool
+
+	Privileged     bool
+	CapAdd         bool
+	CapDrop        bool
+	SecurityOpt    bool
+	ReadOnlyRootfs bool
+	Runtimes       []string
+
+	// ImageCommand: Spec.ImageCommand can run the image's own command.
+	ImageCommand bool
+	// PauseKeepsMemory: Pause freezes processes with their memory (as
+	// opposed to stopping them).
+	PauseKeepsMemory bool
+	// Persistent: sandboxes survive a restart of the host program, so Get
+	// and List find them again.
+	Persistent bool
+	// MaxConcurrency bounds concurrent sandboxes (0: no known bound).
+	MaxConcurrency int
+}
+
+// Check returns nil when a backend with these capabilities can honour spec,
+// and otherwise an error wrapping errors.ErrUnsupported that names every
+// option it cannot honour, with the backend's name.
+func (c Capabilities) Check(backendName string, spec Spec) error {
+	var bad []string
+	need := func(ok bool, option string) {
+		if !ok {
+			bad = append(bad, option)
+		}
+	}
+	if spec.Network != "" && !slices.Contains(c.NetworkModes, spec.Network) &&
+		(!slices.Contains(c.NetworkModes, "*") || isBuiltinNetwork(spec.Network)) {
+		bad = append(bad, fmt.Sprintf("network %q", spec.Network))
+	}
+	for _, v := range spec.Volumes {
+		switch v.Type {
+		case VolumeNamed:
+			need(c.NamedVolumes, fmt.Sprintf("volume %q", v.Source+":"+v.Target))
+		default:
+			need(c.BindVolumes, fmt.Sprintf("volume %q", v.Source+":"+v.Target))
+		}
+	}
+	need(len(spec.Ports) == 0 || c.Ports, "ports")
+	need(spec.User == "" || c.User, "user")
+	need(spec.Resources.CPUs == 0 || c.CPULimit, "cpus")
+	need(spec.Resources.MemoryBytes == 0 || c.MemoryLimit, "mem_limit")
+	need(spec.Resources.PidsLimit == 0 || c.PidsLimit, "pids_limit")
+	need(spec.Resources.GPUs == "" || c.GPUs, "gpus")
+	need(spec.Resources.ShmBytes == 0 || c.ShmSize, "shm_size")
+	need(!spec.Privileged || c.Privileged, "privileged")
+	need(len(spec.CapAdd) == 0 || c.CapAdd, "cap_add")
+	need(len(spec.CapDrop) == 0 || c.CapDrop, "cap_drop")
+	need(len(spec.SecurityOpt) == 0 || c.SecurityOpt, "security_opt")
+	need(!spec.ReadOnlyRootfs || c.ReadOnlyRootfs, "read_only")
+	need(spec.Runtime == "" || slices.Contains(c.Runtimes, spec.Runtime), fmt.Sprintf("runtime %q", spec.Runtime))
+	need(!spec.ImageCommand || c.ImageCommand, `command = "" (the image's own command)`)
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: the %s backend cannot honour %s (remove it from the sandbox entry or pick another backend)",
+		errors.ErrUnsupported, backendName, strings.Join(bad, ", "))
+}
+
+func isBuiltinNetwork(n string) bool {
+	return n == "none" || n == "host" || n == "bridge"
+}

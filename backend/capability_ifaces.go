@@ -1,0 +1,102 @@
+package backend
+
+import (
+	"context"
+	"io"
+	"io/fs"
+	"time"
+)
+
+// Wrapper is implemented by sandboxes that wrap another one (an sbxd
+// client, a logging layer). As walks Unwrap chains to find capabilities.
+type Wrapper interface {
+	Unwrap() Sandbox
+}
+
+// As finds the first sandbox in sb's Unwrap chain that implements T.
+func As[T any](sb Sandbox) (T, bool) {
+	for sb != nil {
+		if t, ok := sb.(T); ok {
+			return t, true
+		}
+		w, ok := sb.(Wrapper)
+		if !ok {
+			break
+		}
+		sb = w.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
+// FileSystem is native file access to a sandbox. Relative names resolve
+// against the sandbox's working directory, as they do for Exec. Errors are
+// *fs.PathError wrapping fs.ErrNotExist, fs.ErrExist or fs.ErrPermission
+// where those apply.
+type FileSystem interface {
+	// ReadFile opens name for reading.
+	ReadFile(ctx context.Context, name string) (io.ReadCloser, error)
+	// WriteFile creates or replaces name with r's bytes and mode perm,
+	// creating missing parent directories.
+	WriteFile(ctx context.Context, name string, r io.Reader, perm fs.FileMode) error
+	// Stat describes name, following symlinks.
+	Stat(ctx context.Context, name string) (fs.FileInfo, error)
+	// ReadDir lists a directory, sorted by name; symlinks are not followed.
+	ReadDir(ctx context.Context, name string) ([]fs.FileInfo, error)
+}
+
+// Archiver moves tar streams in and out of a sandbox, as docker cp does.
+type Archiver interface {
+	// PutArchive extracts a tar stream into dir, which must exist.
+	// Parents of entries that do not exist are created.
+	PutArchive(ctx context.Context, dir string, tarStream io.Reader) error
+	// GetArchive returns a tar stream of path: one entry named by path's
+	// base name for a file, that entry and everything under it for a
+	// directory.
+	GetArchive(ctx context.Context, path string) (io.ReadCloser, error)
+}
+
+// Process is a command started with Attacher, with its stdin and stdout
+// connected to the caller.
+type Process interface {
+	Stdin() io.WriteCloser
+	Stdout() io.Reader
+	// Wait waits for the process to exit and returns its exit code.
+	Wait() (int, error)
+	// Kill ends the process and everything it started.
+	Kill() error
+}
+
+// Attacher starts a long-lived process with a bidirectional stream (how sbxd
+// is started). req.Stdin, req.Stdout and req.Timeout are ignored; req.Stderr,
+// when set, receives the process's stderr. Cancelling ctx kills the process.
+type Attacher interface {
+	Attach(ctx context.Context, req ExecRequest) (Process, error)
+}
+
+// Endpointer reports where a host program can reach a published sandbox
+// port.
+type Endpointer interface {
+	// Endpoint returns "host:port" for a sandbox port (TCP).
+	Endpoint(ctx context.Context, port int) (string, error)
+}
+
+// Pauser freezes and thaws a sandbox.
+type Pauser interface {
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+}
+
+// Checkpointer saves a sandbox's filesystem as an image.
+type Checkpointer interface {
+	// Checkpoint commits the sandbox to an image named ref ("" lets the
+	// backend choose) and returns the image's reference.
+	Checkpoint(ctx context.Context, ref string) (string, error)
+}
+
+// Renewer extends a sandbox's time to live.
+type Renewer interface {
+	// Renew sets the sandbox to expire ttl from now and returns the new
+	// expiry.
+	Renew(ctx context.Context, ttl time.Duration) (time.Time, error)
+}

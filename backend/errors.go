@@ -1,0 +1,63 @@
+package backend
+
+import (
+	"errors"
+	"strings"
+)
+
+// Sentinel errors. Backends wrap them (usually in an *OpError) so callers can
+// test with errors.Is whatever the backend. A capability or option a backend
+// lacks is reported with errors.ErrUnsupported.
+var (
+	// ErrNotFound: the sandbox (or image, volume, ...) does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrAlreadyExists: a resource with that name or ID exists already.
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrUnavailable: the backend cannot be reached (daemon down, link
+	// dropped). Retrying later may work.
+	ErrUnavailable = errors.New("backend unavailable")
+	// ErrInvalidConfig: the request or configuration is malformed.
+	ErrInvalidConfig = errors.New("invalid configuration")
+)
+
+// OpError records a failed backend operation.
+type OpError struct {
+	Op      string // "create", "exec", "destroy", "read", ...
+	Backend string
+	Sandbox string // sandbox ID, when there is one
+	Err     error
+}
+
+func (e *OpError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Backend)
+	if e.Backend == "" {
+		b.WriteString("backend")
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Op)
+	if e.Sandbox != "" {
+		b.WriteString(" sandbox ")
+		b.WriteString(e.Sandbox)
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+func (e *OpError) Unwrap() error { return e.Err }
+
+// WrapOp returns err wrapped in an *OpError, or nil when err is nil. An
+// error that already is an *OpError for the same sandbox is returned as is,
+// so layers do not stack the same prefix twice.
+func WrapOp(op, backendName, sandboxID string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if oe, ok := errors.AsType[*OpError](err); ok && oe.Backend == backendName && oe.Sandbox == sandboxID {
+		return err
+	}
+	return &OpError{Op: op, Backend: backendName, Sandbox: sandboxID, Err: err}
+}

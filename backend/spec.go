@@ -1,0 +1,87 @@
+package backend
+
+import "time"
+
+// Spec describes a sandbox to create. It covers what an OpenSage sandbox
+// entry can say; the root package's config turns TOML entries into Specs.
+// Zero values mean "backend default".
+type Spec struct {
+	// Name is the entry name ("main", "neo4j", ...); Session groups the
+	// sandboxes of one agent task. Both become labels.
+	Name    string
+	Session string
+
+	// Image to run. Backends without images (local) ignore it and say so
+	// in Capabilities.
+	Image string
+	// Command is the sandbox's main process. With Command nil and
+	// ImageCommand false the backend keeps the sandbox alive on its own
+	// (OpenSage: no command key). ImageCommand runs the image's own
+	// entrypoint and CMD (OpenSage: command = ""), for service images.
+	Command      []string
+	ImageCommand bool
+
+	Env        map[string]string
+	WorkingDir string
+	User       string
+
+	Volumes   []Volume
+	Ports     []Port
+	Resources Resources
+
+	// Network is "" (backend default), "none", "bridge", "host" or the name
+	// of a network the backend knows.
+	Network        string
+	Privileged     bool
+	CapAdd         []string
+	CapDrop        []string
+	SecurityOpt    []string
+	ReadOnlyRootfs bool
+	// Runtime selects a container runtime such as "runsc" (gVisor).
+	Runtime string
+
+	// Labels are added to the backend's own labels (which win on clashes).
+	Labels map[string]string
+	// TTL is how long the sandbox may live before a reaper removes it
+	// (zero: no expiry).
+	TTL time.Duration
+	// Owner is the owning process, see LabelOwner.
+	Owner string
+}
+
+// VolumeType says what a Volume's Source is.
+type VolumeType string
+
+const (
+	// VolumeBind mounts a host path.
+	VolumeBind VolumeType = "bind"
+	// VolumeNamed mounts a named volume the backend manages.
+	VolumeNamed VolumeType = "volume"
+)
+
+// Volume mounts Source at Target inside the sandbox.
+type Volume struct {
+	Type     VolumeType
+	Source   string // absolute host path for binds, a name for named volumes
+	Target   string // absolute path inside the sandbox
+	ReadOnly bool
+}
+
+// Port publishes a sandbox port to the host.
+type Port struct {
+	Port     int    // port inside the sandbox
+	Protocol string // "tcp" (default) or "udp"
+	HostIP   string // "" lets the backend choose
+	HostPort int    // 0 lets the backend choose
+}
+
+// Resources are limits on the sandbox. Zero means no limit (or the backend's
+// default, such as native's pids limit).
+type Resources struct {
+	CPUs        float64 // CPU quota in cores, like docker run --cpus
+	MemoryBytes int64
+	PidsLimit   int64
+	// GPUs is "all", a count ("2") or comma-separated device IDs.
+	GPUs     string
+	ShmBytes int64
+}
