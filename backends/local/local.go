@@ -1,0 +1,334 @@
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/procfs"
+)
+
+// Name is the backend's registry name.
+const Name = "local"
+
+// Environment variables every process of a local sandbox carries.
+const (
+	EnvSandboxID = "SANDBOXKIT_SANDBOX_ID"
+	EnvExecID    = "SANDBOXKIT_EXEC_ID"
+)
+
+// Config is the [sandbox.local] table.
+type Config struct {
+	// StateDir holds one directory per sandbox. Default:
+	// $XDG_STATE_HOME/sandboxkit/local, else ~/.local/state/sandboxkit/local.
+	StateDir string `toml:"state_dir"`
+}
+
+// Option configures a Backend.
+type Option func(*Backend)
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option {
+	return func(b *Backend) {
+		if l != nil {
+			b.log = l
+		}
+	}
+}
+
+// Backend runs sandboxes as host processes.
+type Backend struct {
+	dir string
+	log *slog.Logger
+	// metaMu serialises read-modify-write of meta files (Renew).
+	metaMu sync.Mutex
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New opens (creating if needed) the state directory.
+func New(cfg Config, opts ...Option) (*Backend, error) {
+	b := &Backend{log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(b)
+	}
+	dir := cfg.StateDir
+	if dir == "" {
+		var err error
+		if dir, err = DefaultStateDir(); err != nil {
+			return nil, err
+		}
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, &backend.OpError{Op: "open", Backend: Name, Err: fmt.Errorf("state dir: %w", err)}
+	}
+	b.dir = abs
+	return b, nil
+}
+
+// DefaultStateDir is $XDG_STATE_HOME/sandboxkit/local, else
+// ~/.local/state/sandboxkit/local.
+func DefaultStateDir() (string, error) {
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "sandboxkit", "local"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("%w: local backend: no state dir (set [sandbox.local] state_dir, XDG_STATE_HOME or HOME): %v", backend.ErrInvalidConfig, err)
+	}
+	return filepath.Join(home, ".local", "state", "sandboxkit", "local"), nil
+}
+
+// StateDir is the directory holding the sandboxes.
+func (b *Backend) StateDir() string { return b.dir }
+
+func (b *Backend) Name() string { return Name }
+
+func (b *Backend) Close() error { return nil }
+
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{
+		Isolation:        backend.IsolationNone,
+		NetworkModes:     []string{"host"},
+		User:             os.Geteuid() == 0,
+		PauseKeepsMemory: false,
+		Persistent:       true,
+	}
+}
+
+// meta is what meta.json holds.
+type meta struct {
+	ID        string            `json:"id"`
+	Name      string            `json:"name,omitempty"`
+	Session   string            `json:"session,omitempty"`
+	Image     string            `json:"image,omitempty"`
+	Owner     string            `json:"owner,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	User      string            `json:"user,omitempty"`
+	WorkDir   string            `json:"workdir"`
+	CreatedAt time.Time         `json:"created_at"`
+	ExpiresAt time.Time         `json:"expires_at,omitzero"`
+	// MainPID and MainStart identify the entry's command, if it has one.
+	MainPID   int    `json:"main_pid,omitempty"`
+	MainStart uint64 `json:"main_start,omitempty"`
+}
+
+func (m *meta) info() backend.Info {
+	labels := maps.Clone(m.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[backend.LabelID] = m.ID
+	labels[backend.LabelBackend] = Name
+	set := func(k, v string) {
+		if v != "" {
+			labels[k] = v
+		}
+	}
+	set(backend.LabelName, m.Name)
+	set(backend.LabelSession, m.Session)
+	set(backend.LabelOwner, m.Owner)
+	if !m.ExpiresAt.IsZero() {
+		labels[backend.LabelExpiresAt] = m.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	state := backend.StateRunning
+	if m.MainPID != 0 && !procfs.Alive(m.MainPID, m.MainStart) {
+		state = backend.StateExited
+	}
+	return backend.Info{
+		ID: m.ID, Backend: Name, Name: m.Name, Session: m.Session, Image: m.Image,
+		State: state, Owner: m.Owner, Labels: labels,
+		CreatedAt: m.CreatedAt, ExpiresAt: m.ExpiresAt, WorkDir: m.WorkDir,
+	}
+}
+
+func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
+	if err := b.Capabilities().Check(Name, spec); err != nil {
+		return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
+	}
+	if spec.Image != "" {
+		b.log.Warn("local backend runs host processes and ignores the image", "sandbox", spec.Name, "image", spec.Image)
+	}
+	if spec.User != "" {
+		if _, err := lookupCredential(spec.User); err != nil {
+			return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
+		}
+	}
+	id, err := newID()
+	if err != nil {
+		return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
+	}
+	dir := filepath.Join(b.dir, id)
+	m := &meta{
+		ID: id, Name: spec.Name, Session: spec.Session, Image: spec.Image, Owner: spec.Owner,
+		Labels: maps.Clone(spec.Labels), Env: maps.Clone(spec.Env), User: spec.User,
+		CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
+	}
+	if spec.TTL > 0 {
+		m.ExpiresAt = m.CreatedAt.Add(spec.TTL)
+	}
+	switch wd := spec.WorkingDir; {
+	case wd == "":
+		m.WorkDir = filepath.Join(dir, "work")
+	case filepath.IsAbs(wd):
+		fi, err := os.Stat(wd)
+		if err != nil || !fi.IsDir() {
+			return nil, &backend.OpError{Op: "create", Backend: Name, Err: fmt.Errorf("%w: working_dir %q: not an existing host directory (the local backend uses host paths; use a relative path for a folder inside the sandbox)", backend.ErrInvalidConfig, wd)}
+		}
+		m.WorkDir = filepath.Clean(wd)
+	default:
+		m.WorkDir = filepath.Join(dir, "work", wd)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "work"), 0o755); err != nil {
+		return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
+	}
+	if err := os.MkdirAll(m.WorkDir, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
+	}
+	sb := &Sandbox{b: b, id: id, dir: dir}
+	if spec.Command != nil {
+		pid, start, err := sb.startMain(m, spec.Command)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, &backend.OpError{Op: "create", Backend: Name, Err: fmt.Errorf("command %q: %w", spec.Command, err)}
+		}
+		m.MainPID, m.MainStart = pid, start
+	}
+	if err := writeMeta(dir, m); err != nil {
+		sb.kill()
+		os.RemoveAll(dir)
+		return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
+	}
+	b.log.Debug("created sandbox", "id", id, "name", spec.Name, "dir", dir)
+	return sb, nil
+}
+
+func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
+	if !validID(id) {
+		return nil, &backend.OpError{Op: "get", Backend: Name, Sandbox: id, Err: backend.ErrNotFound}
+	}
+	dir := filepath.Join(b.dir, id)
+	if _, err := readMeta(dir); err != nil {
+		return nil, &backend.OpError{Op: "get", Backend: Name, Sandbox: id, Err: err}
+	}
+	return &Sandbox{b: b, id: id, dir: dir}, nil
+}
+
+func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {
+	entries, err := os.ReadDir(b.dir)
+	if err != nil {
+		return nil, &backend.OpError{Op: "list", Backend: Name, Err: err}
+	}
+	var out []backend.Info
+	for _, e := range entries {
+		if !e.IsDir() || !validID(e.Name()) {
+			continue
+		}
+		m, err := readMeta(filepath.Join(b.dir, e.Name()))
+		if err != nil {
+			// Being created or destroyed right now, or damaged: skip.
+			continue
+		}
+		if info := m.info(); filter.Match(info) {
+			out = append(out, info)
+		}
+	}
+	slices.SortFunc(out, func(a, b backend.Info) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+func newID() (string, error) {
+	var buf [6]byte
+	if _, err := rand.Read(buf[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(buf[:]), nil
+}
+
+func validID(id string) bool {
+	if len(id) != 12 {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil
+}
+
+func readMeta(dir string) (*meta, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, backend.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	var m meta
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "meta.json"), err)
+	}
+	return &m, nil
+}
+
+func writeMeta(dir string, m *meta) error {
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".meta-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, "meta.json"))
+}
+
+// lookupCredential resolves "name", "uid", "name:group" or "uid:gid".
+func lookupCredential(spec string) (cred [2]uint32, err error) {
+	userPart, groupPart, hasGroup := strings.Cut(spec, ":")
+	u, err := user.Lookup(userPart)
+	if err != nil {
+		if u, err = user.LookupId(userPart); err != nil {
+			return cred, fmt.Errorf("%w: user %q: no such user on this host", backend.ErrInvalidConfig, spec)
+		}
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	if hasGroup {
+		g, err := user.LookupGroup(groupPart)
+		if err != nil {
+			if g, err = user.LookupGroupId(groupPart); err != nil {
+				return cred, fmt.Errorf("%w: user %q: no such group on this host", backend.ErrInvalidConfig, spec)
+			}
+		}
+		gid, _ = strconv.ParseUint(g.Gid, 10, 32)
+	}
+	return [2]uint32{uint32(uid), uint32(gid)}, nil
+}

@@ -1,0 +1,113 @@
+// Package procfs reads the few facts sandboxkit needs from Linux's /proc:
+// a process's start time (so a reused PID is not mistaken for the process
+// that was recorded) and which processes carry a marker in their
+// environment (so every process a sandbox started can be found and killed,
+// including ones that left their process group).
+package procfs
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// StartTime returns the start time of process pid in clock ticks since
+// boot (field 22 of /proc/PID/stat).
+func StartTime(pid int) (uint64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces, so
+	// count fields from the last ')'.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	// fields[0] is field 3 (state); field 22 is fields[19].
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	return strconv.ParseUint(fields[19], 10, 64)
+}
+
+// Alive reports whether process pid exists and, when start is non-zero,
+// started at that time (and so is the same process). Zombies count as dead.
+func Alive(pid int, start uint64) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 || i+2 >= len(data) {
+		return false
+	}
+	if data[i+2] == 'Z' || data[i+2] == 'X' {
+		return false
+	}
+	if start == 0 {
+		return true
+	}
+	got, err := StartTime(pid)
+	return err == nil && got == start
+}
+
+// FindByEnv returns the PIDs of live processes whose environment contains
+// the exact entry key=value. Processes it cannot read are skipped.
+func FindByEnv(key, value string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	want := []byte(key + "=" + value)
+	self := os.Getpid()
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		for entry := range bytes.SplitSeq(env, []byte{0}) {
+			if bytes.Equal(entry, want) {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+// KillByEnv sends SIGKILL to every process FindByEnv finds, repeating until
+// none is left (a dying parent may fork once more) or tries run out. It
+// returns how many processes remain.
+func KillByEnv(key, value string) int {
+	var pids []int
+	for range 5 {
+		pids = FindByEnv(key, value)
+		live := 0
+		for _, pid := range pids {
+			if Alive(pid, 0) {
+				live++
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if live == 0 {
+			return 0
+		}
+	}
+	n := 0
+	for _, pid := range FindByEnv(key, value) {
+		if Alive(pid, 0) {
+			n++
+		}
+	}
+	return n
+}
