@@ -78,7 +78,9 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(abs, 0o700); err != nil {
+	// 0711: other users (ExecRequest.User) may pass through to their
+	// sandbox's working directory but not list the sandboxes.
+	if err := os.MkdirAll(abs, 0o711); err != nil {
 		return nil, &backend.OpError{Op: "open", Backend: Name, Err: fmt.Errorf("state dir: %w", err)}
 	}
 	b.dir = abs

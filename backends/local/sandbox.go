@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,10 +114,44 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}
 	out := backend.NewOutputs(req)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = req.Stdin, out.Stdout, out.Stderr
+	cmd.Stdout, cmd.Stderr = out.Stdout, out.Stderr
+	// Stdin goes through a pipe we feed ourselves: os/exec would make Wait
+	// wait for the copy from a non-file reader, so a command that exits
+	// without reading its stdin would hang until the caller closed it.
+	var stdinW *os.File
+	if req.Stdin != nil {
+		if f, ok := req.Stdin.(*os.File); ok {
+			cmd.Stdin = f
+		} else {
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				return backend.ExecResult{}, s.opErr("exec", err)
+			}
+			defer pr.Close()
+			cmd.Stdin, stdinW = pr, pw
+		}
+	}
 
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	if stdinW != nil {
+		cmd.Stdin.(*os.File).Close()
+		if err != nil {
+			stdinW.Close()
+		} else {
+			go func() {
+				io.Copy(stdinW, req.Stdin)
+				stdinW.Close()
+			}()
+		}
+	}
+	if err != nil {
+		if cred := cmd.SysProcAttr.Credential; cred != nil && errors.Is(err, os.ErrPermission) {
+			// The kernel does not say whether entering the working
+			// directory or executing the program was refused.
+			return backend.ExecResult{}, s.opErr("exec", fmt.Errorf("uid %d cannot enter working directory %s or execute %s: %w",
+				cred.Uid, cmd.Dir, argv[0], err))
+		}
 		// A missing program is data, as a shell would report it.
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			res := backend.ExecResult{ExitCode: 127, Duration: time.Since(start)}
@@ -155,6 +190,10 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 		waitErr = <-done
 	}
 	res.Duration = time.Since(start)
+	if stdinW != nil {
+		// Unblocks the copy if the command exited without reading it all.
+		stdinW.Close()
+	}
 	out.Finish(&res)
 	switch {
 	case res.TimedOut:
