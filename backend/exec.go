@@ -26,6 +26,10 @@ const TimeoutExitCode = 124
 // past the cap are read and dropped, never buffered, so a command printing
 // gigabytes costs the host no memory; ExecResult.Truncated reports it.
 //
+// Exec returns when the command exits; it does not wait for Stdin to reach
+// EOF. A User the backend cannot honour (Capabilities.User false) fails with
+// an error wrapping errors.ErrUnsupported.
+//
 // Timeout (zero: none) kills the command's whole process tree inside the
 // sandbox and reports exit code 124 with TimedOut set. Cancelling the context
 // kills it as well and makes Exec return an error wrapping the context's
@@ -54,7 +58,7 @@ type ExecResult struct {
 	// a caller's writer).
 	Stdout []byte
 	Stderr []byte
-	// Truncated reports that captured output hit OutputLimit.
+	// Truncated reports that bytes past OutputLimit were dropped.
 	Truncated bool
 	TimedOut  bool
 	Duration  time.Duration

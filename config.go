@@ -1,0 +1,294 @@
+package sandboxkit
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// EnvConfig names the environment variable LoadConfig reads the config
+// file's path from when none is given.
+const EnvConfig = "SBX_CONFIG"
+
+// DefaultConfigFile is the file LoadConfig uses, when it exists in the
+// current directory, if neither a path nor SBX_CONFIG is given.
+const DefaultConfigFile = "sandbox.toml"
+
+// DefaultBackend is the backend used when [sandbox] has no backend key.
+// (OpenSage's default is "native"; ours is the backend that needs nothing
+// installed.)
+const DefaultBackend = "local"
+
+// Defaults of [sandbox] keys.
+const (
+	DefaultTTL            = 24 * time.Hour
+	DefaultExecuteTimeout = 1800 * time.Second
+)
+
+//go:embed default.toml
+var defaultConfig []byte
+
+// Config is a loaded config file: the [sandbox] table, typed and checked.
+// Everything else in the file belongs to the program embedding sandboxkit
+// and is ignored here.
+type Config struct {
+	// Path is the file loaded ("" for the embedded default).
+	Path string
+	// Dir is the folder relative host paths resolve against: Path's folder,
+	// or the current directory for the embedded default.
+	Dir     string
+	Sandbox SandboxConfig
+	// Warnings are problems that did not stop loading, such as a volume
+	// whose host path does not exist (skipped). Show them to the user.
+	Warnings []string
+
+	backends map[string]any // decoded [sandbox.NAME] tables by backend name
+}
+
+// SandboxConfig is the [sandbox] table. The keys are OpenSage's plus a few of
+// ours (default_ttl, tools); see config.example.toml for each one.
+type SandboxConfig struct {
+	// Backend names the backend (a registry name or alias). Default "local".
+	Backend      string `toml:"backend"`
+	DefaultImage string `toml:"default_image"`
+	// DefaultTTL is the TTL of entries without their own ttl (0: no
+	// expiry). Default 24h.
+	DefaultTTL time.Duration `toml:"default_ttl"`
+	// ToolsConfig holds [sandbox.tools]; its fields are promoted
+	// (cfg.Sandbox.ExecuteTimeout).
+	ToolsConfig `toml:"tools"`
+
+	// Data copied into the /shared volume: a folder or a .tar.gz. See
+	// Config.SharedDataPath.
+	AbsoluteSharedDataPath        string `toml:"absolute_shared_data_path"`
+	ProjectRelativeSharedDataPath string `toml:"project_relative_shared_data_path"`
+	// HostSharedMemDir is a host folder mounted as the memory volume.
+	HostSharedMemDir string `toml:"host_shared_mem_dir"`
+	// MountHostPaths are volume specs (host:sandbox[:ro|rw]) added to
+	// every entry.
+	MountHostPaths []string `toml:"mount_host_paths"`
+	// Tolerations are Kubernetes tolerations for every pod, kept as written.
+	Tolerations []map[string]any `toml:"tolerations"`
+	// DockerHost is the Docker daemon URL (ssh://user@host, tcp://...);
+	// DockerRemoteHost the address services on that daemon are reached at.
+	DockerHost       string `toml:"docker_host"`
+	DockerRemoteHost string `toml:"docker_remote_host"`
+	// Paths are well-known folders inside every sandbox.
+	Paths PathsConfig `toml:"paths"`
+
+	// Sandboxes are the [sandbox.sandboxes.NAME] entries by name.
+	Sandboxes map[string]*Entry `toml:"sandboxes"`
+}
+
+// ToolsConfig is [sandbox.tools]: settings of the agent tools (fileops).
+type ToolsConfig struct {
+	// ExecuteTimeout is the default timeout of the execute tool. TOML:
+	// execute_timeout_sec, in seconds. Default 1800.
+	ExecuteTimeout time.Duration `toml:"execute_timeout_sec"`
+}
+
+// PathsConfig is [sandbox.paths]: where the shared volumes appear inside
+// each sandbox.
+type PathsConfig struct {
+	MemRoot        string `toml:"mem_root"`        // default /mem
+	Shared         string `toml:"shared"`          // default /shared
+	BashTools      string `toml:"bash_tools"`      // default /bash_tools
+	SandboxScripts string `toml:"sandbox_scripts"` // default /sandbox_scripts
+	Src            string `toml:"src"`             // default /src
+}
+
+// Entry is one [sandbox.sandboxes.NAME] table, as written (after template
+// expansion and type coercion). Config.Spec turns it into a backend.Spec.
+//
+// Durations (timeout, ttl) are written as integer seconds or Go duration
+// strings ("90s", "24h"). Sizes (mem_limit, shm_size) are bytes or Docker
+// size strings ("512m", "4g", "1.5GiB").
+type Entry struct {
+	// Name is the entry's key in [sandbox.sandboxes].
+	Name string `toml:"-"`
+	// Type selects the initializer; default Name. Names without a built-in
+	// initializer get the generic one (a plain sandbox from these keys).
+	Type  string `toml:"type"`
+	Image string `toml:"image"`
+	// ContainerID, PodName and ContainerName attach to an existing container
+	// or pod instead of creating one (OpenSage).
+	ContainerID   string        `toml:"container_id"`
+	Timeout       time.Duration `toml:"timeout"`
+	PodName       string        `toml:"pod_name"`
+	ContainerName string        `toml:"container_name"`
+
+	Platform    string   `toml:"platform"`
+	Network     string   `toml:"network"`
+	Privileged  bool     `toml:"privileged"`
+	SecurityOpt []string `toml:"security_opt"`
+	CapAdd      []string `toml:"cap_add"`
+	CapDrop     []string `toml:"cap_drop"`
+	Devices     []string `toml:"devices"`
+	// GPUs is "all", a count, or "device=ID[,ID...]" as in docker run --gpus.
+	GPUs      string   `toml:"gpus"`
+	ShmSize   ByteSize `toml:"shm_size"`
+	MemLimit  ByteSize `toml:"mem_limit"`
+	CPUs      float64  `toml:"cpus"`
+	PidsLimit int64    `toml:"pids_limit"`
+	ReadOnly  bool     `toml:"read_only"`
+	Runtime   string   `toml:"runtime"`
+
+	User       string `toml:"user"`
+	WorkingDir string `toml:"working_dir"`
+	// Environment values may be written as strings, numbers or booleans.
+	Environment map[string]string `toml:"environment"`
+	// Volumes are "host:sandbox[:ro|rw]" specs as written; a host part
+	// without "/" that does not start with "." or "~" names a volume.
+	Volumes []string `toml:"volumes"`
+	// Mounts are docker --mount specs: "type=bind,source=...,target=...".
+	Mounts []string `toml:"mounts"`
+	// Ports maps "PORT[/tcp|/udp]" inside the sandbox to a host binding.
+	Ports      map[string]PortBinding `toml:"ports"`
+	DockerArgs []string               `toml:"docker_args"`
+
+	// Where the image's Dockerfile is (at most one; see DockerfilePath)
+	// and its build arguments.
+	ProjectRelativeDockerfilePath string            `toml:"project_relative_dockerfile_path"`
+	AgentRelativeDockerfilePath   string            `toml:"agent_relative_dockerfile_path"`
+	AbsoluteDockerfilePath        string            `toml:"absolute_dockerfile_path"`
+	BuildArgs                     map[string]string `toml:"build_args"`
+
+	// Command is the main process: nil (key absent) keeps the sandbox
+	// alive doing nothing; "" runs the image's own command; anything else
+	// is split into argv with shell quoting rules (no shell is run).
+	Command     *string  `toml:"command"`
+	UsingCached bool     `toml:"using_cached"`
+	MCPServices []string `toml:"mcp_services"`
+	// HostGateway makes the host reachable from the sandbox as
+	// host.docker.internal.
+	HostGateway bool `toml:"host_gateway"`
+
+	// TTL overrides [sandbox] default_ttl for this entry (0: no expiry).
+	TTL *time.Duration `toml:"ttl"`
+	// Labels are added to the sandbox's labels.
+	Labels map[string]string `toml:"labels"`
+	// Extra is free-form, for initializers and backends
+	// (initializer_timeout_sec, namespace, ...).
+	Extra map[string]any `toml:"extra"`
+
+	dir string // the config file's folder
+}
+
+// DockerfilePath returns the entry's Dockerfile as an absolute host path
+// ("" if none is set). Relative paths of all three keys resolve against the
+// config file's folder.
+func (e *Entry) DockerfilePath() string {
+	for _, p := range []string{e.AbsoluteDockerfilePath, e.AgentRelativeDockerfilePath, e.ProjectRelativeDockerfilePath} {
+		if p != "" {
+			abs, err := resolveHostPath(p, e.dir)
+			if err != nil {
+				return p
+			}
+			return abs
+		}
+	}
+	return ""
+}
+
+// BackendConfig returns the decoded [sandbox.NAME] table of a registered
+// backend (the pointer its NewConfig returned), or nil if the file has none.
+func (c *Config) BackendConfig(name string) any { return c.backends[name] }
+
+// SandboxNames returns the entry names, sorted.
+func (c *Config) SandboxNames() []string { return slices.Sorted(maps.Keys(c.Sandbox.Sandboxes)) }
+
+// Entry returns the named entry. An unknown name gives an error wrapping
+// backend.ErrInvalidConfig that lists the known ones.
+func (c *Config) Entry(name string) (*Entry, error) {
+	if e, ok := c.Sandbox.Sandboxes[name]; ok && e != nil {
+		return e, nil
+	}
+	known := strings.Join(c.SandboxNames(), ", ")
+	if known == "" {
+		known = "none"
+	}
+	return nil, invalidf("%s: unknown sandbox %q (known: %s)", c.describe(), name, known)
+}
+
+// SharedDataPath returns the data to copy into the shared volume as an
+// absolute host path: absolute_shared_data_path, else
+// project_relative_shared_data_path resolved against the config's folder,
+// else "".
+func (c *Config) SharedDataPath() string {
+	p := c.Sandbox.AbsoluteSharedDataPath
+	if p == "" {
+		p = c.Sandbox.ProjectRelativeSharedDataPath
+	}
+	if p == "" {
+		return ""
+	}
+	abs, err := resolveHostPath(p, c.Dir)
+	if err != nil {
+		return p
+	}
+	return abs
+}
+
+// describe names the config in messages.
+func (c *Config) describe() string {
+	if c.Path == "" {
+		return "the built-in default config"
+	}
+	return "config " + c.Path
+}
+
+// LoadConfig loads the config file at path; when path is "", the file named
+// by $SBX_CONFIG; when that is unset too, ./sandbox.toml if it exists; else
+// the embedded default (one "main" sandbox on the local backend).
+func (r *Registry) LoadConfig(path string) (*Config, error) {
+	if path == "" {
+		path = os.Getenv(EnvConfig)
+	}
+	if path == "" {
+		switch _, err := os.Stat(DefaultConfigFile); {
+		case err == nil:
+			path = DefaultConfigFile
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("config %s: %w", DefaultConfigFile, err)
+		}
+	}
+	if path == "" {
+		return r.ParseConfig(defaultConfig, "")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return r.ParseConfig(data, path)
+}
+
+// ParseConfig parses config file contents. path names the file in errors and
+// its folder is where relative host paths resolve; "" means the embedded
+// default, resolving against the current directory.
+//
+// Errors wrap backend.ErrInvalidConfig and name the file and key. Unknown
+// keys inside [sandbox] are errors; everything outside it is ignored.
+func (r *Registry) ParseConfig(data []byte, path string) (*Config, error) {
+	c := &Config{Path: path}
+	var err error
+	if path == "" {
+		c.Dir, err = os.Getwd()
+	} else {
+		c.Dir, err = filepath.Abs(filepath.Dir(path))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.describe(), err)
+	}
+	p := &parser{reg: r, cfg: c}
+	if err := p.parse(data); err != nil {
+		return nil, err
+	}
+	return c, nil
+}

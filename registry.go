@@ -1,0 +1,219 @@
+package sandboxkit
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backends/local"
+)
+
+// The built-in backends: the one list that wires backend packages into the
+// default registry. A backend that is not in this list is not compiled into
+// sbx. Keep it sorted.
+func registerBuiltins(r *Registry) {
+	r.Register(local.Name, BackendFactory{
+		NewConfig: func() any { return new(local.Config) },
+		Open:      openLocal,
+	})
+}
+
+// plannedBackends are backends that OpenSage or this project's roadmap use
+// but that are not built into this version (agentdocker-lite and nitrobox
+// are OpenSage's names for the lite backend). Their [sandbox.NAME] tables
+// are accepted without checking (with a warning) so that such config files
+// still load, and naming one as the backend fails at Open with a clear
+// message instead of at parse time.
+var plannedBackends = []string{"agentdocker-lite", "k8s", "lite", "native", "nitrobox", "opensandbox", "remotedocker"}
+
+func openLocal(_ context.Context, cfg *Config, backendCfg any, logger *slog.Logger) (backend.Backend, error) {
+	c := local.Config{}
+	if p, ok := backendCfg.(*local.Config); ok && p != nil {
+		c = *p
+	} else if backendCfg != nil {
+		return nil, invalidf("local backend: config is %T, want *local.Config", backendCfg)
+	}
+	if c.StateDir != "" {
+		dir, err := resolveHostPath(c.StateDir, cfg.Dir)
+		if err != nil {
+			return nil, invalidf("sandbox.local.state_dir: %v", err)
+		}
+		c.StateDir = dir
+	}
+	b, err := local.New(c, local.WithLogger(logger))
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// BackendFactory is how the registry configures and opens one backend.
+type BackendFactory struct {
+	// NewConfig returns a pointer to the backend's zero config struct; the
+	// [sandbox.NAME] table is decoded into it strictly (unknown keys are
+	// errors). nil: the backend has no table.
+	NewConfig func() any
+	// Open opens the backend. backendCfg is the filled pointer NewConfig
+	// returned (a fresh zero one when the file has no table; nil when
+	// NewConfig is nil). logger is never nil.
+	Open func(ctx context.Context, cfg *Config, backendCfg any, logger *slog.Logger) (backend.Backend, error)
+}
+
+// Registry maps backend names to factories. It is safe for concurrent use.
+// Programs normally use the default registry through the package-level
+// functions; tests and embedders that want other wiring build their own with
+// NewRegistry.
+type Registry struct {
+	mu        sync.RWMutex
+	factories map[string]BackendFactory
+	aliases   map[string]string // alias -> registered name
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{factories: map[string]BackendFactory{}, aliases: map[string]string{}}
+}
+
+// Register adds a backend. It panics if name is empty, already registered
+// (or an alias), is a key of the [sandbox] table (its settings table could
+// not be told apart), or if f.Open is nil: all are programming errors, as
+// with database/sql.Register.
+func (r *Registry) Register(name string, f BackendFactory) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case name == "":
+		panic("sandboxkit: Register with an empty backend name")
+	case f.Open == nil:
+		panic("sandboxkit: Register backend " + name + " with a nil Open")
+	case slices.Contains(sandboxKeys(), name):
+		panic("sandboxkit: backend name " + name + " clashes with the [sandbox] key of the same name")
+	}
+	if _, dup := r.factories[name]; dup {
+		panic("sandboxkit: Register called twice for backend " + name)
+	}
+	if _, dup := r.aliases[name]; dup {
+		panic("sandboxkit: Register backend " + name + ": the name is already an alias")
+	}
+	r.factories[name] = f
+}
+
+// Alias makes alias another name for the registered backend name, both as a
+// value of [sandbox] backend and as the name of its settings table. It panics
+// if alias is empty or taken, or name is not registered.
+func (r *Registry) Alias(alias, name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if alias == "" {
+		panic("sandboxkit: Alias with an empty name")
+	}
+	if _, ok := r.factories[name]; !ok {
+		panic("sandboxkit: Alias " + alias + " for unregistered backend " + name)
+	}
+	_, isName := r.factories[alias]
+	_, isAlias := r.aliases[alias]
+	if isName || isAlias || slices.Contains(sandboxKeys(), alias) {
+		panic("sandboxkit: Alias " + alias + " is already taken")
+	}
+	r.aliases[alias] = name
+}
+
+// resolve returns the registered name for name or an alias of it.
+func (r *Registry) resolve(name string) (string, BackendFactory, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if target, ok := r.aliases[name]; ok {
+		name = target
+	}
+	f, ok := r.factories[name]
+	return name, f, ok
+}
+
+// Lookup returns the factory registered under name (or an alias of it). An
+// unknown name gives an error wrapping backend.ErrInvalidConfig that lists
+// the known names.
+func (r *Registry) Lookup(name string) (BackendFactory, error) {
+	if _, f, ok := r.resolve(name); ok {
+		return f, nil
+	}
+	known := strings.Join(r.Names(), ", ")
+	if slices.Contains(plannedBackends, name) {
+		return BackendFactory{}, invalidf("backend %q is not built into this version of sandboxkit (known: %s)", name, known)
+	}
+	return BackendFactory{}, invalidf("unknown backend %q (known: %s)", name, known)
+}
+
+// Names returns the registered backend names (not aliases), sorted.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.Sorted(maps.Keys(r.factories))
+}
+
+// Open opens the backend cfg.Sandbox.Backend names ("local" when empty),
+// handing it the decoded [sandbox.NAME] table. logger may be nil (discard).
+func (r *Registry) Open(ctx context.Context, cfg *Config, logger *slog.Logger) (backend.Backend, error) {
+	if cfg == nil {
+		return nil, invalidf("sandboxkit.Open: nil config")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	name := cfg.Sandbox.Backend
+	if name == "" {
+		name = DefaultBackend
+	}
+	f, err := r.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	canonical, _, _ := r.resolve(name)
+	var bc any
+	if f.NewConfig != nil {
+		bc = cfg.BackendConfig(canonical)
+		if bc == nil {
+			bc = f.NewConfig()
+		}
+	}
+	b, err := f.Open(ctx, cfg, bc, logger)
+	if err != nil {
+		return nil, fmt.Errorf("open backend %s: %w", canonical, err)
+	}
+	return b, nil
+}
+
+var defaultRegistry = sync.OnceValue(func() *Registry {
+	r := NewRegistry()
+	registerBuiltins(r)
+	return r
+})
+
+// DefaultRegistry returns the registry of the built-in backends that the
+// package-level functions use.
+func DefaultRegistry() *Registry { return defaultRegistry() }
+
+// Register adds a backend to the default registry; see Registry.Register.
+func Register(name string, f BackendFactory) { DefaultRegistry().Register(name, f) }
+
+// Names returns the default registry's backend names, sorted.
+func Names() []string { return DefaultRegistry().Names() }
+
+// Open opens cfg's backend from the default registry; see Registry.Open.
+func Open(ctx context.Context, cfg *Config, logger *slog.Logger) (backend.Backend, error) {
+	return DefaultRegistry().Open(ctx, cfg, logger)
+}
+
+// LoadConfig finds and loads the config with the default registry; see
+// Registry.LoadConfig.
+func LoadConfig(path string) (*Config, error) { return DefaultRegistry().LoadConfig(path) }
+
+// ParseConfig parses a config with the default registry; see
+// Registry.ParseConfig.
+func ParseConfig(data []byte, path string) (*Config, error) {
+	return DefaultRegistry().ParseConfig(data, path)
+}
