@@ -32,12 +32,15 @@ func As[T any](sb Sandbox) (T, bool) {
 // FileSystem is native file access to a sandbox. Relative names resolve
 // against the sandbox's working directory, as they do for Exec. Errors are
 // *fs.PathError wrapping fs.ErrNotExist, fs.ErrExist or fs.ErrPermission
-// where those apply.
+// where those apply, syscall.EISDIR when name is a directory where a file is
+// needed, and syscall.ENOTDIR when a path component (or ReadDir's name) is
+// not a directory.
 type FileSystem interface {
 	// ReadFile opens name for reading.
 	ReadFile(ctx context.Context, name string) (io.ReadCloser, error)
 	// WriteFile creates or replaces name with r's bytes and mode perm,
-	// creating missing parent directories.
+	// creating missing parent directories. A symlink at name is followed:
+	// its target receives the bytes, as with a plain write.
 	WriteFile(ctx context.Context, name string, r io.Reader, perm fs.FileMode) error
 	// Stat describes name, following symlinks.
 	Stat(ctx context.Context, name string) (fs.FileInfo, error)

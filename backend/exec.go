@@ -26,6 +26,9 @@ const TimeoutExitCode = 124
 // past the cap are read and dropped, never buffered, so a command printing
 // gigabytes costs the host no memory; ExecResult.Truncated reports it.
 //
+// Stdout and Stderr may be the same writer; the backend then never calls it
+// from two goroutines at once.
+//
 // Exec returns when the command exits; it does not wait for Stdin to reach
 // EOF. A User the backend cannot honour (Capabilities.User false) fails with
 // an error wrapping errors.ErrUnsupported.

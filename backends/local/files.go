@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // path resolves a sandbox path: absolute paths are host paths, relative
@@ -40,7 +41,7 @@ func (s *Sandbox) ReadFile(ctx context.Context, name string) (io.ReadCloser, err
 	}
 	if fi.IsDir() {
 		f.Close()
-		return nil, &fs.PathError{Op: "read", Path: name, Err: errIsDir}
+		return nil, &fs.PathError{Op: "read", Path: name, Err: syscall.EISDIR}
 	}
 	return f, nil
 }
@@ -53,8 +54,13 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, r io.Reader, perm 
 	if err != nil {
 		return s.opErr("write", err)
 	}
+	// Write through a symlink to its target, as a plain write would, rather
+	// than replacing the link.
+	if real, err := filepath.EvalSymlinks(p); err == nil {
+		p = real
+	}
 	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-		return &fs.PathError{Op: "write", Path: name, Err: errIsDir}
+		return &fs.PathError{Op: "write", Path: name, Err: syscall.EISDIR}
 	}
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return renamePathErr(err, name)
@@ -119,8 +125,6 @@ func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, erro
 	slices.SortFunc(infos, func(a, b fs.FileInfo) int { return strings.Compare(a.Name(), b.Name()) })
 	return infos, nil
 }
-
-var errIsDir = errors.New("is a directory")
 
 // renamePathErr reports a host *fs.PathError under the sandbox path the
 // caller used, not the resolved host path.

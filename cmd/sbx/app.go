@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandboxkit/sandboxkit"
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// Exit codes sbx itself chooses; run and exec otherwise return the
+// command's own.
+const (
+	exitError       = 1
+	exitInterrupted = 130 // 128 + SIGINT, as shells report it
+)
+
+// cleanupTimeout bounds removing a sandbox after the command ended, also
+// when sbx was interrupted.
+const cleanupTimeout = 30 * time.Second
+
+// run is sbx without the process around it: tests call it in-process. It
+// returns the exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := a.rootCmd()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	if ee, ok := errors.AsType[*exitCode](err); ok {
+		return ee.code
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintf(stderr, "sbx: interrupted (%v)\n", context.Cause(ctx))
+		return exitInterrupted
+	}
+	a.printError(err)
+	return exitError
+}
+
+// exitCode ends sbx with a code, having printed whatever had to be said.
+type exitCode struct{ code int }
+
+func (e *exitCode) Error() string { return fmt.Sprintf("exit code %d", e.code) }
+
+// app holds the global flags and the streams of one sbx invocation.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+
+	configPath  string
+	backendName string
+	json        bool
+	logLevel    string
+
+	logger *slog.Logger
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "sbx",
+		Short: "Run commands and agent tools in sandboxes",
+		Long: `sbx makes sandboxes from a sandboxkit config and runs commands in them.
+
+The config is --config, else $SBX_CONFIG, else ./sandbox.toml, else a built-in
+default with one "main" sandbox on the local backend.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			return a.setupLogger()
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.configPath, "config", "", "config file (default $SBX_CONFIG, else ./sandbox.toml, else the built-in default)")
+	pf.StringVar(&a.backendName, "backend", "", "backend to use instead of the config's [sandbox] backend")
+	pf.BoolVar(&a.json, "json", false, "print JSON instead of tables")
+	pf.StringVar(&a.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
+
+	root.AddCommand(
+		a.runCmd(),
+		a.upCmd(),
+		a.lsCmd(),
+		a.execCmd(),
+		a.cpCmd(),
+		a.rmCmd(),
+		a.gcCmd(),
+		a.configCmd(),
+		a.toolsCmd(),
+	)
+	return root
+}
+
+func (a *app) setupLogger() error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(a.logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", a.logLevel)
+	}
+	a.logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+	return nil
+}
+
+// printError writes err as "sbx: ..." lines on stderr.
+func (a *app) printError(err error) {
+	for line := range strings.SplitSeq(strings.TrimRight(err.Error(), "\n"), "\n") {
+		fmt.Fprintf(a.stderr, "sbx: %s\n", line)
+	}
+}
+
+// loadConfig loads the config named by --config (or found by the usual
+// search), applies --backend and prints the config's warnings.
+func (a *app) loadConfig(path string) (*sandboxkit.Config, error) {
+	cfg, err := sandboxkit.LoadConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	if a.backendName != "" {
+		cfg.Sandbox.Backend = a.backendName
+	}
+	if cfg.Sandbox.Backend == "" {
+		cfg.Sandbox.Backend = sandboxkit.DefaultBackend
+	}
+	for _, w := range cfg.Warnings {
+		fmt.Fprintf(a.stderr, "warning: %s\n", w)
+	}
+	// Checked here too, not only by Open, so config check (which opens
+	// nothing) reports it.
+	if _, err := sandboxkit.DefaultRegistry().Lookup(cfg.Sandbox.Backend); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// open loads the config and opens its backend. The caller closes the
+// backend.
+func (a *app) open(ctx context.Context) (*sandboxkit.Config, backend.Backend, error) {
+	cfg, err := a.loadConfig(a.configPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := sandboxkit.Open(ctx, cfg, a.logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, b, nil
+}
+
+// resolve finds a sandbox by ID, or by entry name when exactly one live
+// sandbox has that name.
+func resolve(ctx context.Context, b backend.Backend, ref string) (backend.Sandbox, error) {
+	sb, err := b.Get(ctx, ref)
+	if err == nil {
+		return sb, nil
+	}
+	if !errors.Is(err, backend.ErrNotFound) && !errors.Is(err, backend.ErrInvalidConfig) {
+		return nil, err
+	}
+	infos, lerr := b.List(ctx, backend.Filter{Name: ref})
+	if lerr != nil {
+		return nil, lerr
+	}
+	now := time.Now()
+	var ids []string
+	for _, info := range infos {
+		if !info.Expired(now) && info.State != backend.StateExited {
+			ids = append(ids, info.ID)
+		}
+	}
+	switch len(ids) {
+	case 0:
+		return nil, fmt.Errorf("no sandbox with ID or name %q (see sbx ls): %w", ref, backend.ErrNotFound)
+	case 1:
+		return b.Get(ctx, ids[0])
+	}
+	return nil, fmt.Errorf("name %q matches %d sandboxes (%s): pass an ID", ref, len(ids), strings.Join(ids, ", "))
+}
+
+// destroy removes sb even when ctx was cancelled (by Ctrl-C), within
+// cleanupTimeout.
+func destroy(ctx context.Context, sb backend.Sandbox) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	return sb.Destroy(ctx)
+}
+
+// splitCommand returns the command after a sandbox reference, dropping the
+// "--" that separates them (flag parsing stops at the reference, so the
+// "--" reaches the arguments).
+func splitCommand(args []string) []string {
+	if len(args) > 0 && args[0] == "--" {
+		return args[1:]
+	}
+	return args
+}
+
+// usageError reports a mistake in the command line.
+func usageError(cmd *cobra.Command, format string, args ...any) error {
+	return fmt.Errorf("%s: %s (see %s --help)", cmd.CommandPath(), fmt.Sprintf(format, args...), cmd.CommandPath())
+}
+
+// exactArgs is cobra.ExactArgs with a message that names what is missing.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageError(cmd, "want %s, got %d argument(s)", what, len(args))
+		}
+		return nil
+	}
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+func (a *app) configCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "config",
+		Short: "Inspect the config",
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "check [FILE]",
+		Short: "Load and validate a config file",
+		Long: `Check loads FILE (default: the config sbx would use) as sbx would, checks
+that its backend is known and that every sandbox entry converts to a sandbox
+spec, and prints its warnings. It opens no backend.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usageError(cmd, "want at most one FILE, got %d", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := a.configPath
+			if len(args) == 1 {
+				path = args[0]
+			}
+			return a.configCheck(path)
+		},
+	})
+	return cmd
+}
+
+type configCheckResult struct {
+	OK        bool     `json:"ok"`
+	Path      string   `json:"path"`
+	Backend   string   `json:"backend"`
+	Sandboxes []string `json:"sandboxes"`
+	Warnings  []string `json:"warnings"`
+}
+
+func (a *app) configCheck(path string) error {
+	cfg, err := a.loadConfig(path)
+	if err != nil {
+		return err
+	}
+	names := cfg.SandboxNames()
+	for _, name := range names {
+		if _, err := cfg.Spec(name); err != nil {
+			return err
+		}
+	}
+	where := cfg.Path
+	if where == "" {
+		where = "built-in default config"
+	}
+	if a.json {
+		return printJSON(a.stdout, configCheckResult{
+			OK: true, Path: cfg.Path, Backend: cfg.Sandbox.Backend,
+			Sandboxes: append([]string{}, names...), Warnings: append([]string{}, cfg.Warnings...),
+		})
+	}
+	fmt.Fprintf(a.stdout, "ok: %s (backend %s, %d %s: %s)\n", where, cfg.Sandbox.Backend,
+		len(names), plural(len(names), "sandbox", "sandboxes"), strings.Join(names, ", "))
+	return nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+func (a *app) lsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"ps", "list"},
+		Short:   "List the backend's sandboxes",
+		Args:    exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.ls(cmd.Context())
+		},
+	}
+}
+
+// sandboxJSON is how sbx ls --json shows a sandbox.
+type sandboxJSON struct {
+	ID        string            `json:"id"`
+	Backend   string            `json:"backend"`
+	Name      string            `json:"name"`
+	Session   string            `json:"session,omitempty"`
+	Image     string            `json:"image,omitempty"`
+	State     backend.State     `json:"state"`
+	Owner     string            `json:"owner,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
+	Expired   bool              `json:"expired"`
+	WorkDir   string            `json:"workdir,omitempty"`
+}
+
+func (a *app) ls(ctx context.Context) error {
+	_, b, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	infos, err := b.List(ctx, backend.Filter{})
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	if a.json {
+		out := make([]sandboxJSON, 0, len(infos))
+		for _, info := range infos {
+			s := sandboxJSON{
+				ID: info.ID, Backend: info.Backend, Name: info.Name, Session: info.Session,
+				Image: info.Image, State: info.State, Owner: info.Owner, Labels: info.Labels,
+				CreatedAt: info.CreatedAt, Expired: info.Expired(now), WorkDir: info.WorkDir,
+			}
+			if !info.ExpiresAt.IsZero() {
+				s.ExpiresAt = &info.ExpiresAt
+			}
+			out = append(out, s)
+		}
+		return printJSON(a.stdout, out)
+	}
+	t := newTable(a.stdout, "ID", "NAME", "SESSION", "STATE", "AGE", "EXPIRES")
+	for _, info := range infos {
+		age := "-"
+		if !info.CreatedAt.IsZero() {
+			age = shortDuration(now.Sub(info.CreatedAt))
+		}
+		t.row(info.ID, orDash(info.Name), orDash(info.Session), string(info.State), age, expires(info, now))
+	}
+	return t.flush()
+}
+
+func expires(info backend.Info, now time.Time) string {
+	switch {
+	case info.ExpiresAt.IsZero():
+		return "never"
+	case info.Expired(now):
+		return "expired"
+	}
+	return "in " + shortDuration(info.ExpiresAt.Sub(now))
+}

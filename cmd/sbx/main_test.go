@@ -1,0 +1,450 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit"
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/owner"
+	"github.com/sandboxkit/sandboxkit/internal/procfs"
+)
+
+// setup gives the test its own state dir and the built-in default config
+// (one "main" sandbox on the local backend).
+func setup(t *testing.T) {
+	t.Helper()
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	t.Setenv("SBX_CONFIG", "")
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// sbx runs the CLI in-process with empty stdin.
+func sbx(t *testing.T, args ...string) result {
+	t.Helper()
+	return sbxIn(t, context.Background(), "", args...)
+}
+
+func sbxIn(t *testing.T, ctx context.Context, stdin string, args ...string) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, args, strings.NewReader(stdin), &stdout, &stderr)
+	return result{code, stdout.String(), stderr.String()}
+}
+
+// must runs sbx and fails the test unless it exits 0.
+func must(t *testing.T, args ...string) string {
+	t.Helper()
+	r := sbx(t, args...)
+	if r.code != 0 {
+		t.Fatalf("sbx %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+func (r result) expect(t *testing.T, code int) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("exit code %d, want %d\nstdout: %s\nstderr: %s", r.code, code, r.stdout, r.stderr)
+	}
+}
+
+// listSandboxes returns sbx ls --json.
+func listSandboxes(t *testing.T) []sandboxJSON {
+	t.Helper()
+	var out []sandboxJSON
+	if err := json.Unmarshal([]byte(must(t, "ls", "--json")), &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// openBackend opens the backend sbx uses, for making sandboxes sbx cannot.
+func openBackend(t *testing.T) backend.Backend {
+	t.Helper()
+	cfg, err := sandboxkit.LoadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sandboxkit.Open(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// readPIDs waits for file to hold a line of PIDs and returns them.
+func readPIDs(t *testing.T, file string) []int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, err := os.ReadFile(file)
+		if err == nil && strings.HasSuffix(string(data), "\n") {
+			var pids []int
+			for f := range strings.FieldsSeq(string(data)) {
+				pid, err := strconv.Atoi(f)
+				if err != nil {
+					t.Fatalf("%s: %q", file, data)
+				}
+				pids = append(pids, pid)
+			}
+			return pids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no PIDs written", file)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// expectGone fails unless every process is gone (zombies count as gone)
+// within a short grace period.
+func expectGone(t *testing.T, pids []int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for _, pid := range pids {
+		for procfs.Alive(pid, 0) {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d is still running", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+func TestRunEcho(t *testing.T) {
+	setup(t)
+	r := sbx(t, "run", "--", "echo", "hello")
+	r.expect(t, 0)
+	if r.stdout != "hello\n" {
+		t.Errorf("stdout %q, want %q", r.stdout, "hello\n")
+	}
+	if got := listSandboxes(t); len(got) != 0 {
+		t.Errorf("sandboxes left after run: %+v", got)
+	}
+}
+
+func TestRunWithoutDash(t *testing.T) {
+	setup(t)
+	// Flags after the command belong to it.
+	r := sbx(t, "run", "echo", "-n", "hi")
+	r.expect(t, 0)
+	if r.stdout != "hi" {
+		t.Errorf("stdout %q, want %q", r.stdout, "hi")
+	}
+}
+
+func TestRunExitCodeAndStderr(t *testing.T) {
+	setup(t)
+	r := sbx(t, "run", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+	r.expect(t, 3)
+	if r.stdout != "out\n" || r.stderr != "err\n" {
+		t.Errorf("stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	if got := listSandboxes(t); len(got) != 0 {
+		t.Errorf("sandboxes left after run: %+v", got)
+	}
+}
+
+func TestRunTimeout(t *testing.T) {
+	setup(t)
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	start := time.Now()
+	r := sbx(t, "run", "--timeout", "1s", "--", "sh", "-c",
+		`sleep 30 & echo $! $$ > "$1"; exec sleep 30`, "sh", pidFile)
+	elapsed := time.Since(start)
+	r.expect(t, 124)
+	if elapsed > 3*time.Second {
+		t.Errorf("took %v, want < 3s", elapsed)
+	}
+	if !strings.Contains(r.stderr, "timed out after 1s") {
+		t.Errorf("stderr %q does not say it timed out", r.stderr)
+	}
+	expectGone(t, readPIDs(t, pidFile))
+	if got := listSandboxes(t); len(got) != 0 {
+		t.Errorf("sandboxes left after run: %+v", got)
+	}
+}
+
+func TestRunInterrupt(t *testing.T) {
+	setup(t)
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() {
+		done <- sbxIn(t, ctx, "", "run", "--", "sh", "-c", `sleep 30 & echo $! $$ > "$1"; exec sleep 30`, "sh", pidFile)
+	}()
+	pids := readPIDs(t, pidFile)
+
+	// While it runs, the sandbox is owned by this process.
+	list := listSandboxes(t)
+	if len(list) != 1 || list[0].Owner == "" {
+		t.Fatalf("sandboxes while running: %+v", list)
+	}
+	if alive, known := owner.Alive(list[0].Owner); !alive || !known {
+		t.Errorf("owner %q: alive %v known %v", list[0].Owner, alive, known)
+	}
+
+	cancel()
+	select {
+	case r := <-done:
+		r.expect(t, exitInterrupted)
+	case <-time.After(10 * time.Second):
+		t.Fatal("sbx run did not return after cancel")
+	}
+	expectGone(t, pids)
+	if got := listSandboxes(t); len(got) != 0 {
+		t.Errorf("sandboxes left after interrupt: %+v", got)
+	}
+}
+
+func TestRunKeep(t *testing.T) {
+	setup(t)
+	r := sbx(t, "run", "--keep", "--", "sh", "-c", "echo data > f")
+	r.expect(t, 0)
+	id := strings.TrimSpace(r.stderr)
+	list := listSandboxes(t)
+	if len(list) != 1 || list[0].ID != id || list[0].Name != "main" {
+		t.Fatalf("stderr %q; sandboxes %+v", r.stderr, list)
+	}
+	if list[0].Owner != "" {
+		t.Errorf("kept sandbox has owner %q: sbx gc would remove it", list[0].Owner)
+	}
+	if out := must(t, "exec", id, "--", "cat", "f"); out != "data\n" {
+		t.Errorf("file in kept sandbox: %q", out)
+	}
+	if out := must(t, "rm", id); out != id+"\n" {
+		t.Errorf("rm printed %q", out)
+	}
+	if got := listSandboxes(t); len(got) != 0 {
+		t.Errorf("sandboxes left after rm: %+v", got)
+	}
+}
+
+func TestRunStdin(t *testing.T) {
+	setup(t)
+	r := sbxIn(t, context.Background(), "piped\n", "run", "-i", "--", "cat")
+	r.expect(t, 0)
+	if r.stdout != "piped\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+	// Without -i the command gets no stdin.
+	r = sbxIn(t, context.Background(), "piped\n", "run", "--", "cat")
+	r.expect(t, 0)
+	if r.stdout != "" {
+		t.Errorf("stdout without -i: %q", r.stdout)
+	}
+}
+
+func TestRunSandboxFlag(t *testing.T) {
+	setup(t)
+	cfg := writeConfig(t, `
+[sandbox]
+backend = "local"
+[sandbox.sandboxes.worker]
+[sandbox.sandboxes.other]
+environment = { WHO = "other" }
+`)
+	// No "main" and two entries: sbx run must be told which.
+	r := sbx(t, "--config", cfg, "run", "--", "true")
+	r.expect(t, 1)
+	if !strings.Contains(r.stderr, "--sandbox") || !strings.Contains(r.stderr, "other, worker") {
+		t.Errorf("stderr %q", r.stderr)
+	}
+	r = sbx(t, "--config", cfg, "run", "--sandbox", "other", "--", "sh", "-c", "echo $WHO")
+	r.expect(t, 0)
+	if r.stdout != "other\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+}
+
+func writeConfig(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "sandbox.toml")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestMisspeltKey(t *testing.T) {
+	setup(t)
+	cfg := writeConfig(t, `
+[sandbox]
+backend = "local"
+[sandbox.sandboxes.main]
+workng_dir = "x"
+`)
+	for _, args := range [][]string{
+		{"--config", cfg, "run", "--", "true"},
+		{"config", "check", cfg},
+	} {
+		r := sbx(t, args...)
+		r.expect(t, 1)
+		if !strings.Contains(r.stderr, "workng_dir") || !strings.HasPrefix(r.stderr, "sbx: ") ||
+			strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("sbx %v: stderr %q, want one line naming workng_dir", args, r.stderr)
+		}
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	setup(t)
+	r := sbx(t, "config", "check")
+	r.expect(t, 0)
+	if r.stdout != "ok: built-in default config (backend local, 1 sandbox: main)\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+
+	cfg := writeConfig(t, `
+[sandbox]
+backend = "local"
+[sandbox.sandboxes.main]
+volumes = ["/does/not/exist:/data"]
+[sandbox.sandboxes.worker]
+`)
+	r = sbx(t, "config", "check", cfg)
+	r.expect(t, 0)
+	if want := "ok: " + cfg + " (backend local, 2 sandboxes: main, worker)\n"; r.stdout != want {
+		t.Errorf("stdout %q, want %q", r.stdout, want)
+	}
+	if !strings.HasPrefix(r.stderr, "warning: ") || !strings.Contains(r.stderr, "/does/not/exist") {
+		t.Errorf("stderr %q, want a warning about the volume", r.stderr)
+	}
+
+	var res configCheckResult
+	if err := json.Unmarshal([]byte(must(t, "--json", "config", "check", cfg)), &res); err != nil {
+		t.Fatal(err)
+	}
+	if !res.OK || res.Backend != "local" || len(res.Sandboxes) != 2 || len(res.Warnings) != 1 {
+		t.Errorf("json %+v", res)
+	}
+}
+
+func TestConfigCheckExample(t *testing.T) {
+	setup(t)
+	example := filepath.Join("..", "..", "config.example.toml")
+	if _, err := os.Stat(example); err != nil {
+		t.Skipf("no config.example.toml yet: %v", err)
+	}
+	r := sbx(t, "config", "check", example)
+	r.expect(t, 0)
+	if !strings.HasPrefix(r.stdout, "ok: "+example+" (backend ") {
+		t.Errorf("stdout %q", r.stdout)
+	}
+}
+
+func TestUnknownBackend(t *testing.T) {
+	setup(t)
+	for _, args := range [][]string{
+		{"--backend", "dokcer", "run", "--", "true"},
+		{"--backend", "dokcer", "config", "check"},
+		{"--backend", "dokcer", "ls"},
+	} {
+		r := sbx(t, args...)
+		r.expect(t, 1)
+		if !strings.Contains(r.stderr, `"dokcer"`) || !strings.Contains(r.stderr, "known: ") ||
+			!strings.Contains(r.stderr, "local") {
+			t.Errorf("sbx %v: stderr %q, want the known backends listed", args, r.stderr)
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	setup(t)
+	for _, args := range [][]string{
+		{"run"},
+		{"exec", "main"},
+		{"exec", "main", "--"},
+		{"cp", "a"},
+		{"rm"},
+		{"frobnicate"},
+		{"ls", "--nope"},
+		{"--log-level", "loud", "ls"},
+	} {
+		r := sbx(t, args...)
+		r.expect(t, 1)
+		if !strings.HasPrefix(r.stderr, "sbx: ") {
+			t.Errorf("sbx %v: stderr %q", args, r.stderr)
+		}
+	}
+}
+
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the sbx binary")
+	}
+	setup(t)
+	bin := filepath.Join(t.TempDir(), "sbx")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "run", "--", "echo", "hello").Output()
+	if err != nil || string(out) != "hello\n" {
+		t.Fatalf("sbx run -- echo hello: %q, %v", out, err)
+	}
+	err = exec.Command(bin, "run", "--", "sh", "-c", "exit 3").Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+		t.Fatalf("sbx run -- sh -c 'exit 3': %v, want exit status 3", err)
+	}
+
+	// SIGINT: the command is killed, the sandbox removed, exit 130.
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	cmd := exec.Command(bin, "run", "--", "sh", "-c", `echo $$ > "$1"; exec sleep 30`, "sh", pidFile)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pids := readPIDs(t, pidFile)
+	_ = cmd.Process.Signal(os.Interrupt)
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+		t.Fatalf("sbx run after SIGINT: %v, want exit status 130", err)
+	}
+	expectGone(t, pids)
+	if got := listSandboxes(t); len(got) != 0 {
+		t.Errorf("sandboxes left after SIGINT: %+v", got)
+	}
+
+	// SIGKILL: nothing is cleaned up, but the sandbox's owner is gone, so
+	// sbx gc removes it and what runs in it.
+	cmd = exec.Command(bin, "run", "--", "sh", "-c", `echo $$ > "$1"; exec sleep 30`, "sh", pidFile+"2")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pids = readPIDs(t, pidFile+"2")
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if got := listSandboxes(t); len(got) != 1 {
+		t.Fatalf("sandboxes after SIGKILL: %+v", got)
+	}
+	if out := must(t, "gc"); !strings.Contains(out, "owner") || !strings.Contains(out, "is gone") {
+		t.Errorf("gc printed %q", out)
+	}
+	expectGone(t, pids)
+	if got := listSandboxes(t); len(got) != 0 {
+		t.Errorf("sandboxes left after gc: %+v", got)
+	}
+
+	var stderr bytes.Buffer
+	cmd = exec.Command(bin, "--backend", "dokcer", "ls")
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.HasPrefix(stderr.String(), "sbx: ") {
+		t.Fatalf("sbx --backend dokcer ls: %v, stderr %q", err, stderr.String())
+	}
+}

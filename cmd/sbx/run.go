@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandboxkit/sandboxkit"
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/owner"
+)
+
+func (a *app) runCmd() *cobra.Command {
+	var (
+		image, entry string
+		timeout      time.Duration
+		keep, stdin  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARG...]",
+		Short: "Run a command in a new sandbox and remove it afterwards",
+		Long: `Run makes a sandbox from a config entry, runs CMD in it with its output
+streamed to this terminal, removes the sandbox and exits with CMD's exit code,
+like docker run --rm.
+
+A timeout kills everything CMD started and exits 124. Ctrl-C kills CMD,
+removes the sandbox and exits 130.`,
+		Example: `  sbx run -- echo hello
+  sbx run --timeout 10s --image python:3.12 -- python -c 'print(1)'
+  tar c src | sbx run -i -- sh -c 'tar x && make -C src'`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageError(cmd, "missing command (sbx run -- CMD...)")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.runSandbox(cmd.Context(), runOptions{
+				entry: entry, image: image, timeout: timeout, keep: keep, stdin: stdin,
+				argv: args,
+			})
+		},
+	}
+	// Everything after the first argument belongs to CMD.
+	cmd.Flags().SetInterspersed(false)
+	f := cmd.Flags()
+	f.StringVar(&image, "image", "", "image to use instead of the entry's")
+	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long and exit 124 (default: no timeout)")
+	f.BoolVar(&keep, "keep", false, "keep the sandbox and print its ID on stderr")
+	f.StringVar(&entry, "sandbox", "", `config entry to make the sandbox from (default "main", or the only entry)`)
+	f.BoolVarP(&stdin, "interactive", "i", false, "connect stdin to the command")
+	return cmd
+}
+
+type runOptions struct {
+	entry, image string
+	timeout      time.Duration
+	keep, stdin  bool
+	argv         []string
+}
+
+func (a *app) runSandbox(ctx context.Context, o runOptions) error {
+	cfg, b, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+
+	name, err := defaultEntry(cfg, o.entry)
+	if err != nil {
+		return err
+	}
+	spec, err := cfg.Spec(name)
+	if err != nil {
+		return err
+	}
+	if o.image != "" {
+		spec.Image = o.image
+	}
+	if !o.keep {
+		// Owned by this process: if sbx dies before removing it, sbx gc
+		// does. A kept sandbox is meant to outlive sbx.
+		spec.Owner = owner.Self()
+	}
+	sb, err := b.Create(ctx, spec)
+	if err != nil {
+		return err
+	}
+	a.logger.Debug("sandbox created", "id", sb.ID(), "entry", name)
+	if o.keep {
+		defer fmt.Fprintln(a.stderr, sb.ID())
+	} else {
+		defer func() {
+			if err := destroy(ctx, sb); err != nil {
+				a.printError(fmt.Errorf("removing sandbox %s: %w", sb.ID(), err))
+			}
+		}()
+	}
+	return a.execute(ctx, sb, o.argv, o.timeout, o.stdin)
+}
+
+// execute runs argv in sb with the terminal's streams and turns its end into
+// sbx's exit code.
+func (a *app) execute(ctx context.Context, sb backend.Sandbox, argv []string, timeout time.Duration, stdin bool) error {
+	req := backend.ExecRequest{Cmd: argv, Stdout: a.stdout, Stderr: a.stderr, Timeout: timeout}
+	if stdin {
+		req.Stdin = a.stdin
+	}
+	res, err := sb.Exec(ctx, req)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return &exitCode{exitInterrupted}
+	case err != nil:
+		return err
+	case res.TimedOut:
+		a.printError(fmt.Errorf("command timed out after %s", timeout))
+		return &exitCode{backend.TimeoutExitCode}
+	case res.ExitCode != 0:
+		return &exitCode{res.ExitCode}
+	}
+	return nil
+}
+
+// defaultEntry picks the config entry sbx run uses: the one named, else
+// "main", else the only one.
+func defaultEntry(cfg *sandboxkit.Config, name string) (string, error) {
+	if name != "" {
+		return name, nil
+	}
+	names := cfg.SandboxNames()
+	switch {
+	case slices.Contains(names, "main"):
+		return "main", nil
+	case len(names) == 1:
+		return names[0], nil
+	case len(names) == 0:
+		return "", fmt.Errorf("config has no sandbox entries (add a [sandbox.sandboxes.main] table)")
+	}
+	return "", fmt.Errorf(`config has no "main" sandbox; pick one with --sandbox (entries: %s)`, strings.Join(names, ", "))
+}

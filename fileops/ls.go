@@ -1,0 +1,67 @@
+package fileops
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// Ls lists the directory at path, one entry a line, sorted by name: type,
+// size, modification time (UTC) and name, directories marked with a
+// trailing "/". See the package documentation for the format.
+func (t *Tools) Ls(ctx context.Context, path string) (string, error) {
+	if path == "" {
+		path = "."
+	}
+	infos, err := backend.ReadDir(ctx, t.sb, path)
+	if err != nil {
+		return "", t.dirError(ctx, path, err)
+	}
+	if len(infos) == 0 {
+		return fmt.Sprintf("Directory '%s' is empty.", path), nil
+	}
+	backend.SortByName(infos)
+	lines := make([]string, 0, min(len(infos), MaxResults)+1)
+	for i, fi := range infos {
+		if i == MaxResults {
+			lines = append(lines, fmt.Sprintf("[%d more entries not shown; the listing is cut at %d]", len(infos)-i, MaxResults))
+			break
+		}
+		lines = append(lines, formatEntry(fi))
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+// formatEntry formats one ls line: "%-7s %10s  %s  %s" with the type, the
+// size ("-" for directories, whose size means little), the RFC 3339 UTC
+// modification time and the name.
+func formatEntry(fi fs.FileInfo) string {
+	size, name := strconv.FormatInt(fi.Size(), 10), fi.Name()
+	if fi.IsDir() {
+		size, name = "-", name+"/"
+	}
+	return fmt.Sprintf("%-7s %10s  %s  %s", fileType(fi.Mode()), size, fi.ModTime().UTC().Format(time.RFC3339), name)
+}
+
+func fileType(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "dir"
+	case m.IsRegular():
+		return "file"
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	case m&fs.ModeNamedPipe != 0:
+		return "fifo"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "other"
+}

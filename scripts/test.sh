@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs sandboxkit's tests, after setting up what they need on this machine.
+# Extra arguments go to `go test` (e.g. -run TestX, -v).
+#
+# Today the suites need only the Go toolchain: the local backend runs host
+# processes. Backends that need daemons (Docker, sshd, a registry, a cluster)
+# install and start them here, before the tests, so that one command works
+# on a fresh machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v go >/dev/null 2>&1; then
+	echo "scripts/test.sh: the Go toolchain (1.26+) is needed: https://go.dev/dl/" >&2
+	exit 1
+fi
+
+exec go test -race -count=1 ./... "$@"
