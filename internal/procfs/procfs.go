@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // StartTime returns the start time of process pid in clock ticks since
@@ -85,29 +86,23 @@ func FindByEnv(key, value string) []int {
 	return pids
 }
 
-// KillByEnv sends SIGKILL to every process FindByEnv finds, repeating until
-// none is left (a dying parent may fork once more) or tries run out. It
-// returns how many processes remain.
+// KillByEnv sends SIGKILL to every process FindByEnv finds and waits, up to
+// a couple of seconds, until none is left: SIGKILL takes effect when the
+// kernel next schedules the process, and a dying parent may have forked
+// once more. It returns how many processes remain.
 func KillByEnv(key, value string) int {
-	var pids []int
-	for range 5 {
-		pids = FindByEnv(key, value)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
 		live := 0
-		for _, pid := range pids {
+		for _, pid := range FindByEnv(key, value) {
 			if Alive(pid, 0) {
 				live++
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		if live == 0 {
-			return 0
+		if live == 0 || time.Now().After(deadline) {
+			return live
 		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	n := 0
-	for _, pid := range FindByEnv(key, value) {
-		if Alive(pid, 0) {
-			n++
-		}
-	}
-	return n
 }
