@@ -1,0 +1,129 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCapture(t *testing.T) {
+	c := NewCapture(5)
+	for _, s := range []string{"ab", "cd", "efgh", "ij"} {
+		if n, err := c.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v: a capture must drain everything", s, n, err)
+		}
+	}
+	if got := string(c.Bytes()); got != "abcde" || !c.Truncated() {
+		t.Errorf("kept %q truncated=%v, want %q true", got, c.Truncated(), "abcde")
+	}
+	exact := NewCapture(3)
+	exact.Write([]byte("abc"))
+	if exact.Truncated() {
+		t.Error("output of exactly the limit is not truncated")
+	}
+	all := NewCapture(-1)
+	all.Write([]byte(strings.Repeat("x", 10<<10)))
+	if len(all.Bytes()) != 10<<10 || all.Truncated() {
+		t.Error("a negative limit keeps everything")
+	}
+}
+
+func TestOutputs(t *testing.T) {
+	var sb strings.Builder
+	o := NewOutputs(ExecRequest{Stdout: &sb, OutputLimit: 2})
+	o.Stdout.Write([]byte("streamed"))
+	o.Stderr.Write([]byte("err"))
+	var res ExecResult
+	o.Finish(&res)
+	if sb.String() != "streamed" || res.Stdout != nil {
+		t.Errorf("stdout writer got %q, result %q: a caller's writer is not captured", sb.String(), res.Stdout)
+	}
+	if string(res.Stderr) != "er" || !res.Truncated {
+		t.Errorf("stderr = %q truncated=%v, want %q true", res.Stderr, res.Truncated, "er")
+	}
+}
+
+func TestArgv(t *testing.T) {
+	if argv, err := (ExecRequest{Shell: "echo hi"}).Argv(); err != nil || strings.Join(argv, "|") != "sh|-c|echo hi" {
+		t.Errorf("shell argv = %q, %v", argv, err)
+	}
+	for _, r := range []ExecRequest{{}, {Cmd: []string{"ls"}, Shell: "ls"}} {
+		if _, err := r.Argv(); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("Argv(%+v) error = %v, want ErrInvalidConfig", r, err)
+		}
+	}
+}
+
+func TestCapabilitiesCheck(t *testing.T) {
+	caps := Capabilities{NetworkModes: []string{"bridge", "*"}, BindVolumes: true, MemoryLimit: true}
+	ok := Spec{Network: "my-net", Volumes: []Volume{{Type: VolumeBind, Source: "/a", Target: "/b"}}, Resources: Resources{MemoryBytes: 1}}
+	if err := caps.Check("x", ok); err != nil {
+		t.Errorf("Check(%+v) = %v", ok, err)
+	}
+	bad := Spec{Network: "host", Privileged: true, Resources: Resources{CPUs: 1}, Volumes: []Volume{{Type: VolumeNamed, Source: "data", Target: "/d"}}}
+	err := caps.Check("demo", bad)
+	if !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Check = %v, want ErrUnsupported", err)
+	}
+	for _, want := range []string{"demo backend", `network "host"`, "privileged", "cpus", `volume "data:/d"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}
+
+func TestFilterMatch(t *testing.T) {
+	info := Info{Name: "main", Session: "s", Labels: map[string]string{"a": "1"}}
+	cases := []struct {
+		f    Filter
+		want bool
+	}{
+		{Filter{}, true},
+		{Filter{Name: "main", Session: "s", Labels: map[string]string{"a": "1"}}, true},
+		{Filter{Name: "other"}, false},
+		{Filter{Session: "t"}, false},
+		{Filter{Labels: map[string]string{"a": "2"}}, false},
+		{Filter{Labels: map[string]string{"b": ""}}, false},
+	}
+	for _, c := range cases {
+		if got := c.f.Match(info); got != c.want {
+			t.Errorf("%+v.Match = %v, want %v", c.f, got, c.want)
+		}
+	}
+	if !(Info{ExpiresAt: time.Unix(10, 0)}).Expired(time.Unix(10, 0)) || (Info{}).Expired(time.Now()) {
+		t.Error("Expired: wrong at the expiry instant or with no TTL")
+	}
+}
+
+func TestWrapOp(t *testing.T) {
+	if WrapOp("exec", "b", "id", nil) != nil {
+		t.Fatal("WrapOp(nil) != nil")
+	}
+	err := WrapOp("exec", "local", "abc", fmt.Errorf("boom: %w", ErrNotFound))
+	if !errors.Is(err, ErrNotFound) || err.Error() != "local: exec sandbox abc: boom: not found" {
+		t.Errorf("err = %q", err)
+	}
+	if again := WrapOp("read", "local", "abc", err); again != err {
+		t.Errorf("wrapping the same sandbox twice stacked prefixes: %q", again)
+	}
+}
+
+func TestParseStatLine(t *testing.T) {
+	fi, err := parseStatLine("41ed 4096 1700000000 /srv/my dir")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Name() != "my dir" || !fi.IsDir() || fi.Mode().Perm() != 0o755 || fi.ModTime().Unix() != 1700000000 {
+		t.Errorf("got %s %v %v", fi.Name(), fi.Mode(), fi.ModTime())
+	}
+	fi, _ = parseStatLine("a1ff 7 1 /l")
+	if fi.Mode()&fs.ModeSymlink == 0 {
+		t.Errorf("mode %v, want a symlink", fi.Mode())
+	}
+	if _, err := parseStatLine("garbage"); err == nil {
+		t.Error("parseStatLine(garbage) succeeded")
+	}
+}
