@@ -223,14 +223,13 @@ func TestOpenSageShapedConfig(t *testing.T) {
 	// The environment wins over the file's variables: keep it out.
 	unsetenv(t, "BASE_IMAGE", "PROJECT", "DB_PASSWORD", "AGENT_MODEL", "GDB_PORT", "PDB_PORT",
 		"JOERN_PORT", "BOLT_PORT", "HTTP_PORT", "DATA_DIR", "ENABLE_COVERAGE", "CPU_QUOTA", "NOT_DEFINED_ANYWHERE")
-	cfg, err := testRegistry(nil).LoadConfig("testdata/opensage.toml")
+	cfg, err := DefaultRegistry().LoadConfig("testdata/opensage.toml")
 	require.NoError(t, err)
 	abs, err := filepath.Abs("testdata")
 	require.NoError(t, err)
 
 	assert.Equal(t, []string{
 		"sandbox.opensandbox: not checked: the opensandbox backend is not built into this version of sandboxkit",
-		"sandbox.backend: the native backend is not built into this version of sandboxkit (known: fake, local); opening it will fail",
 	}, cfg.Warnings)
 	assert.Equal(t, "native", cfg.Sandbox.Backend)
 	assert.Equal(t, "debian:bookworm", cfg.Sandbox.DefaultImage)

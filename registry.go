@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backends/local"
+	"github.com/sandboxkit/sandboxkit/backends/native"
 )
 
 // The built-in backends: the one list that wires backend packages into the
@@ -21,6 +22,10 @@ func registerBuiltins(r *Registry) {
 		NewConfig: func() any { return new(local.Config) },
 		Open:      openLocal,
 	})
+	r.Register(native.Name, BackendFactory{
+		NewConfig: func() any { return new(native.Config) },
+		Open:      openNative,
+	})
 }
 
 // plannedBackends are backends that OpenSage or this project's roadmap use
@@ -29,27 +34,60 @@ func registerBuiltins(r *Registry) {
 // are accepted without checking (with a warning) so that such config files
 // still load, and naming one as the backend fails at Open with a clear
 // message instead of at parse time.
-var plannedBackends = []string{"agentdocker-lite", "k8s", "lite", "native", "nitrobox", "opensandbox", "remotedocker"}
+var plannedBackends = []string{"agentdocker-lite", "k8s", "lite", "nitrobox", "opensandbox", "remotedocker"}
+
+// backendConfig returns the decoded [sandbox.NAME] table a factory's
+// NewConfig made (the zero config when the file has none).
+func backendConfig[T any](name string, backendCfg any) (T, error) {
+	var zero T
+	switch p := backendCfg.(type) {
+	case nil:
+		return zero, nil
+	case *T:
+		if p == nil {
+			return zero, nil
+		}
+		return *p, nil
+	}
+	return zero, invalidf("%s backend: config is %T, want *%T", name, backendCfg, zero)
+}
+
+// hostPathKey resolves a host path from the config (~, relative to the
+// config file's folder), naming key in errors.
+func hostPathKey(key, p, dir string) (string, error) {
+	if p == "" {
+		return "", nil
+	}
+	abs, err := resolveHostPath(p, dir)
+	if err != nil {
+		return "", invalidf("%s: %v", key, err)
+	}
+	return abs, nil
+}
 
 func openLocal(_ context.Context, cfg *Config, backendCfg any, logger *slog.Logger) (backend.Backend, error) {
-	c := local.Config{}
-	if p, ok := backendCfg.(*local.Config); ok && p != nil {
-		c = *p
-	} else if backendCfg != nil {
-		return nil, invalidf("local backend: config is %T, want *local.Config", backendCfg)
-	}
-	if c.StateDir != "" {
-		dir, err := resolveHostPath(c.StateDir, cfg.Dir)
-		if err != nil {
-			return nil, invalidf("sandbox.local.state_dir: %v", err)
-		}
-		c.StateDir = dir
-	}
-	b, err := local.New(c, local.WithLogger(logger))
+	c, err := backendConfig[local.Config](local.Name, backendCfg)
 	if err != nil {
 		return nil, err
 	}
-	return b, nil
+	if c.StateDir, err = hostPathKey("sandbox.local.state_dir", c.StateDir, cfg.Dir); err != nil {
+		return nil, err
+	}
+	return local.New(c, local.WithLogger(logger))
+}
+
+func openNative(_ context.Context, cfg *Config, backendCfg any, logger *slog.Logger) (backend.Backend, error) {
+	c, err := backendConfig[native.Config](native.Name, backendCfg)
+	if err != nil {
+		return nil, err
+	}
+	if c.Host == "" {
+		c.Host = cfg.Sandbox.DockerHost // native refuses ssh:// and points to remotedocker
+	}
+	if c.SbxdPath, err = hostPathKey("sandbox.native.sbxd_path", c.SbxdPath, cfg.Dir); err != nil {
+		return nil, err
+	}
+	return native.New(c, native.WithLogger(logger))
 }
 
 // BackendFactory is how the registry configures and opens one backend.

@@ -104,9 +104,9 @@ func TestLookup(t *testing.T) {
 	require.ErrorIs(t, err, backend.ErrInvalidConfig)
 	assert.EqualError(t, err, `unknown backend "dokcer" (known: alpha, fake, local, zeta)`)
 
-	_, err = r.Lookup("native")
+	_, err = r.Lookup("k8s")
 	require.ErrorIs(t, err, backend.ErrInvalidConfig)
-	assert.EqualError(t, err, `backend "native" is not built into this version of sandboxkit (known: alpha, fake, local, zeta)`)
+	assert.EqualError(t, err, `backend "k8s" is not built into this version of sandboxkit (known: alpha, fake, local, zeta)`)
 
 	f, err := r.Lookup("agentdocker-fake")
 	require.NoError(t, err)
@@ -233,7 +233,7 @@ func TestBackendTables(t *testing.T) {
 }
 
 func TestDefaultRegistryOpensLocal(t *testing.T) {
-	assert.Equal(t, []string{"local"}, Names())
+	assert.Equal(t, []string{"local", "native"}, Names())
 	dir := t.TempDir()
 	cfg, err := ParseConfig([]byte("[sandbox.local]\nstate_dir = \"state\"\n"), filepath.Join(dir, "sandbox.toml"))
 	require.NoError(t, err)

@@ -1,0 +1,129 @@
+package native
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// Config is the [sandbox.native] table. Every field has a working zero
+// value; see the package documentation for the TOML form.
+type Config struct {
+	// Host is the engine's address ("unix:///var/run/docker.sock",
+	// "tcp://host:2376", ...). Empty: DOCKER_HOST, else the local socket.
+	// The root config fills it from [sandbox] docker_host.
+	Host string `toml:"docker_host"`
+	// PullPolicy is "missing" (default: pull only images the engine lacks),
+	// "always" or "never".
+	PullPolicy string `toml:"pull_policy"`
+	// Ports is how Spec.Ports are published, unless an entry gives a host
+	// address or port itself:
+	//   - "dynamic" (default): on 127.0.0.1 with ports the engine picks;
+	//   - "loopback": each session gets an address of its own in
+	//     127.0.0.0/8 (never 127.0.0.x) and its sandboxes publish their
+	//     ports there unchanged (OpenSage's scheme, over the whole /8). A
+	//     local engine only: the address is on the engine's host.
+	Ports string `toml:"ports"`
+	// PidsLimit applies when a Spec sets none. Zero: 4096; negative: no
+	// limit.
+	PidsLimit int64 `toml:"pids_limit"`
+	// AllowNewPrivileges turns off the default no-new-privileges security
+	// option (setuid programs such as sudo need it off).
+	AllowNewPrivileges bool `toml:"allow_new_privileges"`
+	// Runtime is the OCI runtime used when a Spec names none ("": the
+	// engine's default, normally runc).
+	Runtime string `toml:"runtime"`
+	// SbxdPath is a static sbxd binary for the engine's architecture, used
+	// instead of the embedded one (also: env SBX_SBXD_PATH).
+	SbxdPath string `toml:"sbxd_path"`
+}
+
+// Pull policies.
+const (
+	PullMissing = "missing"
+	PullAlways  = "always"
+	PullNever   = "never"
+)
+
+// Port publishing modes.
+const (
+	PortsDynamic  = "dynamic"
+	PortsLoopback = "loopback"
+)
+
+// DefaultPidsLimit is the pids limit of a sandbox whose Spec and Config set
+// none, so a fork bomb cannot take the host down.
+const DefaultPidsLimit = 4096
+
+func (c Config) validate() error {
+	switch c.PullPolicy {
+	case "", PullMissing, PullAlways, PullNever:
+	default:
+		return fmt.Errorf("%w: [sandbox.native] pull_policy %q: want %q, %q or %q",
+			backend.ErrInvalidConfig, c.PullPolicy, PullMissing, PullAlways, PullNever)
+	}
+	switch c.Ports {
+	case "", PortsDynamic, PortsLoopback:
+	default:
+		return fmt.Errorf("%w: [sandbox.native] ports %q: want %q or %q", backend.ErrInvalidConfig, c.Ports, PortsDynamic, PortsLoopback)
+	}
+	if strings.HasPrefix(c.Host, "ssh://") {
+		return fmt.Errorf("%w: [sandbox.native] docker_host %q: the native backend speaks to unix:// and tcp:// engines; use the remotedocker backend for ssh://",
+			backend.ErrInvalidConfig, c.Host)
+	}
+	if c.Host != "" && !strings.Contains(c.Host, "://") {
+		return fmt.Errorf("%w: [sandbox.native] docker_host %q: want a URL such as unix:///var/run/docker.sock or tcp://host:2376",
+			backend.ErrInvalidConfig, c.Host)
+	}
+	return nil
+}
+
+func (c Config) pidsLimit() int64 {
+	switch {
+	case c.PidsLimit == 0:
+		return DefaultPidsLimit
+	case c.PidsLimit < 0:
+		return 0
+	}
+	return c.PidsLimit
+}
+
+// Option configures a Backend (wiring, as opposed to Config's data).
+type Option func(*Backend)
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option {
+	return func(b *Backend) {
+		if l != nil {
+			b.log = l
+		}
+	}
+}
+
+// WithDialContext makes the client reach the engine through dial (for
+// instance over SSH), the way remotedocker reuses this package.
+func WithDialContext(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
+	return func(b *Backend) { b.dial = dial }
+}
+
+// PullEvent is one progress report of an image pull, as the engine sends
+// it: a layer's status line with bytes done of total (both zero when the
+// engine gives no sizes).
+type PullEvent struct {
+	Image   string
+	Layer   string // empty for messages about the whole image
+	Status  string // "Pulling fs layer", "Downloading", "Pull complete", ...
+	Current int64
+	Total   int64
+}
+
+// WithPullProgress calls fn for every progress report while Create pulls an
+// image (sbx turns them into progress bars). fn runs on Create's goroutine
+// and should return quickly.
+func WithPullProgress(fn func(PullEvent)) Option {
+	return func(b *Backend) { b.progress = fn }
+}

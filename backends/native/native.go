@@ -1,0 +1,649 @@
+package native
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/url"
+	"path"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/client"
+	"github.com/docker/go-connections/nat"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
+)
+
+// Name is the backend's registry name.
+const Name = "native"
+
+// Paths inside every sandbox.
+const (
+	sbxdDir  = "/.sbx"
+	sbxdPath = "/.sbx/sbxd"
+	// envExecID is the marker sbxd exec gives a command's processes.
+	envExecID = "SBX_EXEC_ID"
+	// labelWorkDir records the sandbox's working directory for List.
+	labelWorkDir = "sandboxkit.native.workdir"
+)
+
+// Backend runs sandboxes as containers on one Docker Engine API.
+type Backend struct {
+	cfg      Config
+	cli      *client.Client
+	log      *slog.Logger
+	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
+	progress func(PullEvent)
+
+	mu       sync.Mutex
+	daemon   *daemonFacts // nil until first asked
+	pullLock sync.Map     // image ref -> *sync.Mutex: one pull per image at a time
+	sbxdMu   sync.Mutex   // serialises filling sbxd volumes
+	sbxdVols sync.Map     // names of sbxd volumes known to be filled
+	sbxdCopy bool         // tests: always copy sbxd into containers
+}
+
+type daemonFacts struct {
+	arch     string // GOARCH name
+	runtimes []string
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New returns a backend for the engine cfg.Host (else DOCKER_HOST, else the
+// local socket). It does not contact the engine: an engine that is down
+// shows up as an error wrapping backend.ErrUnavailable from the first call
+// that needs it.
+func New(cfg Config, opts ...Option) (*Backend, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, &backend.OpError{Op: "open", Backend: Name, Err: err}
+	}
+	b := &Backend{cfg: cfg, log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(b)
+	}
+	copts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if cfg.Host != "" {
+		copts = append(copts, client.WithHost(cfg.Host))
+	}
+	if b.dial != nil {
+		copts = append(copts, client.WithDialContext(b.dial))
+	}
+	cli, err := client.NewClientWithOpts(copts...)
+	if err != nil {
+		return nil, &backend.OpError{Op: "open", Backend: Name, Err: fmt.Errorf("%w: docker client: %s", backend.ErrInvalidConfig, err.Error())}
+	}
+	b.cli = cli
+	return b, nil
+}
+
+func (b *Backend) Name() string { return Name }
+
+// Close releases the client's connections; sandboxes keep running.
+func (b *Backend) Close() error { return b.cli.Close() }
+
+// facts asks the engine once for what Create needs to know about it.
+func (b *Backend) facts(ctx context.Context) (*daemonFacts, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.daemon != nil {
+		return b.daemon, nil
+	}
+	info, err := b.cli.Info(ctx)
+	if err != nil {
+		return nil, b.translate(err)
+	}
+	f := &daemonFacts{arch: sbxdbin.NormalizeArch(info.Architecture)}
+	for name := range info.Runtimes {
+		f.runtimes = append(f.runtimes, name)
+	}
+	sort.Strings(f.runtimes)
+	b.daemon = f
+	return f, nil
+}
+
+func (b *Backend) Capabilities() backend.Capabilities {
+	caps := backend.Capabilities{
+		Isolation:        backend.IsolationContainer,
+		Images:           true,
+		NetworkModes:     []string{"none", "bridge", "host", "*"},
+		BindVolumes:      true,
+		NamedVolumes:     true,
+		Ports:            true,
+		User:             true,
+		CPULimit:         true,
+		MemoryLimit:      true,
+		PidsLimit:        true,
+		GPUs:             true,
+		ShmSize:          true,
+		Privileged:       true,
+		CapAdd:           true,
+		CapDrop:          true,
+		SecurityOpt:      true,
+		ReadOnlyRootfs:   true,
+		ImageCommand:     true,
+		PauseKeepsMemory: true,
+		Persistent:       true,
+	}
+	// The runtimes are the engine's; without an answer, allow the usual
+	// default so a Spec naming none is still accepted.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if f, err := b.facts(ctx); err == nil {
+		caps.Runtimes = slices.Clone(f.runtimes)
+	} else {
+		caps.Runtimes = []string{"runc"}
+	}
+	return caps
+}
+
+func newID() string {
+	var buf [6]byte
+	rand.Read(buf[:])
+	return hex.EncodeToString(buf[:])
+}
+
+var notNameChar = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
+
+// containerName is sbx-<session>-<name>-<id>, with characters Docker does
+// not allow in names replaced.
+func containerName(spec backend.Spec, id string) string {
+	parts := []string{"sbx"}
+	for _, p := range []string{spec.Session, spec.Name} {
+		if p = strings.Trim(notNameChar.ReplaceAllString(p, "-"), "-."); p != "" {
+			parts = append(parts, p)
+		}
+	}
+	return strings.Join(append(parts, id), "-")
+}
+
+func (b *Backend) labels(spec backend.Spec, id string, now time.Time) map[string]string {
+	l := maps.Clone(spec.Labels)
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[backend.LabelID] = id
+	l[backend.LabelBackend] = Name
+	set := func(k, v string) {
+		if v != "" {
+			l[k] = v
+		} else {
+			delete(l, k)
+		}
+	}
+	set(backend.LabelName, spec.Name)
+	set(backend.LabelSession, spec.Session)
+	set(backend.LabelOwner, spec.Owner)
+	delete(l, labelWorkDir)
+	if spec.TTL > 0 {
+		l[backend.LabelExpiresAt] = now.Add(spec.TTL).UTC().Format(time.RFC3339)
+	} else {
+		delete(l, backend.LabelExpiresAt)
+	}
+	return l
+}
+
+// Create makes and starts a container for spec. The container's PID 1 is
+// sbxd init, copied in before the start: it keeps the sandbox alive (no
+// command), or runs the entry's command or the image's own one.
+func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
+	fail := func(err error) (backend.Sandbox, error) { return nil, b.opErr("create", "", err) }
+	if err := b.Capabilities().Check(Name, spec); err != nil {
+		return fail(err)
+	}
+	if spec.Image == "" {
+		return fail(fmt.Errorf("%w: the native backend needs an image (set image in the sandbox entry or [sandbox] default_image)", backend.ErrInvalidConfig))
+	}
+	if spec.Command != nil && spec.ImageCommand {
+		return fail(fmt.Errorf("%w: Spec sets both Command and ImageCommand", backend.ErrInvalidConfig))
+	}
+	facts, err := b.facts(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	bin, err := sbxdbin.Find(b.cfg.SbxdPath, facts.arch)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err))
+	}
+	img, err := b.ensureImage(ctx, spec.Image)
+	if err != nil {
+		return fail(err)
+	}
+	id := newID()
+	now := time.Now()
+	cfg, hc, err := b.containerConfig(spec, img, id, now)
+	if err != nil {
+		return fail(err)
+	}
+	// sbxd: the shared volume, else a copy into this container (into an
+	// anonymous volume when the root is read-only: the engine does not
+	// copy into a read-only root).
+	vol, verr := "", errSbxdCopyForced
+	if !b.sbxdCopy {
+		vol, verr = b.sbxdVolume(ctx, bin, spec.Image)
+	}
+	switch {
+	case verr == nil:
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: vol, Target: sbxdDir,
+			ReadOnly: true, VolumeOptions: &mount.VolumeOptions{NoCopy: true}})
+	case hc.ReadonlyRootfs:
+		b.log.Warn("no shared sbxd volume; copying sbxd into the sandbox", "err", verr)
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Target: sbxdDir,
+			VolumeOptions: &mount.VolumeOptions{Labels: cfg.Labels}})
+	default:
+		b.log.Warn("no shared sbxd volume; copying sbxd into the sandbox", "err", verr)
+	}
+	name := containerName(spec, id)
+	var created container.CreateResponse
+	if b.cfg.Ports == PortsLoopback && len(spec.Ports) > 0 {
+		created, err = b.createOnLoopback(ctx, spec, id, cfg, hc, name)
+	} else {
+		created, err = b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+	}
+	if err != nil {
+		return fail(b.explainCreate(err))
+	}
+	cid := created.ID
+	// From here on a failure must not leave the container behind.
+	cleanup := func(err error) (backend.Sandbox, error) {
+		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if rerr := b.cli.ContainerRemove(rmCtx, cid, container.RemoveOptions{Force: true, RemoveVolumes: true}); rerr != nil {
+			b.log.Warn("removing a half-created container failed", "container", cid, "err", rerr)
+		}
+		return fail(err)
+	}
+	if verr != nil {
+		dir, prefix := "/", ".sbx/"
+		if hc.ReadonlyRootfs {
+			dir, prefix = sbxdDir, ""
+		}
+		if err := b.cli.CopyToContainer(ctx, cid, dir, sbxdTar(bin, prefix), container.CopyToContainerOptions{}); err != nil {
+			return cleanup(fmt.Errorf("injecting sbxd: %w", b.translate(err)))
+		}
+	}
+	if err := b.cli.ContainerStart(ctx, cid, container.StartOptions{}); err != nil {
+		return cleanup(b.explainCreate(err))
+	}
+	wd := cfg.WorkingDir
+	if wd == "" {
+		wd = "/"
+	}
+	b.log.Debug("created sandbox", "id", id, "container", cid, "name", name, "image", spec.Image)
+	return &Sandbox{b: b, id: id, cid: cid, workDir: wd}, nil
+}
+
+// explainCreate adds the likely cause to errors the engine gives for
+// options it rejects, so the message names the option.
+func (b *Backend) explainCreate(err error) error {
+	err = b.translate(err)
+	msg := err.Error()
+	for _, hint := range []struct{ needle, option string }{
+		{"runtime", "runtime"},
+		{"network", "network"},
+		{"memory", "mem_limit"},
+		{"cpu", "cpus"},
+		{"device", "gpus"},
+		{"capabilit", "cap_add/cap_drop"},
+		{"seccomp", "security_opt"},
+		{"apparmor", "security_opt"},
+		{"security", "security_opt"},
+		{"port", "ports"},
+		{"mount", "volumes"},
+		{"bind", "volumes"},
+		{"shm", "shm_size"},
+	} {
+		if strings.Contains(strings.ToLower(msg), hint.needle) {
+			return fmt.Errorf("the engine rejected the sandbox entry's %s: %w", hint.option, err)
+		}
+	}
+	return err
+}
+
+// containerConfig turns spec into the engine's create request.
+func (b *Backend) containerConfig(spec backend.Spec, img image.InspectResponse, id string, now time.Time) (*container.Config, *container.HostConfig, error) {
+	labels := b.labels(spec, id, now)
+	cfg := &container.Config{
+		Image:      spec.Image,
+		Labels:     labels,
+		WorkingDir: spec.WorkingDir,
+		User:       spec.User,
+	}
+	if cfg.WorkingDir == "" && img.Config != nil {
+		cfg.WorkingDir = img.Config.WorkingDir
+	}
+	if cfg.WorkingDir == "" {
+		cfg.WorkingDir = "/"
+	}
+	if !path.IsAbs(cfg.WorkingDir) {
+		return nil, nil, fmt.Errorf("%w: working_dir %q: want an absolute path inside the sandbox", backend.ErrInvalidConfig, cfg.WorkingDir)
+	}
+	// List reads container summaries, which lack the working directory.
+	labels[labelWorkDir] = cfg.WorkingDir
+	// A container inherits its image's labels, and a checkpoint image
+	// carries the labels of the sandbox it was committed from: blank every
+	// sandboxkit label this sandbox does not set, so it does not inherit
+	// another's owner or expiry.
+	if img.Config != nil {
+		for k := range img.Config.Labels {
+			if _, ok := labels[k]; !ok && strings.HasPrefix(k, backend.LabelPrefix) {
+				labels[k] = ""
+			}
+		}
+	}
+	keys := slices.Sorted(maps.Keys(spec.Env))
+	for _, k := range keys {
+		cfg.Env = append(cfg.Env, k+"="+spec.Env[k])
+	}
+	// sbxd init is PID 1 in every mode; what it runs follows Docker's
+	// ENTRYPOINT + CMD rules with OpenSage's entry semantics.
+	var imgEntry, imgCmd []string
+	if img.Config != nil {
+		imgEntry, imgCmd = img.Config.Entrypoint, img.Config.Cmd
+	}
+	switch {
+	case spec.ImageCommand:
+		if len(imgEntry)+len(imgCmd) == 0 {
+			return nil, nil, fmt.Errorf("%w: command = \"\" runs the image's own command, but image %s has no ENTRYPOINT or CMD", backend.ErrInvalidConfig, spec.Image)
+		}
+		cfg.Entrypoint = append([]string{sbxdPath, "init", "--"}, imgEntry...)
+		cfg.Cmd = imgCmd
+	case spec.Command != nil:
+		if len(imgEntry)+len(spec.Command) == 0 {
+			return nil, nil, fmt.Errorf("%w: empty command", backend.ErrInvalidConfig)
+		}
+		cfg.Entrypoint = append([]string{sbxdPath, "init", "--"}, imgEntry...)
+		cfg.Cmd = spec.Command
+	default:
+		cfg.Entrypoint = []string{sbxdPath, "init"}
+		cfg.Cmd = []string{} // not the image's CMD
+	}
+
+	hc := &container.HostConfig{
+		Privileged:     spec.Privileged,
+		CapAdd:         spec.CapAdd,
+		CapDrop:        spec.CapDrop,
+		ReadonlyRootfs: spec.ReadOnlyRootfs,
+		Runtime:        cmp(spec.Runtime, b.cfg.Runtime),
+		ShmSize:        spec.Resources.ShmBytes,
+	}
+	hc.SecurityOpt = slices.Clone(spec.SecurityOpt)
+	if !b.cfg.AllowNewPrivileges && !slices.ContainsFunc(hc.SecurityOpt, func(s string) bool {
+		return strings.HasPrefix(s, "no-new-privileges")
+	}) {
+		hc.SecurityOpt = append(hc.SecurityOpt, "no-new-privileges:true")
+	}
+	hc.NanoCPUs = int64(spec.Resources.CPUs * 1e9)
+	hc.Memory = spec.Resources.MemoryBytes
+	if pl := spec.Resources.PidsLimit; pl > 0 {
+		hc.PidsLimit = &pl
+	} else if pl := b.cfg.pidsLimit(); pl > 0 {
+		hc.PidsLimit = &pl
+	}
+	if spec.Resources.GPUs != "" {
+		req, err := gpuRequest(spec.Resources.GPUs)
+		if err != nil {
+			return nil, nil, err
+		}
+		hc.DeviceRequests = []container.DeviceRequest{req}
+	}
+	if spec.Network != "" {
+		hc.NetworkMode = container.NetworkMode(spec.Network)
+	}
+	for _, v := range spec.Volumes {
+		m := mount.Mount{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly}
+		switch v.Type {
+		case backend.VolumeNamed:
+			m.Type = mount.TypeVolume
+		default:
+			m.Type = mount.TypeBind
+		}
+		hc.Mounts = append(hc.Mounts, m)
+	}
+	if len(spec.Ports) > 0 {
+		cfg.ExposedPorts = nat.PortSet{}
+		hc.PortBindings = nat.PortMap{}
+		for _, p := range spec.Ports {
+			proto := cmp(p.Protocol, "tcp")
+			port, err := nat.NewPort(proto, strconv.Itoa(p.Port))
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: port %d/%s: %s", backend.ErrInvalidConfig, p.Port, proto, err.Error())
+			}
+			cfg.ExposedPorts[port] = struct{}{}
+			bind := nat.PortBinding{HostIP: cmp(p.HostIP, "127.0.0.1")}
+			if p.HostPort > 0 {
+				bind.HostPort = strconv.Itoa(p.HostPort)
+			}
+			hc.PortBindings[port] = append(hc.PortBindings[port], bind)
+		}
+	}
+	return cfg, hc, nil
+}
+
+// gpuRequest turns "all", a count or comma-separated device IDs into a
+// device request, as docker run --gpus does.
+func gpuRequest(s string) (container.DeviceRequest, error) {
+	req := container.DeviceRequest{Driver: "", Capabilities: [][]string{{"gpu"}}}
+	switch n, err := strconv.Atoi(s); {
+	case s == "all":
+		req.Count = -1
+	case err == nil && n > 0:
+		req.Count = n
+	case err == nil:
+		return req, fmt.Errorf("%w: gpus %q: want \"all\", a positive count or device IDs", backend.ErrInvalidConfig, s)
+	default:
+		req.DeviceIDs = strings.Split(s, ",")
+	}
+	return req, nil
+}
+
+func cmp(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// ensureImage applies the pull policy and returns the image's config.
+func (b *Backend) ensureImage(ctx context.Context, ref string) (image.InspectResponse, error) {
+	policy := cmp(b.cfg.PullPolicy, PullMissing)
+	if policy != PullAlways {
+		img, err := b.cli.ImageInspect(ctx, ref)
+		if err == nil {
+			return img, nil
+		}
+		err = b.translate(err)
+		if !errors.Is(err, backend.ErrNotFound) {
+			return img, err
+		}
+		if policy == PullNever {
+			return img, fmt.Errorf("%w: image %s is not on the engine and pull_policy is \"never\" (build or pull it, or change [sandbox.native] pull_policy)", backend.ErrNotFound, ref)
+		}
+	}
+	// One pull per image at a time: concurrent Creates of a session wait
+	// for the first instead of pulling the same layers again.
+	lock, _ := b.pullLock.LoadOrStore(ref, &sync.Mutex{})
+	lock.(*sync.Mutex).Lock()
+	defer lock.(*sync.Mutex).Unlock()
+	if policy != PullAlways {
+		if img, err := b.cli.ImageInspect(ctx, ref); err == nil {
+			return img, nil
+		}
+	}
+	if err := b.pull(ctx, ref); err != nil {
+		return image.InspectResponse{}, err
+	}
+	img, err := b.cli.ImageInspect(ctx, ref)
+	return img, b.translate(err)
+}
+
+func (b *Backend) pull(ctx context.Context, ref string) error {
+	b.log.Info("pulling image", "image", ref)
+	rc, err := b.cli.ImagePull(ctx, ref, image.PullOptions{})
+	if err != nil {
+		return fmt.Errorf("pulling %s: %w", ref, b.translate(err))
+	}
+	defer rc.Close()
+	dec := json.NewDecoder(rc)
+	for {
+		var m struct {
+			ID             string `json:"id"`
+			Status         string `json:"status"`
+			ProgressDetail struct {
+				Current int64 `json:"current"`
+				Total   int64 `json:"total"`
+			} `json:"progressDetail"`
+			Error string `json:"error"`
+		}
+		if err := dec.Decode(&m); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("pulling %s: %w", ref, b.translate(err))
+		}
+		if m.Error != "" {
+			// The engine reports registry failures in the stream.
+			if strings.Contains(m.Error, "not found") || strings.Contains(m.Error, "manifest unknown") {
+				return fmt.Errorf("%w: pulling %s: %s", backend.ErrNotFound, ref, m.Error)
+			}
+			return fmt.Errorf("%w: pulling %s: %s", backend.ErrUnavailable, ref, m.Error)
+		}
+		if b.progress != nil {
+			b.progress(PullEvent{Image: ref, Layer: m.ID, Status: m.Status,
+				Current: m.ProgressDetail.Current, Total: m.ProgressDetail.Total})
+		}
+	}
+}
+
+// Get reattaches to the sandbox with this ID.
+func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
+	c, err := b.find(ctx, id)
+	if err != nil {
+		return nil, b.opErr("get", id, err)
+	}
+	return &Sandbox{b: b, id: id, cid: c.ID, workDir: workDirOf(c)}, nil
+}
+
+// find returns the container of sandbox id.
+func (b *Backend) find(ctx context.Context, id string) (container.InspectResponse, error) {
+	if id == "" {
+		return container.InspectResponse{}, backend.ErrNotFound
+	}
+	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", backend.LabelBackend+"="+Name),
+		filters.Arg("label", backend.LabelID+"="+id),
+	)})
+	if err != nil {
+		return container.InspectResponse{}, b.translate(err)
+	}
+	if len(list) == 0 {
+		return container.InspectResponse{}, backend.ErrNotFound
+	}
+	c, err := b.cli.ContainerInspect(ctx, list[0].ID)
+	return c, b.translate(err)
+}
+
+func workDirOf(c container.InspectResponse) string {
+	if c.Config != nil && c.Config.WorkingDir != "" {
+		return c.Config.WorkingDir
+	}
+	return "/"
+}
+
+// List finds sandboxes by their labels, filtering on the engine.
+func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {
+	args := filters.NewArgs(filters.Arg("label", backend.LabelBackend+"="+Name))
+	if filter.Session != "" {
+		args.Add("label", backend.LabelSession+"="+filter.Session)
+	}
+	if filter.Name != "" {
+		args.Add("label", backend.LabelName+"="+filter.Name)
+	}
+	for k, v := range filter.Labels {
+		args.Add("label", k+"="+v)
+	}
+	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
+	if err != nil {
+		return nil, b.opErr("list", "", err)
+	}
+	var out []backend.Info
+	for _, c := range list {
+		info := infoFrom(c.Labels, c.Image, c.State, time.Unix(c.Created, 0), cmp(c.Labels[labelWorkDir], "/"))
+		if info.ID == "" || !filter.Match(info) {
+			continue
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b backend.Info) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+func infoFrom(labels map[string]string, img, state string, created time.Time, workDir string) backend.Info {
+	info := backend.Info{
+		ID:        labels[backend.LabelID],
+		Backend:   Name,
+		Name:      labels[backend.LabelName],
+		Session:   labels[backend.LabelSession],
+		Owner:     labels[backend.LabelOwner],
+		Image:     img,
+		State:     stateOf(state),
+		Labels:    map[string]string{},
+		CreatedAt: created.UTC(),
+		WorkDir:   workDir,
+	}
+	for k, v := range labels {
+		// Blanked labels (see containerConfig) are not there.
+		if v != "" || !strings.HasPrefix(k, backend.LabelPrefix) {
+			info.Labels[k] = v
+		}
+	}
+	if exp, err := time.Parse(time.RFC3339, labels[backend.LabelExpiresAt]); err == nil {
+		info.ExpiresAt = exp
+	}
+	return info
+}
+
+func stateOf(s string) backend.State {
+	switch s {
+	case "created":
+		return backend.StateCreating
+	case "running", "restarting":
+		return backend.StateRunning
+	case "paused":
+		return backend.StatePaused
+	case "exited", "dead", "removing":
+		return backend.StateExited
+	}
+	return backend.StateUnknown
+}
+
+// hostOf is the address a host program dials for ports the engine
+// publishes: the engine's host for a tcp:// engine, else loopback.
+func (b *Backend) hostOf(ip string) string {
+	if ip != "" && ip != "0.0.0.0" && ip != "::" {
+		return ip
+	}
+	if u, err := url.Parse(b.cli.DaemonHost()); err == nil && (u.Scheme == "tcp" || u.Scheme == "http" || u.Scheme == "https") {
+		if h := u.Hostname(); h != "" {
+			return h
+		}
+	}
+	return "127.0.0.1"
+}

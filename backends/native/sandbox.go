@@ -1,0 +1,374 @@
+package native
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// Sandbox is one container. It is safe for concurrent use.
+type Sandbox struct {
+	b       *Backend
+	id      string
+	cid     string // the engine's container ID
+	workDir string
+}
+
+var (
+	_ backend.Sandbox      = (*Sandbox)(nil)
+	_ backend.Archiver     = (*Sandbox)(nil)
+	_ backend.FileSystem   = (*Sandbox)(nil)
+	_ backend.Attacher     = (*Sandbox)(nil)
+	_ backend.Endpointer   = (*Sandbox)(nil)
+	_ backend.Pauser       = (*Sandbox)(nil)
+	_ backend.Checkpointer = (*Sandbox)(nil)
+)
+
+func (s *Sandbox) ID() string { return s.id }
+
+// ContainerID is the engine's ID of the sandbox's container.
+func (s *Sandbox) ContainerID() string { return s.cid }
+
+func (s *Sandbox) opErr(op string, err error) error { return s.b.opErr(op, s.id, err) }
+
+// inspect returns the container, translating "no such container" into
+// ErrNotFound.
+func (s *Sandbox) inspect(ctx context.Context) (container.InspectResponse, error) {
+	c, err := s.b.cli.ContainerInspect(ctx, s.cid)
+	return c, s.b.translate(err)
+}
+
+func (s *Sandbox) Info(ctx context.Context) (backend.Info, error) {
+	c, err := s.inspect(ctx)
+	if err != nil {
+		return backend.Info{}, s.opErr("info", err)
+	}
+	var labels map[string]string
+	var img string
+	if c.Config != nil {
+		labels, img = c.Config.Labels, c.Config.Image
+	}
+	state := ""
+	if c.State != nil {
+		state = c.State.Status
+	}
+	created, _ := time.Parse(time.RFC3339Nano, c.Created)
+	return infoFrom(labels, img, state, created, workDirOf(c)), nil
+}
+
+// resolve makes a sandbox path absolute against the working directory, as
+// Exec resolves it.
+func (s *Sandbox) resolve(name string) string {
+	if path.IsAbs(name) {
+		return path.Clean(name)
+	}
+	return path.Join(s.workDir, name)
+}
+
+// wrapped is argv run through sbxd exec with the marker execID.
+func wrapped(argv []string, execID string, timeout time.Duration) []string {
+	cmd := []string{sbxdPath, "exec", "--id", execID}
+	if timeout > 0 {
+		cmd = append(cmd, "--timeout", timeout.String())
+	}
+	return append(append(cmd, "--"), argv...)
+}
+
+// startExec creates and attaches to an exec of argv under sbxd.
+func (s *Sandbox) startExec(ctx context.Context, req backend.ExecRequest, argv []string, execID string, stdin bool) (types.HijackedResponse, string, error) {
+	env := []string{envExecID + "=" + execID}
+	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
+		env = append(env, k+"="+req.Env[k])
+	}
+	opts := container.ExecOptions{
+		Cmd:          wrapped(argv, execID, req.Timeout),
+		Env:          env,
+		User:         req.User,
+		AttachStdin:  stdin,
+		AttachStdout: true,
+		AttachStderr: true,
+	}
+	if req.WorkDir != "" {
+		opts.WorkingDir = s.resolve(req.WorkDir)
+	}
+	created, err := s.b.cli.ContainerExecCreate(ctx, s.cid, opts)
+	if err != nil {
+		return types.HijackedResponse{}, "", s.b.translate(err)
+	}
+	hr, err := s.b.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return types.HijackedResponse{}, "", s.b.translate(err)
+	}
+	return hr, created.ID, nil
+}
+
+// Exec runs req through sbxd exec, which owns the timeout and kills the
+// command's process tree inside the container; cancelling ctx runs sbxd
+// kill in a second exec. Neither needs host PIDs, so both work with a
+// remote engine.
+func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.ExecResult, error) {
+	argv, err := req.Argv()
+	if err != nil {
+		return backend.ExecResult{}, s.opErr("exec", err)
+	}
+	execID := newID()
+	start := time.Now()
+	hr, engineID, err := s.startExec(ctx, req, argv, execID, req.Stdin != nil)
+	if err != nil {
+		return backend.ExecResult{}, s.opErr("exec", err)
+	}
+	defer hr.Close()
+	out := backend.NewOutputs(req)
+	if req.Stdin != nil {
+		go func() {
+			io.Copy(hr.Conn, req.Stdin)
+			hr.CloseWrite()
+		}()
+	}
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(out.Stdout, out.Stderr, hr.Reader)
+		copied <- err
+	}()
+
+	// sbxd ends the command at req.Timeout; this later deadline only
+	// guards against a wrapper that cannot (a frozen container).
+	var backstop <-chan time.Time
+	if req.Timeout > 0 {
+		t := time.NewTimer(req.Timeout + 30*time.Second)
+		defer t.Stop()
+		backstop = t.C
+	}
+	var res backend.ExecResult
+	var ctxErr, copyErr error
+	select {
+	case copyErr = <-copied:
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+		s.kill(execID)
+		hr.Close()
+		<-copied
+	case <-backstop:
+		res.TimedOut = true
+		s.kill(execID)
+		hr.Close()
+		<-copied
+	}
+	res.Duration = time.Since(start)
+	out.Finish(&res)
+	if ctxErr != nil {
+		res.ExitCode = -1
+		return res, s.opErr("exec", ctxErr)
+	}
+	if res.TimedOut {
+		res.ExitCode = backend.TimeoutExitCode
+		return res, nil
+	}
+	if copyErr != nil {
+		return res, s.opErr("exec", fmt.Errorf("reading output: %w", s.b.translate(copyErr)))
+	}
+	code, err := s.exitCode(ctx, engineID)
+	if err != nil {
+		return res, s.opErr("exec", err)
+	}
+	res.ExitCode = code
+	// sbxd exits 124 only when its timer fired (or the command itself
+	// exits 124 at or after the deadline, which is indistinguishable).
+	res.TimedOut = req.Timeout > 0 && code == backend.TimeoutExitCode && res.Duration >= req.Timeout
+	return res, nil
+}
+
+// exitCode reads an exec's exit code. The engine closes the output stream
+// when the process's pipes close and records the exit a moment later, so a
+// first inspect may still say running: ask again with a short, bounded
+// backoff.
+func (s *Sandbox) exitCode(ctx context.Context, engineID string) (int, error) {
+	delay := time.Millisecond
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ins, err := s.b.cli.ContainerExecInspect(ctx, engineID)
+		if err != nil {
+			return -1, s.b.translate(err)
+		}
+		if !ins.Running {
+			return ins.ExitCode, nil
+		}
+		if time.Now().After(deadline) {
+			return -1, fmt.Errorf("exec %s: the engine still reports it running after its output ended", engineID)
+		}
+		select {
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 100*time.Millisecond)
+	}
+}
+
+// kill runs sbxd kill for a command's marker in a second exec, detached
+// from the caller's context (which is usually what was cancelled).
+func (s *Sandbox) kill(execID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	created, err := s.b.cli.ContainerExecCreate(ctx, s.cid, container.ExecOptions{
+		Cmd: []string{sbxdPath, "kill", execID}, User: "0",
+	})
+	if err == nil {
+		err = s.b.cli.ContainerExecStart(ctx, created.ID, container.ExecStartOptions{})
+	}
+	if err == nil {
+		_, err = s.exitCode(ctx, created.ID)
+	}
+	if err != nil {
+		s.b.log.Warn("killing a command in a sandbox failed", "sandbox", s.id, "exec", execID, "err", err)
+	}
+}
+
+// Destroy force-removes the container with its anonymous volumes; a
+// container that is gone already is not an error.
+func (s *Sandbox) Destroy(ctx context.Context) error {
+	err := s.b.cli.ContainerRemove(ctx, s.cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	err = s.b.translate(err)
+	if err == nil || errors.Is(err, backend.ErrNotFound) {
+		return nil
+	}
+	// A concurrent Destroy is removing it already.
+	if strings.Contains(err.Error(), "already in progress") {
+		return nil
+	}
+	return s.opErr("destroy", err)
+}
+
+// Endpoint returns the host address of a published TCP port.
+func (s *Sandbox) Endpoint(ctx context.Context, port int) (string, error) {
+	if port <= 0 || port > 65535 {
+		return "", s.opErr("endpoint", fmt.Errorf("%w: port %d out of range", backend.ErrInvalidConfig, port))
+	}
+	c, err := s.inspect(ctx)
+	if err != nil {
+		return "", s.opErr("endpoint", err)
+	}
+	if c.HostConfig != nil && c.HostConfig.NetworkMode.IsHost() {
+		return fmt.Sprintf("127.0.0.1:%d", port), nil
+	}
+	if c.NetworkSettings != nil {
+		for p, binds := range c.NetworkSettings.Ports {
+			if p.Proto() != "tcp" || p.Int() != port {
+				continue
+			}
+			for _, bnd := range binds {
+				if bnd.HostPort != "" {
+					return s.b.hostOf(bnd.HostIP) + ":" + bnd.HostPort, nil
+				}
+			}
+		}
+	}
+	return "", s.opErr("endpoint", fmt.Errorf("%w: port %d/tcp is not published (add it to the sandbox entry's ports)", backend.ErrNotFound, port))
+}
+
+// Pause freezes the container's processes with their memory (cgroup
+// freezer).
+func (s *Sandbox) Pause(ctx context.Context) error {
+	return s.opErr("pause", s.b.cli.ContainerPause(ctx, s.cid))
+}
+
+func (s *Sandbox) Resume(ctx context.Context) error {
+	return s.opErr("resume", s.b.cli.ContainerUnpause(ctx, s.cid))
+}
+
+// Checkpoint commits the container's file system to an image (memory is
+// not saved). ref "" names it sandboxkit-checkpoint/<id>:<unix-time>.
+func (s *Sandbox) Checkpoint(ctx context.Context, ref string) (string, error) {
+	if ref == "" {
+		ref = "sandboxkit-checkpoint/" + s.id + ":" + strconv.FormatInt(time.Now().Unix(), 10)
+	}
+	_, err := s.b.cli.ContainerCommit(ctx, s.cid, container.CommitOptions{
+		Reference: ref,
+		Comment:   "sandboxkit checkpoint of sandbox " + s.id,
+		Pause:     true,
+	})
+	if err != nil {
+		return "", s.opErr("checkpoint", err)
+	}
+	return ref, nil
+}
+
+// Attach starts a long-lived command (how sbxd's stream mode will be
+// started) with its stdin and stdout connected to the caller.
+func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest) (backend.Process, error) {
+	argv, err := req.Argv()
+	if err != nil {
+		return nil, s.opErr("attach", err)
+	}
+	req.Timeout = 0
+	execID := newID()
+	hr, engineID, err := s.startExec(ctx, req, argv, execID, true)
+	if err != nil {
+		return nil, s.opErr("attach", err)
+	}
+	pr, pw := io.Pipe()
+	stderr := req.Stderr
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	p := &process{s: s, hr: hr, execID: execID, stdout: pr, done: make(chan struct{})}
+	go func() {
+		_, err := stdcopy.StdCopy(pw, stderr, hr.Reader)
+		pw.CloseWithError(err)
+		code, ierr := s.exitCode(context.WithoutCancel(ctx), engineID)
+		if ierr != nil && err == nil {
+			err = ierr
+		}
+		p.code, p.err = code, s.b.translate(err)
+		hr.Close()
+		close(p.done)
+	}()
+	stop := context.AfterFunc(ctx, func() { p.Kill() })
+	go func() { <-p.done; stop() }()
+	return p, nil
+}
+
+type process struct {
+	s      *Sandbox
+	hr     types.HijackedResponse
+	execID string
+	stdout io.Reader
+
+	done     chan struct{}
+	code     int
+	err      error
+	killOnce sync.Once
+}
+
+func (p *process) Stdin() io.WriteCloser { return stdinWriter{p.hr} }
+func (p *process) Stdout() io.Reader     { return p.stdout }
+
+func (p *process) Wait() (int, error) {
+	<-p.done
+	return p.code, p.err
+}
+
+func (p *process) Kill() error {
+	p.killOnce.Do(func() { p.s.kill(p.execID) })
+	return nil
+}
+
+// stdinWriter writes to the exec's stdin; Close sends EOF.
+type stdinWriter struct{ hr types.HijackedResponse }
+
+func (w stdinWriter) Write(b []byte) (int, error) { return w.hr.Conn.Write(b) }
+func (w stdinWriter) Close() error                { return w.hr.CloseWrite() }

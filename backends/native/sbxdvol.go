@@ -1,0 +1,99 @@
+package native
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// sbxd reaches sandboxes through one engine volume per sbxd build,
+// sandboxkit-sbxd-<hash>, mounted read-only at /.sbx in every sandbox:
+// copying the binary into each container before its start costs the
+// engine a mount of the container's root file system (~90 ms here), a
+// volume mount costs next to nothing, and read-only it cannot be changed
+// from inside one sandbox to reach the others. The volume is a cache like
+// an image: it carries sandboxkit.backend and labelSbxd, not a sandbox's
+// labels, and outlives the sandboxes (remove it with docker volume rm when
+// no container uses it). When it cannot be made, Create copies sbxd into
+// the container instead.
+const labelSbxd = "sandboxkit.native.sbxd"
+
+var errSbxdCopyForced = errors.New("copying sbxd was asked for")
+
+var sbxdLockPath = filepath.Join(os.TempDir(), "sandboxkit-native-sbxd.lock")
+
+// sbxdVolume returns the name of the volume holding bin as "sbxd", making
+// and filling it on first use. image is any image present on the engine
+// (the sandbox's), used for a container that is created, never started,
+// to reach the volume through the archive API.
+func (b *Backend) sbxdVolume(ctx context.Context, bin []byte, image string) (string, error) {
+	sum := sha256.Sum256(bin)
+	hash := hex.EncodeToString(sum[:6])
+	name := "sandboxkit-sbxd-" + hash
+	if _, ok := b.sbxdVols.Load(name); ok {
+		return name, nil
+	}
+	b.sbxdMu.Lock()
+	defer b.sbxdMu.Unlock()
+	if _, ok := b.sbxdVols.Load(name); ok {
+		return name, nil
+	}
+	// Other processes on this host fill it at the same time otherwise.
+	if unlock, err := lockFile(sbxdLockPath); err == nil {
+		defer unlock()
+	}
+	labels := map[string]string{backend.LabelBackend: Name, labelSbxd: hash}
+	if _, err := b.cli.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: labels}); err != nil {
+		return "", fmt.Errorf("creating volume %s: %w", name, b.translate(err))
+	}
+	helper, err := b.cli.ContainerCreate(ctx,
+		&container.Config{Image: image, Entrypoint: []string{sbxdPath}, Labels: labels},
+		&container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: name, Target: sbxdDir,
+			VolumeOptions: &mount.VolumeOptions{NoCopy: true}}}},
+		nil, nil, "")
+	if err != nil {
+		return "", fmt.Errorf("creating a container to fill volume %s: %w", name, b.translate(err))
+	}
+	defer func() {
+		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := b.cli.ContainerRemove(rmCtx, helper.ID, container.RemoveOptions{Force: true}); err != nil {
+			b.log.Warn("removing the helper container failed", "container", helper.ID, "err", err)
+		}
+	}()
+	if st, err := b.cli.ContainerStatPath(ctx, helper.ID, sbxdPath); err != nil || st.Size != int64(len(bin)) {
+		if err := b.cli.CopyToContainer(ctx, helper.ID, sbxdDir, sbxdTar(bin, ""), container.CopyToContainerOptions{}); err != nil {
+			return "", fmt.Errorf("filling volume %s: %w", name, b.translate(err))
+		}
+	}
+	b.sbxdVols.Store(name, true)
+	return name, nil
+}
+
+// sbxdTar is a tar stream holding prefix+"sbxd" (and the directory prefix
+// names, if any).
+func sbxdTar(bin []byte, prefix string) io.Reader {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if prefix != "" {
+		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: prefix, Mode: 0o755, ModTime: time.Unix(0, 0)})
+	}
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: prefix + "sbxd", Mode: 0o755, Size: int64(len(bin)), ModTime: time.Unix(0, 0)})
+	tw.Write(bin)
+	tw.Close()
+	return &buf
+}

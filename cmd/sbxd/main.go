@@ -1,0 +1,292 @@
+//go:build linux
+
+// Command sbxd is sandboxkit's in-sandbox helper: a small static binary
+// (CGO_ENABLED=0) that backends copy into each sandbox at create time, so
+// that no image needs changing (a scratch image with no shell works).
+//
+// The native backend puts it at /.sbx/sbxd (see internal/sbxdbin for how
+// the library finds the binary without a Go toolchain). It has three modes:
+//
+//	sbxd init [-- ARGV...]
+//	    The container's PID 1. Without ARGV it keeps the sandbox alive until
+//	    SIGTERM or SIGINT. With ARGV it runs that command, forwards signals to
+//	    it and exits with its status. Either way it reaps every orphan that
+//	    is re-parented to it, so killed process trees leave no zombies.
+//
+//	sbxd exec [--id ID] [--timeout DURATION] [--grace DURATION] -- ARGV...
+//	    Runs ARGV in a process group of its own with SBX_EXEC_ID=ID in its
+//	    environment, forwards SIGTERM/SIGINT/SIGHUP/SIGQUIT to the group, and
+//	    exits with ARGV's status (128+N when killed by signal N, 127 when the
+//	    program does not exist, 126 when it cannot be run). When the timeout
+//	    runs out it kills the group and every process carrying the marker
+//	    (children that called setsid too) with SIGKILL and exits 124, like
+//	    timeout(1). After ARGV exits, output of background children that
+//	    still hold its stdout/stderr is passed on for --grace (default
+//	    250ms), then sbxd exits so the caller's stream ends.
+//
+//	sbxd ls DIR
+//	    Lists DIR without following symlinks, one line per entry:
+//	    "RAWMODE-HEX SIZE MTIME-SECONDS NAME" (stat -c '%f %s %Y %n' style),
+//	    so sandboxes without a shell or find can list directories. Exit
+//	    code 102: DIR does not exist; 104: permission denied; 105: not a
+//	    directory (the codes of package backend's fallback scripts).
+//
+//	sbxd kill ID
+//	    Kills every process whose environment carries SBX_EXEC_ID=ID: how a
+//	    client cancels a command (the engine's exec API has no kill), also
+//	    when the daemon is remote.
+//
+// The fast multiplexed mode (exec and file operations over one stream) is a
+// later addition.
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/internal/procfs"
+)
+
+// EnvExecID is the marker every process of one wrapped command carries.
+const EnvExecID = "SBX_EXEC_ID"
+
+// Exit codes, as timeout(1) and POSIX shells use them.
+const (
+	exitTimeout    = 124
+	exitCannotRun  = 126
+	exitNotFound   = 127
+	exitUsageError = 125
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		os.Exit(initMain(nil))
+	}
+	switch os.Args[1] {
+	case "init":
+		os.Exit(initMain(afterDashes(os.Args[2:])))
+	case "exec":
+		os.Exit(execMain(os.Args[2:]))
+	case "kill":
+		if len(os.Args) != 3 || os.Args[2] == "" {
+			usage("sbxd kill ID")
+		}
+		if left := procfs.KillByEnv(EnvExecID, os.Args[2]); left > 0 {
+			fmt.Fprintf(os.Stderr, "sbxd: %d processes survived SIGKILL\n", left)
+			os.Exit(1)
+		}
+	case "ls":
+		if len(os.Args) != 3 {
+			usage("sbxd ls DIR")
+		}
+		os.Exit(lsMain(os.Args[2]))
+	case "version":
+		fmt.Println("sbxd 1")
+	default:
+		usage("sbxd init|exec|ls|kill|version")
+	}
+}
+
+func usage(msg string) {
+	fmt.Fprintln(os.Stderr, "usage:", msg)
+	os.Exit(exitUsageError)
+}
+
+func afterDashes(args []string) []string {
+	if len(args) > 0 && args[0] == "--" {
+		return args[1:]
+	}
+	return args
+}
+
+var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT}
+
+// initMain is PID 1: reap orphans, and either wait for a stop signal or run
+// argv and exit with its status.
+func initMain(argv []string) int {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, append([]os.Signal{syscall.SIGCHLD}, forwarded...)...)
+	mainPID := 0
+	if len(argv) > 0 {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintf(os.Stderr, "sbxd init: %v\n", err)
+			return startErrorCode(err)
+		}
+		mainPID = cmd.Process.Pid
+	}
+	for sig := range sigs {
+		if sig != syscall.SIGCHLD {
+			if mainPID == 0 {
+				return 0
+			}
+			_ = syscall.Kill(mainPID, sig.(syscall.Signal))
+			continue
+		}
+		// Reap everything that has exited; one SIGCHLD may stand for many.
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+			if pid == mainPID {
+				return statusCode(ws)
+			}
+		}
+	}
+	return 0
+}
+
+func statusCode(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+func startErrorCode(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		return exitNotFound
+	}
+	return exitCannotRun
+}
+
+func execMain(args []string) int {
+	fl := flag.NewFlagSet("sbxd exec", flag.ContinueOnError)
+	id := fl.String("id", "", "marker value for SBX_EXEC_ID")
+	timeout := fl.Duration("timeout", 0, "kill the command's process tree after this long and exit 124")
+	grace := fl.Duration("grace", 250*time.Millisecond, "how long to pass on background output after the command exits")
+	if err := fl.Parse(args); err != nil {
+		return exitUsageError
+	}
+	argv := fl.Args()
+	if len(argv) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: sbxd exec [--id ID] [--timeout D] -- ARGV...")
+		return exitUsageError
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = os.Environ()
+	if *id != "" {
+		cmd.Env = append(cmd.Env, EnvExecID+"="+*id)
+	}
+	// stdin is handed over as is; stdout and stderr go through pipes that
+	// sbxd copies, so that a background child holding them cannot keep the
+	// caller's stream open after the command exits (see WaitDelay).
+	cmd.Stdin = os.Stdin
+	cmd.Stdout, cmd.Stderr = struct{ io.Writer }{os.Stdout}, struct{ io.Writer }{os.Stderr}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = *grace
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, forwarded...)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "sbxd: %s: %v\n", argv[0], unwrapExecErr(err))
+		return startErrorCode(err)
+	}
+	pgid := cmd.Process.Pid
+	killTree := func() {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		if *id != "" {
+			procfs.KillByEnv(EnvExecID, *id)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var timer <-chan time.Time
+	if *timeout > 0 {
+		t := time.NewTimer(*timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	for {
+		select {
+		case <-done:
+			// Background children (servers started with &) keep running.
+			return exitCodeOf(cmd.ProcessState)
+		case <-timer:
+			killTree()
+			<-done
+			return exitTimeout
+		case sig := <-sigs:
+			_ = syscall.Kill(-pgid, sig.(syscall.Signal))
+		}
+	}
+}
+
+func exitCodeOf(ps *os.ProcessState) int {
+	if ps == nil {
+		return exitCannotRun
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+		return statusCode(ws)
+	}
+	return ps.ExitCode()
+}
+
+// unwrapExecErr drops exec's "exec: " prefix from the error for a message in
+// the style of a shell's.
+func unwrapExecErr(err error) error {
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		if errors.Is(ee.Err, exec.ErrNotFound) {
+			return errors.New("command not found")
+		}
+		return ee.Err
+	}
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// Exit codes of sbxd ls, shared with package backend's fallback scripts.
+const (
+	exitNotExist = 102
+	exitNoAccess = 104
+	exitNotDir   = 105
+)
+
+func lsMain(dir string) int {
+	f, err := os.Open(dir)
+	if err != nil {
+		return fileErrCode(err)
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return fileErrCode(err)
+	}
+	w := bufio.NewWriter(os.Stdout)
+	defer w.Flush()
+	for _, name := range names {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(dir+"/"+name, &st); err != nil {
+			continue // removed while listing
+		}
+		fmt.Fprintf(w, "%x %d %d %s\n", st.Mode, st.Size, st.Mtim.Sec, name)
+	}
+	return 0
+}
+
+func fileErrCode(err error) int {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return exitNotExist
+	case errors.Is(err, os.ErrPermission):
+		return exitNoAccess
+	case errors.Is(err, syscall.ENOTDIR):
+		return exitNotDir
+	}
+	fmt.Fprintln(os.Stderr, "sbxd:", err)
+	return 1
+}

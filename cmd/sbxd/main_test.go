@@ -1,0 +1,180 @@
+//go:build linux
+
+package main_test
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/internal/procfs"
+)
+
+// These tests run sbxd on the host (Linux); the container-side behaviour is
+// covered by backends/native's tests.
+
+var sbxd string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sbxd-test-*")
+	if err != nil {
+		panic(err)
+	}
+	sbxd = filepath.Join(dir, "sbxd")
+	build := exec.Command("go", "build", "-o", sbxd, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		panic("building sbxd: " + err.Error())
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(sbxd, args...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+}
+
+func TestExecExitCodes(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		argv []string
+		code int
+		out  string
+	}{
+		{"ok", []string{"sh", "-c", "echo hi"}, 0, "hi\n"},
+		{"exit 3", []string{"sh", "-c", "exit 3"}, 3, ""},
+		{"signal", []string{"sh", "-c", "kill -TERM $$"}, 128 + 15, ""},
+		{"not found", []string{"no-such-program-xyz"}, 127, ""},
+		{"not executable", []string{"/etc/hostname"}, 126, ""},
+		{"env marker", []string{"sh", "-c", "echo $SBX_EXEC_ID"}, 0, "m1\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, _, code := run(t, append([]string{"exec", "--id", "m1", "--"}, c.argv...)...)
+			if code != c.code || out != c.out {
+				t.Errorf("got code %d, out %q; want %d, %q", code, out, c.code, c.out)
+			}
+		})
+	}
+}
+
+// A timeout kills the whole tree, including a child that left the process
+// group with setsid, and exits 124.
+func TestExecTimeoutKillsTree(t *testing.T) {
+	cmd := exec.Command(sbxd, "exec", "--id", "tree-"+strconv.Itoa(os.Getpid()), "--timeout", "300ms", "--",
+		"sh", "-c", "sleep 300 & echo $!; setsid sleep 301 & echo $!; wait")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	var pids []int
+	for len(pids) < 2 && sc.Scan() {
+		pid, _ := strconv.Atoi(sc.Text())
+		pids = append(pids, pid)
+	}
+	for sc.Scan() {
+	}
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 124 {
+		t.Errorf("exit code %d, want 124", code)
+	}
+	for _, pid := range pids {
+		if procfs.Alive(pid, 0) {
+			t.Errorf("pid %d survived the timeout", pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// sbxd kill ends every process with the marker, as a client cancel does.
+func TestKill(t *testing.T) {
+	id := "kill-" + strconv.Itoa(os.Getpid())
+	cmd := exec.Command(sbxd, "exec", "--id", id, "--", "sh", "-c", "sleep 300 & echo $!; wait")
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	sc.Scan()
+	child, _ := strconv.Atoi(sc.Text())
+	if _, _, code := run(t, "kill", id); code != 0 {
+		t.Fatalf("sbxd kill exited %d", code)
+	}
+	cmd.Wait()
+	if procfs.Alive(child, 0) {
+		t.Errorf("child %d survived sbxd kill", child)
+		syscall.Kill(child, syscall.SIGKILL)
+	}
+}
+
+// exec forwards SIGTERM to the command's group.
+func TestExecForwardsSignals(t *testing.T) {
+	cmd := exec.Command(sbxd, "exec", "--", "sh", "-c", "trap 'echo got-term; exit 5' TERM; echo ready; while :; do sleep 0.05; done")
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	sc.Scan()
+	if sc.Text() != "ready" {
+		t.Fatalf("got %q", sc.Text())
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	sc.Scan()
+	if sc.Text() != "got-term" {
+		t.Errorf("got %q, want got-term", sc.Text())
+	}
+	for sc.Scan() {
+	}
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 5 {
+		t.Errorf("exit code %d, want 5", code)
+	}
+}
+
+// init with a command exits with the command's status; without one it
+// stays up until SIGTERM.
+func TestInit(t *testing.T) {
+	if _, _, code := run(t, "init", "--", "sh", "-c", "exit 9"); code != 9 {
+		t.Errorf("init -- sh -c 'exit 9' exited %d", code)
+	}
+	cmd := exec.Command(sbxd, "init")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	// Signal until it is handled: the first may arrive before sbxd has
+	// installed its handler (then it dies of it, which ends the test too).
+	for {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+			if !cmd.ProcessState.Exited() && cmd.ProcessState.ExitCode() != -1 {
+				t.Errorf("init: %v", cmd.ProcessState)
+			}
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
