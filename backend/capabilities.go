@@ -52,6 +52,11 @@ type Capabilities struct {
 
 	// ImageCommand: Spec.ImageCommand can run the image's own command.
 	ImageCommand bool
+	// Build: Spec.Build can build an image.
+	Build bool
+	// AttachExisting: Spec.Existing can attach to a container the backend
+	// did not make.
+	AttachExisting bool
 	// PauseKeepsMemory: Pause freezes processes with their memory (as
 	// opposed to stopping them).
 	PauseKeepsMemory bool
@@ -98,6 +103,8 @@ func (c Capabilities) Check(backendName string, spec Spec) error {
 	need(!spec.ReadOnlyRootfs || c.ReadOnlyRootfs, "read_only")
 	need(spec.Runtime == "" || slices.Contains(c.Runtimes, spec.Runtime), fmt.Sprintf("runtime %q", spec.Runtime))
 	need(!spec.ImageCommand || c.ImageCommand, `command = "" (the image's own command)`)
+	need(spec.Build == nil || c.Build, "dockerfile build")
+	need(spec.Existing == "" || c.AttachExisting, fmt.Sprintf("attaching to existing container %q", spec.Existing))
 	if len(bad) == 0 {
 		return nil
 	}

@@ -103,3 +103,39 @@ type Renewer interface {
 	// expiry.
 	Renew(ctx context.Context, ttl time.Duration) (time.Time, error)
 }
+
+// VolumeSpec describes a volume several sandboxes of a session can mount
+// (the session's /shared, tool and script folders).
+type VolumeSpec struct {
+	// Name is the volume's name on the backend ("" lets it choose).
+	Name    string
+	Session string
+	// Labels are added to the backend's own (LabelID, LabelSession, ...).
+	Labels map[string]string
+	// FromPath, when set, is a host folder, or a .tar.gz file, whose
+	// contents fill the new volume.
+	FromPath string
+	// TTL: see Spec.TTL.
+	TTL time.Duration
+}
+
+// VolumeInfo describes a volume a VolumeManager made.
+type VolumeInfo struct {
+	Name      string
+	Session   string
+	Labels    map[string]string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
+// VolumeManager is implemented by backends (not sandboxes) that make
+// volumes of their own. A Spec mounts one with a Volume of type VolumeNamed
+// whose Source is the name CreateVolume returned.
+type VolumeManager interface {
+	CreateVolume(ctx context.Context, spec VolumeSpec) (string, error)
+	// RemoveVolume removes a volume; removing one that is gone returns nil.
+	RemoveVolume(ctx context.Context, name string) error
+	// ListVolumes lists the volumes this backend made that match filter
+	// (Filter.Name is ignored).
+	ListVolumes(ctx context.Context, filter Filter) ([]VolumeInfo, error)
+}

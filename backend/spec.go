@@ -47,6 +47,41 @@ type Spec struct {
 	TTL time.Duration
 	// Owner is the owning process, see LabelOwner.
 	Owner string
+
+	// Build, when set, builds Image from a Dockerfile before the sandbox
+	// is created (OpenSage's *_dockerfile_path and build_args); Image
+	// names the result.
+	Build *Build
+	// Existing names an existing container (or pod) to attach to instead
+	// of creating one (OpenSage's container_id, pod_name). Destroy of such
+	// a sandbox leaves the container running: sandboxkit did not make it.
+	Existing string
+	// Progress, when set, receives progress of Create's long steps (image
+	// pulls, builds), from Create's goroutine.
+	Progress func(Progress)
+}
+
+// Build says how to build a sandbox's image.
+type Build struct {
+	// ContextDir is the host folder sent as the build context.
+	ContextDir string
+	// Dockerfile is the Dockerfile's host path (absolute, or relative to
+	// ContextDir); "" means ContextDir/Dockerfile.
+	Dockerfile string
+	Args       map[string]string
+}
+
+// Progress is one report of a long step in Create.
+type Progress struct {
+	Sandbox string // Spec.Name
+	Step    string // "pull", "build", ...
+	// ID distinguishes parallel parts of a step (an image layer); "" for a
+	// step without parts.
+	ID     string
+	Status string // what the backend says, e.g. "Downloading", "Step 2/5"
+	// Current and Total count bytes (0 when unknown).
+	Current, Total int64
+	Done           bool
 }
 
 // VolumeType says what a Volume's Source is.
