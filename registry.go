@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backends/lite"
 	"github.com/sandboxkit/sandboxkit/backends/local"
 	"github.com/sandboxkit/sandboxkit/backends/native"
 )
@@ -18,6 +19,11 @@ import (
 // default registry. A backend that is not in this list is not compiled into
 // sbx. Keep it sorted.
 func registerBuiltins(r *Registry) {
+	r.Register(lite.Name, BackendFactory{
+		NewConfig: func() any { return new(lite.Config) },
+		Open:      openLite,
+	})
+	r.Alias("agentdocker-lite", lite.Name)
 	r.Register(local.Name, BackendFactory{
 		NewConfig: func() any { return new(local.Config) },
 		Open:      openLocal,
@@ -34,7 +40,7 @@ func registerBuiltins(r *Registry) {
 // are accepted without checking (with a warning) so that such config files
 // still load, and naming one as the backend fails at Open with a clear
 // message instead of at parse time.
-var plannedBackends = []string{"agentdocker-lite", "k8s", "lite", "nitrobox", "opensandbox", "remotedocker"}
+var plannedBackends = []string{"k8s", "nitrobox", "opensandbox", "remotedocker"}
 
 // backendConfig returns the decoded [sandbox.NAME] table a factory's
 // NewConfig made (the zero config when the file has none).
@@ -74,6 +80,31 @@ func openLocal(_ context.Context, cfg *Config, backendCfg any, logger *slog.Logg
 		return nil, err
 	}
 	return local.New(c, local.WithLogger(logger))
+}
+
+func openLite(_ context.Context, cfg *Config, backendCfg any, logger *slog.Logger) (backend.Backend, error) {
+	c, err := backendConfig[lite.Config](lite.Name, backendCfg)
+	if err != nil {
+		return nil, err
+	}
+	for key, val := range map[string]*string{
+		"sandbox.lite.state_dir":    &c.StateDir,
+		"sandbox.lite.image_dir":    &c.ImageDir,
+		"sandbox.lite.runtime_root": &c.RuntimeRoot,
+		"sandbox.lite.sbxd_path":    &c.SbxdPath,
+	} {
+		if *val, err = hostPathKey(key, *val, cfg.Dir); err != nil {
+			return nil, err
+		}
+	}
+	// A runtime given as a path (not a bare name) resolves like other paths.
+	if strings.Contains(c.Runtime, "/") {
+		if c.Runtime, err = hostPathKey("sandbox.lite.runtime", c.Runtime, cfg.Dir); err != nil {
+			return nil, err
+		}
+	}
+	c.DefaultImage = cfg.Sandbox.DefaultImage
+	return lite.New(c, lite.WithLogger(logger))
 }
 
 func openNative(_ context.Context, cfg *Config, backendCfg any, logger *slog.Logger) (backend.Backend, error) {

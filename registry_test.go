@@ -233,7 +233,7 @@ func TestBackendTables(t *testing.T) {
 }
 
 func TestDefaultRegistryOpensLocal(t *testing.T) {
-	assert.Equal(t, []string{"local", "native"}, Names())
+	assert.Equal(t, []string{"lite", "local", "native"}, Names())
 	dir := t.TempDir()
 	cfg, err := ParseConfig([]byte("[sandbox.local]\nstate_dir = \"state\"\n"), filepath.Join(dir, "sandbox.toml"))
 	require.NoError(t, err)

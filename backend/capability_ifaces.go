@@ -97,6 +97,12 @@ type Checkpointer interface {
 	Checkpoint(ctx context.Context, ref string) (string, error)
 }
 
+// Resetter brings a sandbox back to its image: files written since Create
+// are gone and every process is ended; the ID and labels stay.
+type Resetter interface {
+	Reset(ctx context.Context) error
+}
+
 // Renewer extends a sandbox's time to live.
 type Renewer interface {
 	// Renew sets the sandbox to expire ttl from now and returns the new

@@ -22,6 +22,15 @@ if ! ./scripts/docker-setup.sh; then
 	echo "scripts/test.sh: no Docker; the Docker tests will skip" >&2
 fi
 
+# lite: runc, overlayfs and busybox for its rootfs.
+if ! ./scripts/lite-setup.sh; then
+	if [ "${SBX_REQUIRE_LITE:-}" = 1 ]; then
+		echo "scripts/test.sh: lite setup failed and SBX_REQUIRE_LITE=1" >&2
+		exit 1
+	fi
+	echo "scripts/test.sh: no OCI runtime; the lite tests will skip" >&2
+fi
+
 # busybox: the fileops table also runs with busybox as the only tools on
 # PATH, proving the generic path needs nothing but POSIX sh and coreutils.
 if ! command -v busybox >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"strings"
 	"testing"
 
@@ -76,7 +77,7 @@ var globCases = []testCase{
 		wd := strings.TrimSpace(e.shWorkDir(`pwd`))
 		out, err := e.tools.Glob(e.ctx, "**/*.md", name)
 		require.NoError(t, err)
-		assert.Equal(t, wd+"/"+name+"/s/f.md", out, "glob prints absolute paths")
+		assert.Equal(t, path.Join(wd, name, "s/f.md"), out, "glob prints absolute paths")
 	}},
 	{"glob/symlinked_dir", func(t *testing.T, e *env) {
 		globTree(e)
@@ -226,7 +227,7 @@ var grepCases = []testCase{
 		e.shWorkDir(fmt.Sprintf(`printf 'needle-%s\n' > %s/f.txt`, name, name))
 		wd := strings.TrimSpace(e.shWorkDir(`pwd`))
 		out := grep(t, e, fileops.GrepRequest{Pattern: "needle-" + name, Path: name, Mode: fileops.GrepContent})
-		assert.Equal(t, wd+"/"+name+"/f.txt:1:needle-"+name, out)
+		assert.Equal(t, path.Join(wd, name, "f.txt")+":1:needle-"+name, out)
 	}},
 	{"grep/no_match", func(t *testing.T, e *env) {
 		grepTree(e)

@@ -1,0 +1,119 @@
+// Package lite is the sandboxkit backend that runs sandboxes as OCI
+// containers with no daemon: for each sandbox it mounts an overlay root file
+// system, writes an OCI bundle (github.com/opencontainers/runtime-spec
+// types) and drives an OCI runtime binary, runc by default. It is
+// OpenSage's agentdocker-lite: for hosts without Docker and for workloads
+// that make and throw away many sandboxes.
+//
+// # Configuration
+//
+// Config is the [sandbox.lite] table (also [sandbox.agentdocker-lite]);
+// every key is optional:
+//
+//	[sandbox.lite]
+//	runtime = "runc"          # "runc" | "crun" | "runsc" | a path to one
+//	runtime_root = ""         # the runtime's --root; default /run/sandboxkit/lite/<runtime>
+//	state_dir = ""            # default $XDG_STATE_HOME/sandboxkit/lite or ~/.local/state/sandboxkit/lite
+//	image_dir = ""            # default $XDG_CACHE_HOME/sandboxkit/lite/images or ~/.cache/sandboxkit/lite/images
+//	network = "none"          # entries naming no network: "none" (own empty namespace) | "host"
+//	rootless = "auto"         # "auto" | "force" | "off" (rootless is not implemented yet)
+//	pids_limit = 4096         # when an entry sets none; negative: unlimited
+//	pull_policy = "missing"   # registry images: "missing" | "always" | "never"
+//	insecure_registries = []  # registries spoken to over plain HTTP ("127.0.0.1:5000")
+//	sbxd_path = ""            # a static sbxd to use instead of the embedded one
+//
+//	[sandbox.lite.images]     # image names of entries -> image sources
+//	"ubuntu:20.04" = "dir:/srv/rootfs/focal"
+//
+// # Images
+//
+// Spec.Image (after the images table maps it) names where the root file
+// system comes from, with skopeo's transport names:
+//
+//	dir:/abs/path                a root file system folder (debootstrap, ...), used in place
+//	docker-archive:/abs/x.tar    a `docker save` archive
+//	oci:/abs/layout[:tag]        an OCI image layout folder
+//	oci-archive:/abs/x.tar[:tag] a tar of an OCI image layout
+//	/abs/path                    any of the above, told apart by its content
+//	[docker://]ref               a registry reference, pulled with go-containerregistry
+//
+// Images (all but dir:) are flattened once, whiteouts applied, into
+// image_dir/sha256-<image ID>, whatever name reached them; a registry tag
+// remembers its image ID, so with pull_policy "missing" a known tag needs no
+// registry. A folder image has no config, so no env, entrypoint or
+// command = "" (Spec.ImageCommand); an image's Env, WorkingDir, User,
+// Entrypoint and Cmd apply as in Docker. Unpacking goes through os.Root, so
+// an archive cannot write outside its folder; device nodes and extended
+// attributes (file capabilities) in layers are not unpacked.
+//
+// # Sandboxes
+//
+// Each sandbox is a folder under the state dir:
+//
+//	<state>/<id>/meta.json        labels, image, runtime, init PID: what Get and List read
+//	<state>/<id>/upper, work      the overlay's writable layer
+//	<state>/<id>/bundle/          config.json and rootfs/, the merged overlay (lower = the image, read-only)
+//	<state>/<id>/main.log         output of the sandbox's first process
+//
+// and one container, sbxlite-<id>, in the runtime's root. The first process
+// is sbxd init (cmd/sbxd, bind-mounted read-only from the state dir at
+// /.sbx/sbxd): it keeps the sandbox alive and reaps orphans, or runs the
+// entry's command (after the image's entrypoint) or the image's own.
+//
+// What Create sets up, as Docker would: pid, mount, ipc and uts namespaces,
+// and a network namespace of its own (only loopback) unless the network is
+// "host"; Docker's default capabilities (CapAdd/CapDrop adjust them;
+// Privileged gives all, every device and no seccomp); no-new-privileges;
+// Docker's masked and read-only /proc and /sys paths; a seccomp filter
+// denying what Docker's default profile denies to such a container (module
+// loading, kexec, mount, namespace creation, keyrings, bpf, perf, io_uring,
+// clock changes, ...; a deny list on an allow-by-default action, not
+// Docker's allow list); cgroup limits for cpus, memory and pids (v1 and v2;
+// the cgroup is /sandboxkit-lite/<id>), a pids limit of 4096 by default;
+// /dev/shm of Spec.Resources.ShmBytes; bind volumes; generated /etc/hosts
+// and /etc/hostname (the hostname is the sandbox ID).
+//
+// Destroy works from meta.json alone, so it also removes sandboxes whose
+// creator crashed half-way: it kills the container's first process (which
+// ends the PID namespace), deletes the container, unmounts the overlay and
+// removes the folder; it is idempotent. Reset (a lite-only method) throws the
+// writable layer away and starts the container again: the sandbox is back to
+// its image, with the same ID.
+//
+// # Exec
+//
+// Every command runs through the runtime's exec as
+//
+//	/.sbx/sbxd exec --id EXECID [--timeout D] -- ARGV...
+//
+// with a process.json made from the sandbox's OCI process (its environment,
+// capabilities and user), so exec'd commands are confined like the first
+// process. sbxd runs ARGV in a process group with SBX_EXEC_ID=EXECID and, on
+// timeout, kills the group and every process carrying the marker, then
+// exits 124. Cancelling the context kills every process carrying the marker
+// from the host (the sandbox's processes are visible there). The runtime's
+// stdio is the command's, with no copy in between for files; its own errors
+// go to a JSON log and come back as errors (a stopped sandbox wraps
+// backend.ErrUnavailable). Attach runs the same way with pipes.
+//
+// # Files
+//
+// Sandbox implements backend.FileSystem on the host side of the overlay,
+// with no exec. Paths resolve as the kernel would resolve them inside the
+// sandbox, chroot-style ("/.." is "/", absolute symlinks start at the
+// sandbox's root), through os.Root, so no "..", symlink or
+// /proc/self/root trick reaches a host file; under a bind volume's target
+// they reach the volume's host folder. Paths under /proc, /sys, /dev, /.sbx
+// and the generated /etc files are not on the overlay and return
+// errors.ErrUnsupported, so backend.ReadFile and friends fall back to Exec.
+// New files belong to the sandbox's user; a replaced file keeps its owner.
+//
+// # Hosts
+//
+// The backend needs root: New fails with backend.ErrUnavailable otherwise
+// (rootless operation is not implemented). It needs overlayfs and an OCI
+// runtime; runc 1.1 works on cgroup v1, hybrid and v2 hosts. crun 1.8
+// refuses hosts whose cgroup v2 hierarchy holds controllers in hybrid mode
+// ("cgroups in hybrid mode not supported"); the error is passed on. runsc
+// is accepted but untested.
+package lite

@@ -1,0 +1,538 @@
+package lite
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	goruntime "runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/procfs"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
+)
+
+// Name is the backend's registry name.
+const Name = "lite"
+
+// Paths inside every sandbox.
+const (
+	sbxdDir  = "/.sbx"
+	sbxdPath = "/.sbx/sbxd"
+	// envExecID is the marker sbxd exec gives a command's processes.
+	envExecID = "SBX_EXEC_ID"
+)
+
+// containerPrefix starts the runtime's container ID of every sandbox.
+const containerPrefix = "sbxlite-"
+
+var errUnsupported = errors.ErrUnsupported
+
+// Backend makes sandboxes as OCI containers run by runc (or crun, runsc)
+// with no daemon. It is safe for concurrent use.
+type Backend struct {
+	cfg      Config
+	log      *slog.Logger
+	dir      string
+	runtime  *ociRuntime
+	runtimes []string // names Spec.Runtime may pick
+	images   *imageStore
+	sbxd     string // host path of the sbxd binary bind-mounted into sandboxes
+
+	// metaMu serialises read-modify-write of meta files (Renew, Pause).
+	metaMu sync.Mutex
+	// sbxLocks serialise Reset and Destroy of one sandbox in this process.
+	sbxLocks sync.Map // id -> *sync.Mutex
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New checks the host (root, an OCI runtime) and prepares the state and
+// image folders. It starts nothing.
+func New(cfg Config, opts ...Option) (*Backend, error) {
+	b := &Backend{cfg: cfg, log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(b)
+	}
+	openErr := func(err error) error { return &backend.OpError{Op: "open", Backend: Name, Err: err} }
+	if err := cfg.validate(); err != nil {
+		return nil, openErr(err)
+	}
+	if err := checkPrivileges(cfg.Rootless); err != nil {
+		return nil, openErr(err)
+	}
+	rt, err := lookRuntime(cfg.Runtime, cfg.RuntimeRoot)
+	if err != nil {
+		return nil, openErr(fmt.Errorf("%w: %v", backend.ErrUnavailable, err))
+	}
+	b.runtime = rt
+	b.runtimes = []string{rt.name}
+	for _, n := range []string{"runc", "crun", "runsc"} {
+		if n != rt.name {
+			if _, err := lookRuntime(n, ""); err == nil {
+				b.runtimes = append(b.runtimes, n)
+			}
+		}
+	}
+	slices.Sort(b.runtimes)
+
+	dir := cfg.StateDir
+	if dir == "" {
+		if dir, err = DefaultStateDir(); err != nil {
+			return nil, openErr(err)
+		}
+	}
+	imgDir := cfg.ImageDir
+	if imgDir == "" {
+		if imgDir, err = DefaultImageDir(); err != nil {
+			return nil, openErr(err)
+		}
+	}
+	if b.dir, err = filepath.Abs(dir); err != nil {
+		return nil, openErr(err)
+	}
+	if imgDir, err = filepath.Abs(imgDir); err != nil {
+		return nil, openErr(err)
+	}
+	for _, d := range []string{b.dir, imgDir} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, openErr(fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err))
+		}
+	}
+	b.images = &imageStore{dir: imgDir, aliases: cfg.Images, insecure: cfg.InsecureRegistries, pullPolicy: cfg.PullPolicy, log: b.log}
+	if b.sbxd, err = installSbxd(b.dir, cfg.SbxdPath); err != nil {
+		return nil, openErr(err)
+	}
+	return b, nil
+}
+
+// checkPrivileges refuses what this version cannot do: it runs sandboxes
+// as root only.
+func checkPrivileges(mode string) error {
+	euid := os.Geteuid()
+	switch {
+	case mode == RootlessForce:
+		return fmt.Errorf("%w: the lite backend cannot run rootless yet ([sandbox.lite] rootless = \"force\"): rootless sandboxes need an overlay mounted inside a user namespace and /etc/subuid ranges, which this version does not set up; run as root or set rootless = \"auto\"",
+			errUnsupported)
+	case euid != 0 && mode == RootlessOff:
+		return fmt.Errorf("%w: the lite backend runs as root (uid 0) and this process runs as uid %d with rootless = \"off\"", backend.ErrUnavailable, euid)
+	case euid != 0:
+		return fmt.Errorf("%w: the lite backend needs root (uid 0) to mount overlays and create cgroups; this process runs as uid %d and rootless operation is not implemented yet (use the local backend, or run as root)", backend.ErrUnavailable, euid)
+	}
+	return nil
+}
+
+// installSbxd writes the sbxd binary once under dir/bin, named by its
+// hash, and returns its path.
+func installSbxd(dir, override string) (string, error) {
+	bin, err := sbxdbin.Find(override, goruntime.GOARCH)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(bin)
+	p := filepath.Join(dir, "bin", "sbxd-"+hex.EncodeToString(sum[:8]))
+	if fi, err := os.Stat(p); err == nil && fi.Size() == int64(len(bin)) {
+		return p, nil
+	}
+	if err := writeFileAtomic(p, bin); err != nil {
+		return "", fmt.Errorf("installing sbxd: %w", err)
+	}
+	return p, os.Chmod(p, 0o755)
+}
+
+// StateDir is the folder holding the sandboxes.
+func (b *Backend) StateDir() string { return b.dir }
+
+// Runtime is the path of the default OCI runtime binary and its state root.
+func (b *Backend) Runtime() (path, root string) { return b.runtime.path, b.runtime.root }
+
+func (b *Backend) Name() string { return Name }
+
+// Close releases nothing: the backend holds no connections. Sandboxes keep
+// running.
+func (b *Backend) Close() error { return nil }
+
+func (b *Backend) Capabilities() backend.Capabilities {
+	iso := backend.IsolationContainer
+	if b.runtime.name == "runsc" {
+		iso = backend.IsolationVM
+	}
+	return backend.Capabilities{
+		Isolation:        iso,
+		Images:           true,
+		NetworkModes:     []string{NetworkHost, NetworkNone},
+		BindVolumes:      true,
+		User:             true,
+		CPULimit:         true,
+		MemoryLimit:      true,
+		PidsLimit:        true,
+		ShmSize:          true,
+		Privileged:       true,
+		CapAdd:           true,
+		CapDrop:          true,
+		SecurityOpt:      true,
+		ReadOnlyRootfs:   true,
+		Runtimes:         slices.Clone(b.runtimes),
+		ImageCommand:     true,
+		PauseKeepsMemory: true,
+		Persistent:       true,
+	}
+}
+
+// meta is what meta.json holds: everything Get, List, Exec and Destroy
+// need after a restart of the host program.
+type meta struct {
+	ID          string            `json:"id"`
+	Name        string            `json:"name,omitempty"`
+	Session     string            `json:"session,omitempty"`
+	Image       string            `json:"image,omitempty"`
+	ImageDigest string            `json:"image_digest,omitempty"`
+	Owner       string            `json:"owner,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	CreatedAt   time.Time         `json:"created_at"`
+	ExpiresAt   time.Time         `json:"expires_at,omitzero"`
+	// WorkDir is the default working directory, inside the sandbox.
+	WorkDir string `json:"workdir"`
+	// Runtime and RuntimeRoot name the OCI runtime that runs the
+	// container, ContainerID its ID there.
+	Runtime     string `json:"runtime"`
+	RuntimeRoot string `json:"runtime_root"`
+	ContainerID string `json:"container_id"`
+	// Lower is the overlay's read-only lower layer (the unpacked image).
+	Lower    string           `json:"lower"`
+	Network  string           `json:"network"`
+	ReadOnly bool             `json:"read_only,omitempty"`
+	Volumes  []backend.Volume `json:"volumes,omitempty"`
+	// UID and GID own files the backend writes for the sandbox.
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+	// InitPID and InitStart identify the container's first process on the
+	// host (0 while it is being created).
+	InitPID   int    `json:"init_pid,omitempty"`
+	InitStart uint64 `json:"init_start,omitempty"`
+	Paused    bool   `json:"paused,omitempty"`
+}
+
+func (m *meta) info() backend.Info {
+	labels := maps.Clone(m.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[backend.LabelID] = m.ID
+	labels[backend.LabelBackend] = Name
+	set := func(k, v string) {
+		if v != "" {
+			labels[k] = v
+		}
+	}
+	set(backend.LabelName, m.Name)
+	set(backend.LabelSession, m.Session)
+	set(backend.LabelOwner, m.Owner)
+	if !m.ExpiresAt.IsZero() {
+		labels[backend.LabelExpiresAt] = m.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	var state backend.State
+	switch {
+	case m.InitPID == 0:
+		state = backend.StateCreating
+	case !procfs.Alive(m.InitPID, m.InitStart):
+		state = backend.StateExited
+	case m.Paused:
+		state = backend.StatePaused
+	default:
+		state = backend.StateRunning
+	}
+	return backend.Info{
+		ID: m.ID, Backend: Name, Name: m.Name, Session: m.Session, Image: m.Image,
+		State: state, Owner: m.Owner, Labels: labels,
+		CreatedAt: m.CreatedAt, ExpiresAt: m.ExpiresAt, WorkDir: m.WorkDir,
+	}
+}
+
+func (m *meta) runtime() *ociRuntime {
+	return &ociRuntime{path: m.Runtime, name: filepath.Base(m.Runtime), root: m.RuntimeRoot}
+}
+
+// Folders and files of one sandbox, under <state>/<id>.
+func bundleDir(dir string) string { return filepath.Join(dir, "bundle") }
+func rootfsDir(dir string) string { return filepath.Join(dir, "bundle", "rootfs") }
+func upperDir(dir string) string  { return filepath.Join(dir, "upper") }
+func workDir(dir string) string   { return filepath.Join(dir, "work") }
+
+func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
+	createErr := func(err error) error { return &backend.OpError{Op: "create", Backend: Name, Err: err} }
+	if err := b.Capabilities().Check(Name, spec); err != nil {
+		return nil, createErr(err)
+	}
+	rt := b.runtime
+	if spec.Runtime != "" && spec.Runtime != rt.name {
+		var err error
+		if rt, err = lookRuntime(spec.Runtime, ""); err != nil {
+			return nil, createErr(fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err))
+		}
+	}
+	for _, v := range spec.Volumes {
+		if err := checkVolume(v); err != nil {
+			return nil, createErr(err)
+		}
+	}
+	ref := spec.Image
+	if ref == "" {
+		ref = b.cfg.DefaultImage
+	}
+	if ref == "" {
+		return nil, createErr(fmt.Errorf("%w: the lite backend needs an image (set image in the sandbox entry or [sandbox] default_image; e.g. dir:/path/to/rootfs)", backend.ErrInvalidConfig))
+	}
+	img, err := b.images.resolve(ctx, ref)
+	if err != nil {
+		return nil, createErr(err)
+	}
+	if spec.ImageCommand && len(img.config.Entrypoint)+len(img.config.Cmd) == 0 {
+		return nil, createErr(fmt.Errorf("%w: command = \"\" runs the image's own command, and image %q has none", backend.ErrInvalidConfig, ref))
+	}
+	id, err := newID()
+	if err != nil {
+		return nil, createErr(err)
+	}
+	network := spec.Network
+	if network == "" {
+		network = b.cfg.network()
+	}
+	m := &meta{
+		ID: id, Name: spec.Name, Session: spec.Session, Image: ref, ImageDigest: img.config.Digest,
+		Owner: spec.Owner, Labels: maps.Clone(spec.Labels),
+		CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
+		Runtime:   rt.path, RuntimeRoot: rt.root, ContainerID: containerPrefix + id,
+		Lower: img.rootfs, Network: network, ReadOnly: spec.ReadOnlyRootfs, Volumes: spec.Volumes,
+	}
+	if spec.TTL > 0 {
+		m.ExpiresAt = m.CreatedAt.Add(spec.TTL)
+	}
+	dir := filepath.Join(b.dir, id)
+	sb := &Sandbox{b: b, id: id, dir: dir}
+	fail := func(err error) (backend.Sandbox, error) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if derr := sb.teardown(cctx, m); derr != nil {
+			b.log.Warn("cleaning up a failed create", "sandbox", id, "err", derr)
+		}
+		return nil, createErr(err)
+	}
+	for _, d := range []string{rootfsDir(dir), workDir(dir)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fail(err)
+		}
+	}
+	if err := makeUpper(m.Lower, dir); err != nil {
+		return fail(err)
+	}
+	// The meta file comes first, so that a crash from here on leaves a
+	// sandbox that List shows and Destroy removes.
+	if err := writeMeta(dir, m); err != nil {
+		return fail(err)
+	}
+	if err := mountOverlay(m.Lower, dir); err != nil {
+		return fail(err)
+	}
+	in, err := b.prepare(m, spec, img, dir)
+	if err != nil {
+		return fail(err)
+	}
+	ociSpec, err := buildSpec(in)
+	if err != nil {
+		return fail(err)
+	}
+	data, err := json.MarshalIndent(ociSpec, "", "  ")
+	if err != nil {
+		return fail(err)
+	}
+	if err := os.WriteFile(filepath.Join(bundleDir(dir), "config.json"), data, 0o600); err != nil {
+		return fail(err)
+	}
+	if err := sb.start(ctx, m); err != nil {
+		return fail(err)
+	}
+	b.log.Debug("created sandbox", "id", id, "name", spec.Name, "image", ref)
+	return sb, nil
+}
+
+// prepare resolves the user and working directory in the mounted root
+// file system, writes /etc/hosts and /etc/hostname, and assembles what the
+// OCI config is made from.
+func (b *Backend) prepare(m *meta, spec backend.Spec, img *image, dir string) (bundleInput, error) {
+	v := newView(m, dir)
+	userSpec := spec.User
+	if userSpec == "" {
+		userSpec = img.config.User
+	}
+	user, home, err := lookupUser(v, userSpec)
+	if err != nil {
+		return bundleInput{}, err
+	}
+	m.UID, m.GID = user.UID, user.GID
+	wd := spec.WorkingDir
+	if wd == "" {
+		wd = img.config.WorkingDir
+	}
+	if wd == "" {
+		wd = "/"
+	}
+	if !path.IsAbs(wd) {
+		return bundleInput{}, fmt.Errorf("%w: working_dir %q: want an absolute path inside the sandbox", backend.ErrInvalidConfig, wd)
+	}
+	m.WorkDir = path.Clean(wd)
+	// Docker makes a missing working directory; so does lite.
+	if err := v.mkdirAll(m.WorkDir); err != nil {
+		return bundleInput{}, fmt.Errorf("working_dir %q: %w", spec.WorkingDir, err)
+	}
+	if err := writeMeta(dir, m); err != nil {
+		return bundleInput{}, err
+	}
+	envLayers := []map[string]string{{"HOSTNAME": m.ID, "HOME": home}, envMap(img.config.Env), spec.Env}
+	var args []string
+	switch {
+	case spec.ImageCommand:
+		args = append(slices.Clone(img.config.Entrypoint), img.config.Cmd...)
+	case spec.Command != nil:
+		args = append(slices.Clone(img.config.Entrypoint), spec.Command...)
+	}
+	args = append([]string{sbxdPath, "init", "--"}, args...)
+	if len(args) == 3 {
+		args = args[:2]
+	}
+	hosts := filepath.Join(dir, "hosts")
+	hostname := filepath.Join(dir, "hostname")
+	if err := os.WriteFile(hosts, fmt.Appendf(nil, "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", m.ID), 0o644); err != nil {
+		return bundleInput{}, err
+	}
+	if err := os.WriteFile(hostname, []byte(m.ID+"\n"), 0o644); err != nil {
+		return bundleInput{}, err
+	}
+	return bundleInput{
+		id: m.ID, spec: spec, image: &img.config, network: m.Network, pids: b.cfg.pidsLimit(),
+		user: user, env: processEnv(envLayers...), cwd: m.WorkDir, args: args,
+		sbxdPath: b.sbxd, hosts: hosts, hostname: hostname,
+	}, nil
+}
+
+func checkVolume(v backend.Volume) error {
+	name := v.Source + ":" + v.Target
+	if !filepath.IsAbs(v.Source) {
+		return fmt.Errorf("%w: volume %q: the host path must be absolute", backend.ErrInvalidConfig, name)
+	}
+	if !path.IsAbs(v.Target) {
+		return fmt.Errorf("%w: volume %q: the sandbox path must be absolute", backend.ErrInvalidConfig, name)
+	}
+	if _, err := os.Stat(v.Source); err != nil {
+		return fmt.Errorf("%w: volume %q: host path does not exist", backend.ErrInvalidConfig, name)
+	}
+	return nil
+}
+
+func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
+	if !validID(id) {
+		return nil, &backend.OpError{Op: "get", Backend: Name, Sandbox: id, Err: backend.ErrNotFound}
+	}
+	dir := filepath.Join(b.dir, id)
+	if _, err := readMeta(dir); err != nil {
+		return nil, &backend.OpError{Op: "get", Backend: Name, Sandbox: id, Err: err}
+	}
+	return &Sandbox{b: b, id: id, dir: dir}, nil
+}
+
+func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {
+	entries, err := os.ReadDir(b.dir)
+	if err != nil {
+		return nil, &backend.OpError{Op: "list", Backend: Name, Err: err}
+	}
+	var out []backend.Info
+	for _, e := range entries {
+		if !e.IsDir() || !validID(e.Name()) {
+			continue
+		}
+		m, err := readMeta(filepath.Join(b.dir, e.Name()))
+		if err != nil {
+			// Being destroyed right now, or damaged: skip.
+			continue
+		}
+		if info := m.info(); filter.Match(info) {
+			out = append(out, info)
+		}
+	}
+	slices.SortFunc(out, func(a, b backend.Info) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+func newID() (string, error) {
+	var buf [6]byte
+	if _, err := rand.Read(buf[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(buf[:]), nil
+}
+
+func validID(id string) bool {
+	if len(id) != 12 {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil
+}
+
+func readMeta(dir string) (*meta, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, backend.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	var m meta
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "meta.json"), err)
+	}
+	return &m, nil
+}
+
+func writeMeta(dir string, m *meta) error {
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, "meta.json"), data)
+}
+
+// processTemplate reads the process of a sandbox's OCI config: what every
+// exec starts from.
+func processTemplate(dir string) (*specs.Process, error) {
+	data, err := os.ReadFile(filepath.Join(bundleDir(dir), "config.json"))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, backend.ErrNotFound
+		}
+		return nil, err
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, err
+	}
+	if s.Process == nil {
+		return nil, errors.New("the sandbox's OCI config has no process")
+	}
+	return s.Process, nil
+}

@@ -1,0 +1,282 @@
+package lite
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// envRequire makes the tests fail, instead of skipping, when the host
+// cannot run lite sandboxes (CI sets it).
+const envRequire = "SBX_REQUIRE_LITE"
+
+// requireHost skips (or, with SBX_REQUIRE_LITE=1, fails) t unless the host
+// can run lite sandboxes: root, an OCI runtime, and busybox to build the
+// test image from.
+func requireHost(t testing.TB) {
+	t.Helper()
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root (uid 0)")
+	}
+	if _, err := lookRuntime(testRuntime(), ""); err != nil {
+		missing = append(missing, err.Error())
+	}
+	if _, err := busyboxPath(); err != nil {
+		missing = append(missing, "busybox (apt-get install busybox-static)")
+	}
+	if len(missing) == 0 {
+		return
+	}
+	msg := "lite backend tests need " + strings.Join(missing, ", ")
+	if os.Getenv(envRequire) == "1" {
+		t.Fatal(msg + " (" + envRequire + "=1)")
+	}
+	t.Skip(msg + " (set " + envRequire + "=1 to fail instead)")
+}
+
+// testRuntime is the runtime the tests use: env SBX_LITE_RUNTIME, else
+// runc.
+func testRuntime() string {
+	if r := os.Getenv("SBX_LITE_RUNTIME"); r != "" {
+		return r
+	}
+	return "runc"
+}
+
+func busyboxPath() (string, error) {
+	for _, p := range []string{"/bin/busybox", "/usr/bin/busybox"} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return exec.LookPath("busybox")
+}
+
+// TestMain removes the busybox root file system the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if busyboxDir != "" {
+		os.RemoveAll(busyboxDir)
+	}
+	os.Exit(code)
+}
+
+var (
+	busyboxOnce sync.Once
+	busyboxDir  string
+	busyboxErr  error
+)
+
+// busyboxRootfs builds, once per test binary, a minimal root file system:
+// a static busybox, its applets as absolute symlinks to /bin/busybox,
+// /etc/passwd with root and nobody (65534), and a /tmp.
+func busyboxRootfs(t testing.TB) string {
+	t.Helper()
+	busyboxOnce.Do(func() {
+		busyboxDir, busyboxErr = buildBusybox()
+	})
+	if busyboxErr != nil {
+		t.Fatalf("building the busybox root file system: %v", busyboxErr)
+	}
+	return busyboxDir
+}
+
+func buildBusybox() (string, error) {
+	bb, err := busyboxPath()
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "sbx-lite-busybox-")
+	if err != nil {
+		return "", err
+	}
+	os.Chmod(dir, 0o755)
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		return "", err
+	}
+	for _, d := range []string{"bin", "sbin", "usr/bin", "usr/sbin", "etc", "root", "tmp", "proc", "sys", "dev"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return "", err
+		}
+	}
+	os.Chmod(filepath.Join(dir, "tmp"), 0o1777|os.ModeSticky)
+	if err := os.WriteFile(filepath.Join(dir, "bin/busybox"), data, 0o755); err != nil {
+		return "", err
+	}
+	out, err := exec.Command(bb, "--list-full").Output()
+	if err != nil {
+		return "", err
+	}
+	for _, applet := range strings.Fields(string(out)) {
+		if applet == "bin/busybox" {
+			continue
+		}
+		if err := os.Symlink("/bin/busybox", filepath.Join(dir, applet)); err != nil && !os.IsExist(err) {
+			return "", err
+		}
+	}
+	files := map[string]string{
+		"etc/passwd": "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+		"etc/group":  "root:x:0:\nnogroup:x:65534:\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// testEnv is one test's backend with private state, image and runtime
+// folders, and what it needs to check that nothing is left behind.
+type testEnv struct {
+	cfg     Config
+	image   string
+	cgroups []string // sandboxkit-lite cgroups before the test
+}
+
+func newTestEnv(t *testing.T) *testEnv {
+	t.Helper()
+	requireHost(t)
+	rootfs := busyboxRootfs(t)
+	base := t.TempDir()
+	e := &testEnv{
+		cfg: Config{
+			Runtime:     testRuntime(),
+			StateDir:    filepath.Join(base, "state"),
+			ImageDir:    filepath.Join(base, "images"),
+			RuntimeRoot: filepath.Join(base, "runtime"),
+		},
+		image:   "dir:" + rootfs,
+		cgroups: liteCgroups(),
+	}
+	// Registered before any sandbox's cleanup, so it runs after all of
+	// them.
+	t.Cleanup(func() { e.checkNothingLeft(t) })
+	return e
+}
+
+func (e *testEnv) open(t *testing.T) *Backend {
+	t.Helper()
+	b, err := New(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return b
+}
+
+func (e *testEnv) spec(name string) backend.Spec {
+	return backend.Spec{Name: name, Image: e.image, TTL: 30 * time.Minute}
+}
+
+// create makes a sandbox destroyed at the end of t.
+func create(t *testing.T, b *Backend, spec backend.Spec) *Sandbox {
+	t.Helper()
+	sb, err := b.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := sb.Destroy(ctx); err != nil {
+			t.Errorf("Destroy: %v", err)
+		}
+	})
+	return sb.(*Sandbox)
+}
+
+// liteCgroups lists the cgroups lite sandboxes have, in every hierarchy.
+func liteCgroups() []string {
+	var out []string
+	for _, pattern := range []string{"/sys/fs/cgroup/*/sandboxkit-lite/*", "/sys/fs/cgroup/sandboxkit-lite/*"} {
+		m, _ := filepath.Glob(pattern)
+		for _, p := range m {
+			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+				out = append(out, p)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkNothingLeft asserts that the runtime knows no container, nothing is
+// mounted under the state folder, no sandbox folder remains and no cgroup
+// was left.
+func (e *testEnv) checkNothingLeft(t *testing.T) {
+	rt, err := lookRuntime(e.cfg.Runtime, e.cfg.RuntimeRoot)
+	if err != nil {
+		t.Errorf("leak check: %v", err)
+		return
+	}
+	ids, err := rt.list(context.Background())
+	if err != nil && !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("leak check: %v", err)
+	}
+	if len(ids) > 0 {
+		t.Errorf("leak check: the runtime still has containers %v", ids)
+	}
+	if mounts, _ := mountsUnder(e.cfg.StateDir); len(mounts) > 0 {
+		t.Errorf("leak check: still mounted: %v", mounts)
+		for _, m := range mounts {
+			unmount(m)
+		}
+	}
+	entries, _ := os.ReadDir(e.cfg.StateDir)
+	for _, en := range entries {
+		if validID(en.Name()) {
+			t.Errorf("leak check: sandbox folder %s is left", en.Name())
+		}
+	}
+	// Cgroups are removed by the runtime; give the kernel a moment.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var leaked []string
+		for _, cg := range liteCgroups() {
+			if !slices.Contains(e.cgroups, cg) && strings.Contains(cg, "/sandboxkit-lite/") {
+				leaked = append(leaked, cg)
+			}
+		}
+		if len(leaked) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("leak check: cgroups left: %v", leaked)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestSmoke(t *testing.T) {
+	e := newTestEnv(t)
+	b := e.open(t)
+	start := time.Now()
+	sb := create(t, b, e.spec("smoke"))
+	t.Logf("create: %v", time.Since(start))
+	start = time.Now()
+	res, err := sb.Exec(t.Context(), backend.ExecRequest{Shell: "echo hello; id -u; pwd; hostname"})
+	t.Logf("exec: %v", time.Since(start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "hello\n0\n/\n" + sb.ID() + "\n"; res.ExitCode != 0 || string(res.Stdout) != want {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 0, %q", res.ExitCode, res.Stdout, res.Stderr, want)
+	}
+}

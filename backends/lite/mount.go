@@ -1,0 +1,111 @@
+package lite
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+)
+
+// mountOverlay mounts the sandbox's root file system: lower (the unpacked
+// image, never written) under the sandbox's own upper layer, at
+// bundle/rootfs.
+func mountOverlay(lower, dir string) error {
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upperDir(dir), workDir(dir))
+	if strings.ContainsAny(lower+upperDir(dir), ",:") {
+		return fmt.Errorf("overlay: paths may not contain ',' or ':' (%s)", opts)
+	}
+	if err := syscall.Mount("overlay", rootfsDir(dir), "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mounting the overlay root file system (%s): %w", opts, err)
+	}
+	return nil
+}
+
+// makeUpper makes the sandbox's upper layer with the mode and owner of the
+// image's root folder: the overlay's root takes them from the upper layer,
+// and a 0700 root would lock every user but root out of the sandbox.
+func makeUpper(lower, dir string) error {
+	fi, err := os.Stat(lower)
+	if err != nil {
+		return err
+	}
+	up := upperDir(dir)
+	if err := os.Mkdir(up, fi.Mode().Perm()); err != nil {
+		return err
+	}
+	if err := os.Chmod(up, fi.Mode().Perm()); err != nil { // umask
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return os.Chown(up, int(st.Uid), int(st.Gid))
+	}
+	return nil
+}
+
+// unmount unmounts target; a target that is not mounted (or is gone) is
+// not an error. The unmount is lazy (MNT_DETACH): the mount leaves the
+// mount table at once, and the kernel's flush of the overlay, which can
+// take tens of milliseconds, does not hold up Destroy or Reset.
+func unmount(target string) error {
+	for range 100 {
+		err := syscall.Unmount(target, syscall.MNT_DETACH)
+		switch {
+		case err == nil:
+			// Mounted more than once (a crash between two mounts of
+			// Reset): go on until none is left.
+			continue
+		case errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.ENOENT):
+			return nil
+		default:
+			return fmt.Errorf("unmounting %s: %w", target, err)
+		}
+	}
+	return fmt.Errorf("unmounting %s: still mounted after 100 unmounts", target)
+}
+
+// mountsUnder returns the mount points at or under dir, from
+// /proc/self/mountinfo (for tests and leak checks).
+func mountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out, sc.Err()
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space) of
+// /proc/self/mountinfo.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var c byte
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &c); err == nil {
+				b.WriteByte(c)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

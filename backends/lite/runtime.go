@@ -1,0 +1,195 @@
+package lite
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// ociRuntime drives an OCI runtime binary (runc, crun, runsc: they share
+// the command line used here).
+type ociRuntime struct {
+	path string // absolute path of the binary
+	name string // "runc", "crun", "runsc", ...
+	root string // --root: where it keeps container state
+}
+
+// lookRuntime finds a runtime by name or path. Root defaults to
+// /run/sandboxkit/lite/<name>.
+func lookRuntime(nameOrPath, root string) (*ociRuntime, error) {
+	if nameOrPath == "" {
+		nameOrPath = "runc"
+	}
+	p := nameOrPath
+	if !strings.Contains(p, "/") {
+		var err error
+		if p, err = exec.LookPath(nameOrPath); err != nil {
+			// PATH of a non-login root shell may lack the sbin folders.
+			for _, dir := range []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"} {
+				if fi, err := os.Stat(filepath.Join(dir, nameOrPath)); err == nil && fi.Mode()&0o111 != 0 {
+					p = filepath.Join(dir, nameOrPath)
+					break
+				}
+			}
+			if !strings.Contains(p, "/") {
+				return nil, fmt.Errorf("OCI runtime %q not found in PATH or the sbin folders (install it, e.g. apt-get install runc, or set [sandbox.lite] runtime to its path)", nameOrPath)
+			}
+		}
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(abs); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("OCI runtime %q is not an executable file", abs)
+	}
+	name := filepath.Base(abs)
+	if root == "" {
+		root = filepath.Join("/run/sandboxkit/lite", name)
+	}
+	return &ociRuntime{path: abs, name: name, root: root}, nil
+}
+
+// command returns the runtime invoked with args after its global options.
+func (r *ociRuntime) command(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, r.path, append([]string{"--root", r.root}, args...)...)
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// run runs the runtime and returns its output; a failure carries its
+// stderr.
+func (r *ociRuntime) run(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := r.command(ctx, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return out, &runtimeError{runtime: r.name, args: args, msg: msg}
+	}
+	return out, nil
+}
+
+type runtimeError struct {
+	runtime string
+	args    []string
+	msg     string
+}
+
+func (e *runtimeError) Error() string {
+	verb := ""
+	if len(e.args) > 0 {
+		verb = e.args[0]
+	}
+	return fmt.Sprintf("%s %s: %s", e.runtime, verb, e.msg)
+}
+
+// notExist reports whether err says the container does not exist (runc:
+// `container "x" does not exist`; crun: `... No such file or directory`).
+func notExist(err error) bool {
+	var re *runtimeError
+	if !errors.As(err, &re) {
+		return false
+	}
+	m := strings.ToLower(re.msg)
+	return strings.Contains(m, "does not exist") || strings.Contains(m, "no such file or directory") || strings.Contains(m, "not found")
+}
+
+// start creates and starts container id from bundle, detached, with its
+// stdout and stderr appended to logPath, and returns the host PID of its
+// first process.
+func (r *ociRuntime) start(ctx context.Context, id, bundle, logPath string) (int, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	pidFile := filepath.Join(bundle, "init.pid")
+	os.Remove(pidFile)
+	cmd := r.command(ctx, "run", "--detach", "--bundle", bundle, "--pid-file", pidFile, id)
+	// The container's first process keeps these: a file, never a pipe we
+	// would have to drain.
+	cmd.Stdout, cmd.Stderr = logf, logf
+	startOff, _ := logf.Seek(0, 2)
+	if err := cmd.Run(); err != nil {
+		msg := tail(logPath, startOff)
+		if msg == "" {
+			msg = err.Error()
+		}
+		return 0, &runtimeError{runtime: r.name, args: []string{"run"}, msg: msg}
+	}
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		return 0, fmt.Errorf("%s run: no pid file: %w", r.name, err)
+	}
+	var pid int
+	if _, err := fmt.Sscan(string(data), &pid); err != nil {
+		return 0, fmt.Errorf("%s run: pid file %q: %w", r.name, data, err)
+	}
+	return pid, nil
+}
+
+// tail returns what was appended to the file at p after offset off.
+func tail(p string, off int64) string {
+	data, err := os.ReadFile(p)
+	if err != nil || int64(len(data)) < off {
+		return ""
+	}
+	return strings.TrimSpace(string(data[off:]))
+}
+
+// remove kills container id and deletes it; a container that does not
+// exist is not an error.
+func (r *ociRuntime) remove(ctx context.Context, id string) error {
+	_, err := r.run(ctx, "delete", "--force", id)
+	if err == nil || notExist(err) {
+		return nil
+	}
+	// delete --force fails on a container stuck between states; kill,
+	// wait a moment and try once more.
+	r.run(ctx, "kill", id, "KILL")
+	time.Sleep(50 * time.Millisecond)
+	if _, err2 := r.run(ctx, "delete", "--force", id); err2 != nil && !notExist(err2) {
+		return err
+	}
+	return nil
+}
+
+// state returns the runtime's status of container id ("created",
+// "running", "paused", "stopped"), or "" when it does not exist.
+func (r *ociRuntime) state(ctx context.Context, id string) (string, error) {
+	out, err := r.run(ctx, "state", id)
+	if notExist(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return "", fmt.Errorf("%s state: %w", r.name, err)
+	}
+	return st.Status, nil
+}
+
+// list returns the IDs of the containers the runtime knows under its root.
+func (r *ociRuntime) list(ctx context.Context) ([]string, error) {
+	out, err := r.run(ctx, "list", "--quiet")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(out)), nil
+}

@@ -1,0 +1,527 @@
+package lite
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/procfs"
+)
+
+// Sandbox is one lite sandbox. It is safe for concurrent use.
+type Sandbox struct {
+	b   *Backend
+	id  string
+	dir string
+
+	tmplOnce sync.Once
+	tmpl     *specs.Process
+	tmplErr  error
+}
+
+var (
+	_ backend.Sandbox    = (*Sandbox)(nil)
+	_ backend.FileSystem = (*Sandbox)(nil)
+	_ backend.Attacher   = (*Sandbox)(nil)
+	_ backend.Endpointer = (*Sandbox)(nil)
+	_ backend.Pauser     = (*Sandbox)(nil)
+	_ backend.Renewer    = (*Sandbox)(nil)
+)
+
+func (s *Sandbox) ID() string { return s.id }
+
+// Dir is the sandbox's folder on the host.
+func (s *Sandbox) Dir() string { return s.dir }
+
+// RootFS is the host path of the sandbox's merged root file system.
+func (s *Sandbox) RootFS() string { return rootfsDir(s.dir) }
+
+func (s *Sandbox) opErr(op string, err error) error {
+	return backend.WrapOp(op, Name, s.id, err)
+}
+
+func (s *Sandbox) meta() (*meta, error) { return readMeta(s.dir) }
+
+func (s *Sandbox) Info(ctx context.Context) (backend.Info, error) {
+	m, err := s.meta()
+	if err != nil {
+		return backend.Info{}, s.opErr("info", err)
+	}
+	return m.info(), nil
+}
+
+// lock serialises Reset and Destroy of this sandbox within the process.
+func (s *Sandbox) lock() func() {
+	l, _ := s.b.sbxLocks.LoadOrStore(s.id, &sync.Mutex{})
+	mu := l.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+// start runs the container of a prepared bundle and records its first
+// process in the meta file.
+func (s *Sandbox) start(ctx context.Context, m *meta) error {
+	pid, err := m.runtime().start(ctx, m.ContainerID, bundleDir(s.dir), filepath.Join(s.dir, "main.log"))
+	if err != nil {
+		return err
+	}
+	start, _ := procfs.StartTime(pid)
+	s.b.metaMu.Lock()
+	defer s.b.metaMu.Unlock()
+	if cur, err := s.meta(); err == nil {
+		m.ExpiresAt = cur.ExpiresAt // a Renew meanwhile
+	}
+	m.InitPID, m.InitStart, m.Paused = pid, start, false
+	return writeMeta(s.dir, m)
+}
+
+// stop removes the container and unmounts the root file system.
+func (s *Sandbox) stop(ctx context.Context, m *meta) error {
+	killInit(m)
+	if err := m.runtime().remove(ctx, m.ContainerID); err != nil {
+		return err
+	}
+	if err := removeCgroups(s.id); err != nil {
+		return err
+	}
+	return unmount(rootfsDir(s.dir))
+}
+
+// killInit kills the container's first process from the host, which ends
+// every process in its PID namespace, and waits until it is gone. runc's
+// own delete --force waits 100 ms before it first looks; this takes about
+// a millisecond.
+func killInit(m *meta) {
+	if m.InitPID == 0 || !procfs.Alive(m.InitPID, m.InitStart) {
+		return
+	}
+	syscall.Kill(m.InitPID, syscall.SIGKILL)
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		if !procfs.Alive(m.InitPID, m.InitStart) {
+			return
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
+}
+
+// teardown removes everything the sandbox made. The meta file goes last
+// but one, so a failure leaves a sandbox Destroy can be retried on.
+func (s *Sandbox) teardown(ctx context.Context, m *meta) error {
+	if err := s.stop(ctx, m); err != nil {
+		return err
+	}
+	// Only once nothing is mounted: removing through a mounted overlay
+	// would be slow, and through a bind mount would reach the host.
+	if left, err := mountsUnder(s.dir); err != nil || len(left) > 0 {
+		return fmt.Errorf("mounts remain under %s: %v %v", s.dir, left, err)
+	}
+	if err := os.Remove(filepath.Join(s.dir, "meta.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return os.RemoveAll(s.dir)
+}
+
+// Destroy removes the container, unmounts and deletes the sandbox's folder.
+// It works from the meta file alone, so it also cleans up after a creator
+// that crashed half-way.
+func (s *Sandbox) Destroy(ctx context.Context) error {
+	defer s.lock()()
+	m, err := s.meta()
+	switch {
+	case errors.Is(err, backend.ErrNotFound):
+		if _, err := os.Stat(s.dir); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		// The folder without its meta file: an earlier Destroy stopped
+		// half-way. Finish it with the default runtime.
+		m = &meta{ContainerID: containerPrefix + s.id, Runtime: s.b.runtime.path, RuntimeRoot: s.b.runtime.root}
+	case err != nil:
+		return s.opErr("destroy", err)
+	}
+	if err := s.teardown(ctx, m); err != nil {
+		return s.opErr("destroy", err)
+	}
+	s.b.log.Debug("destroyed sandbox", "id", s.id)
+	return nil
+}
+
+// Reset brings the sandbox back to its image: it stops the container
+// (ending every process in it), throws the overlay's upper layer away,
+// mounts a fresh one and starts the container again with the same ID,
+// config and labels. Files written since Create (or the last Reset) are
+// gone; bind volumes are untouched. Commands running during a Reset fail.
+func (s *Sandbox) Reset(ctx context.Context) error {
+	defer s.lock()()
+	m, err := s.meta()
+	if err != nil {
+		return s.opErr("reset", err)
+	}
+	if err := s.stop(ctx, m); err != nil {
+		return s.opErr("reset", err)
+	}
+	// Rename, then delete: the sandbox is usable again before a large
+	// upper layer is gone.
+	trash := filepath.Join(s.dir, fmt.Sprintf("trash-%d", time.Now().UnixNano()))
+	if err := os.Mkdir(trash, 0o700); err != nil {
+		return s.opErr("reset", err)
+	}
+	for _, d := range []string{upperDir(s.dir), workDir(s.dir)} {
+		if err := os.Rename(d, filepath.Join(trash, filepath.Base(d))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return s.opErr("reset", err)
+		}
+	}
+	if err := os.Mkdir(workDir(s.dir), 0o700); err != nil {
+		return s.opErr("reset", err)
+	}
+	if err := makeUpper(m.Lower, s.dir); err != nil {
+		return s.opErr("reset", err)
+	}
+	go os.RemoveAll(trash)
+	if err := mountOverlay(m.Lower, s.dir); err != nil {
+		return s.opErr("reset", err)
+	}
+	if err := newView(m, s.dir).mkdirAll(m.WorkDir); err != nil {
+		return s.opErr("reset", err)
+	}
+	if err := s.start(ctx, m); err != nil {
+		return s.opErr("reset", err)
+	}
+	return nil
+}
+
+// template returns the process of the sandbox's OCI config.
+func (s *Sandbox) template() (*specs.Process, error) {
+	s.tmplOnce.Do(func() { s.tmpl, s.tmplErr = processTemplate(s.dir) })
+	return s.tmpl, s.tmplErr
+}
+
+// execProcess is the OCI process of one command: argv under sbxd exec with
+// the marker execID, in the sandbox's environment plus env, as the
+// sandbox's user or user.
+func (s *Sandbox) execProcess(m *meta, argv []string, env map[string]string, workdir, user, execID string, timeout time.Duration) (*specs.Process, error) {
+	tmpl, err := s.template()
+	if err != nil {
+		return nil, err
+	}
+	p := *tmpl
+	p.Terminal = false
+	p.Args = []string{sbxdPath, "exec", "--id", execID}
+	if timeout > 0 {
+		p.Args = append(p.Args, "--timeout", timeout.String())
+	}
+	p.Args = append(append(p.Args, "--"), argv...)
+	envs := envMap(tmpl.Env)
+	maps.Copy(envs, env)
+	envs[envExecID] = execID
+	p.Env = make([]string, 0, len(envs))
+	for _, k := range slices.Sorted(maps.Keys(envs)) {
+		p.Env = append(p.Env, k+"="+envs[k])
+	}
+	switch {
+	case workdir == "":
+		p.Cwd = m.WorkDir
+	case path.IsAbs(workdir):
+		p.Cwd = path.Clean(workdir)
+	default:
+		p.Cwd = path.Join(m.WorkDir, workdir)
+	}
+	if user != "" {
+		v := newView(m, s.dir)
+		u, _, err := lookupUser(v, user)
+		v.close()
+		if err != nil {
+			return nil, err
+		}
+		p.User = u
+	}
+	return &p, nil
+}
+
+// runtimeExec prepares `runtime exec` of process p: the process file and a
+// log file for the runtime's own errors, removed by cleanup.
+func (s *Sandbox) runtimeExec(m *meta, p *specs.Process, execID string) (*exec.Cmd, string, func(), error) {
+	dir := filepath.Join(s.dir, "exec")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, "", nil, err
+	}
+	data, err := json.Marshal(p)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	pfile := filepath.Join(dir, execID+".json")
+	logFile := filepath.Join(dir, execID+".log")
+	cleanup := func() { os.Remove(pfile); os.Remove(logFile) }
+	if err := os.WriteFile(pfile, data, 0o600); err != nil {
+		cleanup()
+		return nil, "", nil, err
+	}
+	cmd := m.runtime().command(context.Background(), "--log", logFile, "--log-format", "json", "exec", "--process", pfile, m.ContainerID)
+	// Output of background children that outlive the command is passed on
+	// by sbxd for its grace period; then stop waiting for the pipes.
+	cmd.WaitDelay = 2 * time.Second
+	return cmd, logFile, cleanup, nil
+}
+
+// runtimeFailure returns the runtime's own error from its JSON log, or nil
+// when it logged none (the exit status is then the command's).
+func runtimeFailure(logFile string) error {
+	f, err := os.Open(logFile)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var msgs []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var entry struct {
+			Level string `json:"level"`
+			Msg   string `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &entry) == nil && (entry.Level == "error" || entry.Level == "fatal") {
+			msgs = append(msgs, entry.Msg)
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+func newExecID(sandboxID string) (string, error) {
+	id, err := newID()
+	if err != nil {
+		return "", err
+	}
+	return "lite-" + sandboxID + "-" + id, nil
+}
+
+// Exec runs req through `runtime exec` and sbxd exec, which owns the
+// timeout and kills the command's process tree inside the sandbox.
+// Cancelling ctx kills every process carrying the command's marker, from
+// the host (the sandbox's processes are visible there).
+func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.ExecResult, error) {
+	argv, err := req.Argv()
+	if err != nil {
+		return backend.ExecResult{}, s.opErr("exec", err)
+	}
+	m, err := s.meta()
+	if err != nil {
+		return backend.ExecResult{}, s.opErr("exec", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return backend.ExecResult{}, s.opErr("exec", err)
+	}
+	execID, err := newExecID(s.id)
+	if err != nil {
+		return backend.ExecResult{}, s.opErr("exec", err)
+	}
+	p, err := s.execProcess(m, argv, req.Env, req.WorkDir, req.User, execID, req.Timeout)
+	if err != nil {
+		return backend.ExecResult{}, s.opErr("exec", err)
+	}
+	cmd, logFile, cleanup, err := s.runtimeExec(m, p, execID)
+	if err != nil {
+		return backend.ExecResult{}, s.opErr("exec", err)
+	}
+	defer cleanup()
+	out := backend.NewOutputs(req)
+	cmd.Stdout, cmd.Stderr = out.Stdout, out.Stderr
+	// Stdin goes through a pipe we feed ourselves, so Exec returns when
+	// the command exits even if it never read its stdin (os/exec would
+	// wait for the copy).
+	var stdinW *os.File
+	if req.Stdin != nil {
+		if f, ok := req.Stdin.(*os.File); ok {
+			cmd.Stdin = f
+		} else {
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				return backend.ExecResult{}, s.opErr("exec", err)
+			}
+			defer pr.Close()
+			cmd.Stdin, stdinW = pr, pw
+		}
+	}
+	start := time.Now()
+	err = cmd.Start()
+	if stdinW != nil {
+		cmd.Stdin.(*os.File).Close()
+		if err != nil {
+			stdinW.Close()
+		} else {
+			go func() {
+				io.Copy(stdinW, req.Stdin)
+				stdinW.Close()
+			}()
+		}
+	}
+	if err != nil {
+		return backend.ExecResult{}, s.opErr("exec", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	// sbxd ends the command at req.Timeout; this later deadline only
+	// guards against a wrapper that cannot (a frozen sandbox).
+	var backstop <-chan time.Time
+	if req.Timeout > 0 {
+		t := time.NewTimer(req.Timeout + 30*time.Second)
+		defer t.Stop()
+		backstop = t.C
+	}
+	var res backend.ExecResult
+	var waitErr, ctxErr error
+	select {
+	case waitErr = <-done:
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+		waitErr = killExec(cmd, execID, done)
+	case <-backstop:
+		res.TimedOut = true
+		waitErr = killExec(cmd, execID, done)
+	}
+	res.Duration = time.Since(start)
+	if stdinW != nil {
+		stdinW.Close()
+	}
+	out.Finish(&res)
+	if ctxErr != nil {
+		res.ExitCode = -1
+		return res, s.opErr("exec", ctxErr)
+	}
+	if res.TimedOut {
+		res.ExitCode = backend.TimeoutExitCode
+		return res, nil
+	}
+	if rerr := runtimeFailure(logFile); rerr != nil {
+		return res, s.opErr("exec", s.execFailure(rerr))
+	}
+	var exitErr *exec.ExitError
+	if waitErr != nil && !errors.As(waitErr, &exitErr) && !errors.Is(waitErr, exec.ErrWaitDelay) {
+		return res, s.opErr("exec", waitErr)
+	}
+	res.ExitCode = exitCode(cmd.ProcessState)
+	// sbxd exits 124 only when its timer fired (or the command itself
+	// exits 124 at or after the deadline, which is indistinguishable).
+	res.TimedOut = req.Timeout > 0 && res.ExitCode == backend.TimeoutExitCode && res.Duration >= req.Timeout
+	return res, nil
+}
+
+// execFailure explains a runtime's refusal to exec: the sandbox is gone or
+// stopped, or the request was wrong (a working directory that does not
+// exist, say).
+func (s *Sandbox) execFailure(err error) error {
+	m, merr := s.meta()
+	if merr != nil {
+		return fmt.Errorf("%w: %v", merr, err)
+	}
+	if m.InitPID == 0 || !procfs.Alive(m.InitPID, m.InitStart) {
+		return fmt.Errorf("%w: the sandbox is not running (%v)", backend.ErrUnavailable, err)
+	}
+	return err
+}
+
+// killExec kills a command's processes by their marker until the runtime's
+// exec returns (a process that was still being started when the kill came
+// gets the next one), then the runtime itself if it lingers.
+func killExec(cmd *exec.Cmd, execID string, done <-chan error) error {
+	deadline := time.After(5 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		procfs.KillByEnv(envExecID, execID)
+		select {
+		case err := <-done:
+			return err
+		case <-deadline:
+			cmd.Process.Kill()
+			return <-done
+		case <-tick.C:
+		}
+	}
+}
+
+func exitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// Endpoint returns 127.0.0.1:port for a sandbox on the host's network; a
+// sandbox with its own network namespace publishes no ports.
+func (s *Sandbox) Endpoint(ctx context.Context, port int) (string, error) {
+	if port <= 0 || port > 65535 {
+		return "", s.opErr("endpoint", fmt.Errorf("%w: port %d out of range", backend.ErrInvalidConfig, port))
+	}
+	m, err := s.meta()
+	if err != nil {
+		return "", s.opErr("endpoint", err)
+	}
+	if m.Network != NetworkHost {
+		return "", s.opErr("endpoint", fmt.Errorf("%w: sandbox network %q publishes no ports (use network = \"host\")", errUnsupported, m.Network))
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port), nil
+}
+
+// Pause freezes the sandbox's processes with their memory (cgroup
+// freezer).
+func (s *Sandbox) Pause(ctx context.Context) error { return s.setPaused(ctx, true) }
+
+func (s *Sandbox) Resume(ctx context.Context) error { return s.setPaused(ctx, false) }
+
+func (s *Sandbox) setPaused(ctx context.Context, paused bool) error {
+	op, verb := "resume", "resume"
+	if paused {
+		op, verb = "pause", "pause"
+	}
+	s.b.metaMu.Lock()
+	defer s.b.metaMu.Unlock()
+	m, err := s.meta()
+	if err != nil {
+		return s.opErr(op, err)
+	}
+	if _, err := m.runtime().run(ctx, verb, m.ContainerID); err != nil {
+		return s.opErr(op, err)
+	}
+	m.Paused = paused
+	return s.opErr(op, writeMeta(s.dir, m))
+}
+
+// Renew sets the sandbox to expire ttl from now.
+func (s *Sandbox) Renew(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	if ttl <= 0 {
+		return time.Time{}, s.opErr("renew", fmt.Errorf("%w: ttl must be positive, got %s", backend.ErrInvalidConfig, ttl))
+	}
+	s.b.metaMu.Lock()
+	defer s.b.metaMu.Unlock()
+	m, err := s.meta()
+	if err != nil {
+		return time.Time{}, s.opErr("renew", err)
+	}
+	m.ExpiresAt = time.Now().UTC().Add(ttl).Truncate(time.Millisecond)
+	if err := writeMeta(s.dir, m); err != nil {
+		return time.Time{}, s.opErr("renew", err)
+	}
+	return m.ExpiresAt, nil
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what the lite backend and its tests need on a Debian host, from
+# Debian's packages: an OCI runtime (runc; crun too), busybox-static (the
+# tests build their root file system from it) and docker-registry (the pull
+# test). Idempotent: what is installed already is kept. Needs root.
+set -euo pipefail
+
+need=()
+command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || need+=(runc)
+command -v crun >/dev/null 2>&1 || need+=(crun)
+[ -x /bin/busybox ] || command -v busybox >/dev/null 2>&1 || need+=(busybox-static)
+command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
+
+if [ ${#need[@]} -gt 0 ]; then
+	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+		echo "lite-setup: missing ${need[*]}; install them (Debian: apt-get install ${need[*]}) as root" >&2
+		exit 1
+	fi
+	echo "lite-setup: installing ${need[*]}" >&2
+	apt-get update -qq >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# overlayfs must be available (a module on some kernels).
+if ! grep -qw overlay /proc/filesystems; then
+	modprobe overlay 2>/dev/null || true
+	grep -qw overlay /proc/filesystems || { echo "lite-setup: the kernel has no overlayfs" >&2; exit 1; }
+fi
