@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"net"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -22,9 +23,17 @@ import (
 // missing host paths skipped), ports, resources, security options, labels
 // and TTL (ttl, else default_ttl). Session and Owner are left to the caller.
 //
+// A Dockerfile key (project_relative_dockerfile_path,
+// agent_relative_dockerfile_path, absolute_dockerfile_path; see
+// Entry.DockerfilePath) with build_args becomes Spec.Build, with the
+// Dockerfile's folder as the build context and image (else
+// DefaultBuildImage) as the tag. container_id, or pod_name, becomes
+// Spec.Existing: the sandbox attaches to that container instead of making
+// one.
+//
 // Options that backend.Spec cannot carry yet (devices, platform,
-// docker_args, host_gateway, attaching to an existing container) give an
-// error wrapping errors.ErrUnsupported rather than being dropped.
+// docker_args, host_gateway, container_name) give an error wrapping
+// errors.ErrUnsupported rather than being dropped.
 func (c *Config) Spec(name string) (backend.Spec, error) {
 	e, err := c.Entry(name)
 	if err != nil {
@@ -63,8 +72,6 @@ func unsupportedOptions(e *Entry) []string {
 			opts = append(opts, key)
 		}
 	}
-	add(e.ContainerID != "", "container_id")
-	add(e.PodName != "", "pod_name")
 	add(e.ContainerName != "", "container_name")
 	add(e.Platform != "", "platform")
 	add(len(e.Devices) > 0, "devices")
@@ -197,12 +204,54 @@ func (c *Config) buildSpec(e *Entry, loading bool) (spec backend.Spec, warnings,
 			dockerfiles = append(dockerfiles, k)
 		}
 	}
-	if len(dockerfiles) > 1 {
-		slices.Sort(dockerfiles)
+	slices.Sort(dockerfiles)
+	switch {
+	case len(dockerfiles) > 1:
 		fail(key.String(), "%s are set; use exactly one", strings.Join(dockerfiles, " and "))
+	case len(dockerfiles) == 1:
+		df := e.DockerfilePath()
+		if !filepath.IsAbs(df) {
+			fail(at(dockerfiles[0]), "cannot resolve %q to an absolute path", df)
+			break
+		}
+		spec.Build = &backend.Build{ContextDir: filepath.Dir(df), Dockerfile: df}
+		if len(e.BuildArgs) > 0 {
+			spec.Build.Args = maps.Clone(e.BuildArgs)
+		}
+		// The image names what is built, not a base to run.
+		spec.Image = cmp.Or(e.Image, DefaultBuildImage(e.Name))
+	case len(e.BuildArgs) > 0:
+		warnings = append(warnings, fmt.Sprintf("%s: no Dockerfile is set (project_relative_dockerfile_path, ...), so build_args are not used", at("build_args")))
+	}
+
+	existingKey := ""
+	switch {
+	case e.ContainerID != "" && e.PodName != "":
+		fail(key.String(), "container_id and pod_name are set; use one")
+	case e.ContainerID != "":
+		spec.Existing, existingKey = e.ContainerID, "container_id"
+	case e.PodName != "":
+		spec.Existing, existingKey = e.PodName, "pod_name"
+	}
+	if spec.Existing != "" && spec.Build != nil {
+		fail(key.String(), "%s attaches to an existing container, so nothing is built from %s; remove one of them",
+			existingKey, dockerfiles[0])
 	}
 	return spec, warnings, problems
 }
+
+// DefaultBuildImage is the image name an entry with a Dockerfile but no
+// image builds: sbx-build/<name>:latest, the name lowercased, with
+// characters an image name cannot hold replaced by "-".
+func DefaultBuildImage(name string) string {
+	n := strings.Trim(notImageNameChar.ReplaceAllString(strings.ToLower(name), "-"), "-._")
+	if n == "" {
+		n = "sandbox"
+	}
+	return "sbx-build/" + n + ":latest"
+}
+
+var notImageNameChar = regexp.MustCompile(`[^a-z0-9._-]+`)
 
 // parsePort parses a ports key ("8081", "8081/tcp", "53/udp") with its
 // binding.

@@ -244,12 +244,21 @@ func TestOpenSageShapedConfig(t *testing.T) {
 	assert.Equal(t, filepath.Join(abs, "dockerfiles/main/Dockerfile"), main.DockerfilePath())
 
 	day := 24 * time.Hour
+	build := func(name string, args map[string]string) *backend.Build {
+		return &backend.Build{
+			ContextDir: filepath.Join(abs, "dockerfiles", name),
+			Dockerfile: filepath.Join(abs, "dockerfiles", name, "Dockerfile"),
+			Args:       args,
+		}
+	}
+	bookworm := map[string]string{"BASE_IMAGE": "debian:bookworm"}
 	tests := []struct {
 		name string
 		want backend.Spec
 	}{
 		{"main", backend.Spec{
 			Name: "main", Image: "triage_run_main",
+			Build: build("main", map[string]string{"BASE_IMAGE": "debian:bookworm", "JOBS": "8"}),
 			Volumes: []backend.Volume{
 				{Type: backend.VolumeBind, Source: abs, Target: "/agent", ReadOnly: true},
 				{Type: backend.VolumeNamed, Source: "triage_cache", Target: "/root/.cache"},
@@ -259,24 +268,28 @@ func TestOpenSageShapedConfig(t *testing.T) {
 		}},
 		{"gdb_mcp", backend.Spec{
 			Name: "gdb_mcp", Image: "triage_run_gdb_mcp", ImageCommand: true,
+			Build:  build("gdb_mcp", bookworm),
 			Ports:  []backend.Port{{Port: 2345, Protocol: "tcp", HostPort: 2345}},
 			CapAdd: []string{"SYS_PTRACE"}, SecurityOpt: []string{"seccomp=unconfined"},
 			TTL: day,
 		}},
 		{"pdb_mcp", backend.Spec{
 			Name: "pdb_mcp", Image: "triage_run_pdb_mcp", ImageCommand: true,
+			Build: build("pdb_mcp", nil),
 			Ports: []backend.Port{{Port: 2346, Protocol: "tcp", HostIP: "127.0.0.1", HostPort: 2346}},
 			TTL:   day,
 		}},
 		{"codeql", backend.Spec{Name: "codeql", Image: "debian:bookworm", TTL: day}},
 		{"coverage", backend.Spec{
 			Name: "coverage", Image: "debian:bookworm_coverage",
+			Build:   build("coverage", bookworm),
 			Command: []string{"tail", "-f", "/dev/null"},
 			Env:     map[string]string{"COVERAGE_ENABLED": "true"},
 			TTL:     day,
 		}},
 		{"joern", backend.Spec{
 			Name: "joern", Image: "example/joern:4.0", ImageCommand: true,
+			Build: build("joern", nil),
 			Env:   map[string]string{"JAVA_OPTS": "-Xmx12G -Xms2G"},
 			Ports: []backend.Port{{Port: 8081, Protocol: "tcp", HostPort: 18087}},
 			TTL:   day,
@@ -759,14 +772,90 @@ devices = ["/dev/kvm"]
 platform = "linux/arm64"
 docker_args = ["--init"]
 host_gateway = true
-container_id = "abc"
+container_name = "abc"
 `)
 	_, err := cfg.Spec("one")
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 	assert.ErrorContains(t, err, `: sandbox.sandboxes.one: devices is not supported by this version of sandboxkit (remove it from the entry)`)
 	_, err = cfg.Spec("many")
 	require.ErrorIs(t, err, errors.ErrUnsupported)
-	assert.ErrorContains(t, err, `: sandbox.sandboxes.many: container_id, platform, docker_args, host_gateway are not supported by this version of sandboxkit (remove them from the entry)`)
+	assert.ErrorContains(t, err, `: sandbox.sandboxes.many: container_name, platform, docker_args, host_gateway are not supported by this version of sandboxkit (remove them from the entry)`)
+}
+
+// Dockerfile keys become Spec.Build: the Dockerfile's folder is the
+// context, relative paths resolve against the config's folder, image is
+// the tag (default sbx-build/<name>:latest, never default_image).
+func TestSpecBuild(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := testRegistry(nil).ParseConfig([]byte(`
+[sandbox]
+default_image = "debian:12"
+[sandbox.sandboxes.main]
+project_relative_dockerfile_path = "docker/main/Dockerfile"
+[sandbox.sandboxes.main.build_args]
+BASE = "busybox"
+JOBS = 4
+[sandbox.sandboxes.Tool_X]
+image = "my/tool:dev"
+agent_relative_dockerfile_path = "../tools/Dockerfile.tool"
+[sandbox.sandboxes.abs]
+absolute_dockerfile_path = "/srv/images/Dockerfile"
+[sandbox.sandboxes.plain]
+[sandbox.sandboxes.args_only]
+build_args = { A = "1" }
+`), filepath.Join(dir, "sandbox.toml"))
+	require.NoError(t, err)
+
+	main := mustSpec(t, cfg, "main")
+	require.NotNil(t, main.Build)
+	assert.Equal(t, backend.Build{
+		ContextDir: filepath.Join(dir, "docker/main"),
+		Dockerfile: filepath.Join(dir, "docker/main/Dockerfile"),
+		Args:       map[string]string{"BASE": "busybox", "JOBS": "4"},
+	}, *main.Build)
+	assert.Equal(t, "sbx-build/main:latest", main.Image)
+
+	tool := mustSpec(t, cfg, "Tool_X")
+	require.NotNil(t, tool.Build)
+	assert.Equal(t, filepath.Join(filepath.Dir(dir), "tools"), tool.Build.ContextDir)
+	assert.Equal(t, filepath.Join(filepath.Dir(dir), "tools/Dockerfile.tool"), tool.Build.Dockerfile)
+	assert.Nil(t, tool.Build.Args)
+	assert.Equal(t, "my/tool:dev", tool.Image)
+
+	abs := mustSpec(t, cfg, "abs")
+	assert.Equal(t, "/srv/images", abs.Build.ContextDir)
+	assert.Equal(t, "sbx-build/abs:latest", abs.Image)
+
+	plain := mustSpec(t, cfg, "plain")
+	assert.Nil(t, plain.Build)
+	assert.Equal(t, "debian:12", plain.Image)
+
+	assert.Nil(t, mustSpec(t, cfg, "args_only").Build)
+	assert.Contains(t, cfg.Warnings, "sandbox.sandboxes.args_only.build_args: no Dockerfile is set (project_relative_dockerfile_path, ...), so build_args are not used")
+
+	assert.Equal(t, "sbx-build/tool_x:latest", DefaultBuildImage("Tool_X"))
+	assert.Equal(t, "sbx-build/my-tool:latest", DefaultBuildImage("My Tool!"))
+	assert.Equal(t, "sbx-build/sandbox:latest", DefaultBuildImage(""))
+}
+
+// container_id (and pod_name) attach to an existing container.
+func TestSpecExisting(t *testing.T) {
+	cfg := mustParse(t, `
+[sandbox.sandboxes.main]
+container_id = "f00dfeed"
+image = "ignored:1"
+[sandbox.sandboxes.pod]
+pod_name = "agent-0"
+`)
+	assert.Equal(t, "f00dfeed", mustSpec(t, cfg, "main").Existing)
+	assert.Equal(t, "agent-0", mustSpec(t, cfg, "pod").Existing)
+
+	_, err := parse(t, "[sandbox.sandboxes.both]\ncontainer_id = \"a\"\npod_name = \"b\"\n")
+	require.ErrorIs(t, err, backend.ErrInvalidConfig)
+	assert.ErrorContains(t, err, "sandbox.sandboxes.both: container_id and pod_name are set; use one")
+	_, err = parse(t, "[sandbox.sandboxes.built]\ncontainer_id = \"a\"\nproject_relative_dockerfile_path = \"Dockerfile\"\n")
+	require.ErrorIs(t, err, backend.ErrInvalidConfig)
+	assert.ErrorContains(t, err, "sandbox.sandboxes.built: container_id attaches to an existing container, so nothing is built from project_relative_dockerfile_path")
 }
 
 func TestEntryLookup(t *testing.T) {

@@ -1,6 +1,7 @@
 package sandboxkit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backends/lite"
 	"github.com/sandboxkit/sandboxkit/backends/local"
 	"github.com/sandboxkit/sandboxkit/backends/native"
+	"github.com/sandboxkit/sandboxkit/backends/remotedocker"
 )
 
 // The built-in backends: the one list that wires backend packages into the
@@ -32,6 +34,10 @@ func registerBuiltins(r *Registry) {
 		NewConfig: func() any { return new(native.Config) },
 		Open:      openNative,
 	})
+	r.Register(remotedocker.Name, BackendFactory{
+		NewConfig: func() any { return new(remotedocker.Config) },
+		Open:      openRemoteDocker,
+	})
 }
 
 // plannedBackends are backends that OpenSage or this project's roadmap use
@@ -40,7 +46,7 @@ func registerBuiltins(r *Registry) {
 // are accepted without checking (with a warning) so that such config files
 // still load, and naming one as the backend fails at Open with a clear
 // message instead of at parse time.
-var plannedBackends = []string{"k8s", "nitrobox", "opensandbox", "remotedocker"}
+var plannedBackends = []string{"k8s", "nitrobox", "opensandbox"}
 
 // backendConfig returns the decoded [sandbox.NAME] table a factory's
 // NewConfig made (the zero config when the file has none).
@@ -285,4 +291,31 @@ func LoadConfig(path string) (*Config, error) { return DefaultRegistry().LoadCon
 // Registry.ParseConfig.
 func ParseConfig(data []byte, path string) (*Config, error) {
 	return DefaultRegistry().ParseConfig(data, path)
+}
+
+func openRemoteDocker(_ context.Context, cfg *Config, backendCfg any, logger *slog.Logger) (backend.Backend, error) {
+	c, err := backendConfig[remotedocker.Config](remotedocker.Name, backendCfg)
+	if err != nil {
+		return nil, err
+	}
+	// OpenSage writes both under [sandbox]; the backend's own table wins.
+	c.Host = cmp.Or(c.Host, cfg.Sandbox.DockerHost)
+	c.RemoteHost = cmp.Or(c.RemoteHost, cfg.Sandbox.DockerRemoteHost)
+	// Paths on this machine resolve like other host paths; remote_socket
+	// is a path on the remote host and stays as written.
+	for key, val := range map[string]*string{
+		"sandbox.remotedocker.known_hosts":   &c.KnownHosts,
+		"sandbox.remotedocker.identity_file": &c.IdentityFile,
+		"sandbox.remotedocker.sbxd_path":     &c.SbxdPath,
+	} {
+		if *val, err = hostPathKey(key, *val, cfg.Dir); err != nil {
+			return nil, err
+		}
+	}
+	if c.SSHConfig != "none" {
+		if c.SSHConfig, err = hostPathKey("sandbox.remotedocker.ssh_config", c.SSHConfig, cfg.Dir); err != nil {
+			return nil, err
+		}
+	}
+	return remotedocker.New(c, remotedocker.WithLogger(logger))
 }

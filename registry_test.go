@@ -233,7 +233,7 @@ func TestBackendTables(t *testing.T) {
 }
 
 func TestDefaultRegistryOpensLocal(t *testing.T) {
-	assert.Equal(t, []string{"lite", "local", "native"}, Names())
+	assert.Equal(t, []string{"lite", "local", "native", "remotedocker"}, Names())
 	dir := t.TempDir()
 	cfg, err := ParseConfig([]byte("[sandbox.local]\nstate_dir = \"state\"\n"), filepath.Join(dir, "sandbox.toml"))
 	require.NoError(t, err)

@@ -79,7 +79,8 @@ type Progress struct {
 	// step without parts.
 	ID     string
 	Status string // what the backend says, e.g. "Downloading", "Step 2/5"
-	// Current and Total count bytes (0 when unknown).
+	// Current and Total count bytes (0 when unknown); for Step "build",
+	// Dockerfile steps.
 	Current, Total int64
 	Done           bool
 }

@@ -22,6 +22,15 @@ if ! ./scripts/docker-setup.sh; then
 	echo "scripts/test.sh: no Docker; the Docker tests will skip" >&2
 fi
 
+# remotedocker: a "remote host" in a network namespace (second dockerd + sshd).
+if ! ./scripts/remote-harness.sh up >/dev/null; then
+	if [ "${SBX_REQUIRE_REMOTE:-}" = 1 ]; then
+		echo "scripts/test.sh: remote harness setup failed and SBX_REQUIRE_REMOTE=1" >&2
+		exit 1
+	fi
+	echo "scripts/test.sh: no remote harness; the remotedocker tests will skip" >&2
+fi
+
 # lite: runc, overlayfs and busybox for its rootfs.
 if ! ./scripts/lite-setup.sh; then
 	if [ "${SBX_REQUIRE_LITE:-}" = 1 ]; then

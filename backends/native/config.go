@@ -109,21 +109,3 @@ func WithLogger(l *slog.Logger) Option {
 func WithDialContext(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
 	return func(b *Backend) { b.dial = dial }
 }
-
-// PullEvent is one progress report of an image pull, as the engine sends
-// it: a layer's status line with bytes done of total (both zero when the
-// engine gives no sizes).
-type PullEvent struct {
-	Image   string
-	Layer   string // empty for messages about the whole image
-	Status  string // "Pulling fs layer", "Downloading", "Pull complete", ...
-	Current int64
-	Total   int64
-}
-
-// WithPullProgress calls fn for every progress report while Create pulls an
-// image (sbx turns them into progress bars). fn runs on Create's goroutine
-// and should return quickly.
-func WithPullProgress(fn func(PullEvent)) Option {
-	return func(b *Backend) { b.progress = fn }
-}

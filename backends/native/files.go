@@ -225,6 +225,10 @@ func (s *Sandbox) fileInTheWay(ctx context.Context, abs string) bool {
 // would send the whole tree), as the sandbox's user, so permissions apply
 // as they do to Exec; no tools are needed in the image.
 func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, error) {
+	if s.plain {
+		// No sbxd: the generic path, with the image's shell and tools.
+		return backend.ReadDir(ctx, execOnly{s}, s.resolve(name))
+	}
 	res, err := s.Exec(ctx, backend.ExecRequest{Cmd: []string{sbxdPath, "ls", s.resolve(name)}, OutputLimit: -1})
 	if err != nil {
 		return nil, err
@@ -261,6 +265,10 @@ func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, erro
 	backend.SortByName(infos)
 	return infos, nil
 }
+
+// execOnly hides every capability of a sandbox but Exec, so package
+// backend's helpers take their generic paths.
+type execOnly struct{ backend.Sandbox }
 
 // renamed reports a *fs.PathError under the path the caller used.
 func renamed(err error, name string) error {

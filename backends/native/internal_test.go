@@ -114,3 +114,19 @@ func TestStateOf(t *testing.T) {
 		}
 	}
 }
+
+func TestBaseImages(t *testing.T) {
+	df := "# syntax=docker/dockerfile:1\n" +
+		"ARG V=1\n" +
+		"FROM --platform=linux/amd64 golang:1.26 AS build\n" +
+		"FROM build AS test\n" +
+		"from debian:12 \\\n  as final\n" +
+		"FROM scratch\n" +
+		"FROM alpine:$V\n" +
+		"FROM golang:1.26\n" +
+		"RUN echo FROM nothing\n"
+	got := fmt.Sprint(baseImages([]byte(df)))
+	if got != "[golang:1.26 debian:12]" {
+		t.Errorf("baseImages = %s", got)
+	}
+}

@@ -47,15 +47,15 @@ const (
 
 // Backend runs sandboxes as containers on one Docker Engine API.
 type Backend struct {
-	cfg      Config
-	cli      *client.Client
-	log      *slog.Logger
-	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
-	progress func(PullEvent)
+	cfg  Config
+	cli  *client.Client
+	log  *slog.Logger
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	mu       sync.Mutex
 	daemon   *daemonFacts // nil until first asked
 	pullLock sync.Map     // image ref -> *sync.Mutex: one pull per image at a time
+	builds   buildLocks   // one build per tag at a time
 	sbxdMu   sync.Mutex   // serialises filling sbxd volumes
 	sbxdVols sync.Map     // names of sbxd volumes known to be filled
 	sbxdCopy bool         // tests: always copy sbxd into containers
@@ -140,6 +140,8 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		SecurityOpt:      true,
 		ReadOnlyRootfs:   true,
 		ImageCommand:     true,
+		Build:            true,
+		AttachExisting:   true,
 		PauseKeepsMemory: true,
 		Persistent:       true,
 	}
@@ -209,6 +211,12 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err := b.Capabilities().Check(Name, spec); err != nil {
 		return fail(err)
 	}
+	if spec.Existing != "" {
+		return b.attachExisting(ctx, spec)
+	}
+	if spec.Build != nil && spec.Image == "" {
+		return fail(fmt.Errorf("%w: Spec.Build needs Spec.Image, the name to give the built image", backend.ErrInvalidConfig))
+	}
 	if spec.Image == "" {
 		return fail(fmt.Errorf("%w: the native backend needs an image (set image in the sandbox entry or [sandbox] default_image)", backend.ErrInvalidConfig))
 	}
@@ -223,7 +231,16 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err != nil {
 		return fail(fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err))
 	}
-	img, err := b.ensureImage(ctx, spec.Image)
+	report := progressFunc(spec)
+	var img image.InspectResponse
+	if spec.Build != nil {
+		if err = b.build(ctx, spec, report); err == nil {
+			img, err = b.cli.ImageInspect(ctx, spec.Image)
+			err = b.translate(err)
+		}
+	} else {
+		img, err = b.ensureImage(ctx, spec.Image, report)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -462,8 +479,20 @@ func cmp(a, b string) string {
 	return b
 }
 
+// progressFunc returns spec.Progress with the sandbox's name filled in, or
+// a no-op.
+func progressFunc(spec backend.Spec) func(backend.Progress) {
+	if spec.Progress == nil {
+		return func(backend.Progress) {}
+	}
+	return func(p backend.Progress) {
+		p.Sandbox = spec.Name
+		spec.Progress(p)
+	}
+}
+
 // ensureImage applies the pull policy and returns the image's config.
-func (b *Backend) ensureImage(ctx context.Context, ref string) (image.InspectResponse, error) {
+func (b *Backend) ensureImage(ctx context.Context, ref string, report func(backend.Progress)) (image.InspectResponse, error) {
 	policy := cmp(b.cfg.PullPolicy, PullMissing)
 	if policy != PullAlways {
 		img, err := b.cli.ImageInspect(ctx, ref)
@@ -481,21 +510,27 @@ func (b *Backend) ensureImage(ctx context.Context, ref string) (image.InspectRes
 	// One pull per image at a time: concurrent Creates of a session wait
 	// for the first instead of pulling the same layers again.
 	lock, _ := b.pullLock.LoadOrStore(ref, &sync.Mutex{})
-	lock.(*sync.Mutex).Lock()
+	if !lock.(*sync.Mutex).TryLock() {
+		report(backend.Progress{Step: "pull", Status: "waiting for another pull of " + ref})
+		lock.(*sync.Mutex).Lock()
+	}
 	defer lock.(*sync.Mutex).Unlock()
 	if policy != PullAlways {
 		if img, err := b.cli.ImageInspect(ctx, ref); err == nil {
+			report(backend.Progress{Step: "pull", Status: "pulled " + ref, Done: true})
 			return img, nil
 		}
 	}
-	if err := b.pull(ctx, ref); err != nil {
+	if err := b.pull(ctx, ref, report); err != nil {
 		return image.InspectResponse{}, err
 	}
 	img, err := b.cli.ImageInspect(ctx, ref)
 	return img, b.translate(err)
 }
 
-func (b *Backend) pull(ctx context.Context, ref string) error {
+// pull pulls ref, reporting each layer's progress and, at the end, one
+// Done report.
+func (b *Backend) pull(ctx context.Context, ref string, report func(backend.Progress)) error {
 	b.log.Info("pulling image", "image", ref)
 	rc, err := b.cli.ImagePull(ctx, ref, image.PullOptions{})
 	if err != nil {
@@ -514,6 +549,7 @@ func (b *Backend) pull(ctx context.Context, ref string) error {
 			Error string `json:"error"`
 		}
 		if err := dec.Decode(&m); err == io.EOF {
+			report(backend.Progress{Step: "pull", Status: "pulled " + ref, Done: true})
 			return nil
 		} else if err != nil {
 			return fmt.Errorf("pulling %s: %w", ref, b.translate(err))
@@ -525,15 +561,20 @@ func (b *Backend) pull(ctx context.Context, ref string) error {
 			}
 			return fmt.Errorf("%w: pulling %s: %s", backend.ErrUnavailable, ref, m.Error)
 		}
-		if b.progress != nil {
-			b.progress(PullEvent{Image: ref, Layer: m.ID, Status: m.Status,
-				Current: m.ProgressDetail.Current, Total: m.ProgressDetail.Total})
-		}
+		report(backend.Progress{Step: "pull", ID: m.ID, Status: m.Status,
+			Current: m.ProgressDetail.Current, Total: m.ProgressDetail.Total})
 	}
 }
 
 // Get reattaches to the sandbox with this ID.
 func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
+	if cid, ok := strings.CutPrefix(id, adoptedPrefix); ok && cid != "" {
+		s, err := b.adopt(ctx, cid, "sandbox "+id)
+		if err != nil {
+			return nil, b.opErr("get", id, err)
+		}
+		return s, nil
+	}
 	c, err := b.find(ctx, id)
 	if err != nil {
 		return nil, b.opErr("get", id, err)

@@ -100,6 +100,7 @@ func create(t *testing.T, b *native.Backend, s backend.Spec) backend.Sandbox {
 }
 
 func conformance(t *testing.T, image string) {
+	t.Parallel()
 	newB := func(t *testing.T) backend.Backend { return newBackend(t, image) }
 	backendtest.Run(t, newB, backendtest.WithSpec(func(name string) backend.Spec {
 		return spec(name, image)
@@ -109,6 +110,7 @@ func conformance(t *testing.T, image string) {
 // fileops runs the fileops table on image, through the sandbox's own file
 // capabilities and, when hiddenToo, through the generic Exec-based path.
 func fileops(t *testing.T, image string, hiddenToo bool) {
+	t.Parallel()
 	b := newBackend(t, image)
 	s := spec("fileops", image)
 	// Not "/": fileopstest builds expected paths as workdir+"/"+name,
@@ -136,6 +138,7 @@ func TestFileopsDebian(t *testing.T) { fileops(t, dockertest.DebianImage, false)
 
 // Checkpoint commits the file system to an image a new sandbox can run.
 func TestCheckpoint(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	b := newBackend(t, dockertest.BusyboxImage)
 	sb := create(t, b, spec("ckpt", dockertest.BusyboxImage))
@@ -168,6 +171,7 @@ func TestCheckpoint(t *testing.T) {
 
 // Pause keeps processes and memory; Exec works again after Resume.
 func TestPauseResume(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	b := newBackend(t, dockertest.BusyboxImage)
 	sb := create(t, b, spec("pause", dockertest.BusyboxImage))
@@ -186,6 +190,7 @@ func TestPauseResume(t *testing.T) {
 // A scratch image has no shell and no init: sbxd keeps it alive and wraps
 // commands, and files move through the archive API.
 func TestScratchImage(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	b := newBackend(t, dockertest.ScratchImage)
 	sb := create(t, b, spec("scratch", dockertest.ScratchImage))
@@ -258,6 +263,7 @@ func TestScratchImage(t *testing.T) {
 // command = "" runs the image's own CMD (the scratch image's serves TCP),
 // reachable through Endpoint on a daemon-chosen loopback port.
 func TestImageCommandAndEndpoint(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	b := newBackend(t, dockertest.ScratchImage)
 	s := spec("svc", dockertest.ScratchImage)
@@ -280,6 +286,7 @@ func TestImageCommandAndEndpoint(t *testing.T) {
 // In "loopback" mode each session has an address of its own and its
 // sandboxes keep their port numbers, so two sessions can both serve 8080.
 func TestLoopbackPorts(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	newBackend(t, dockertest.ScratchImage) // skips without Docker or image
 	b, err := native.New(native.Config{PullPolicy: native.PullNever, Ports: native.PortsLoopback})
@@ -330,6 +337,7 @@ func dialUntilAnswer(t *testing.T, ctx context.Context, addr string) string {
 // Cancelling ctx kills the command inside the container, not only the
 // client's stream.
 func TestCancelKillsInsideContainer(t *testing.T) {
+	t.Parallel()
 	b := newBackend(t, dockertest.BusyboxImage)
 	sb := create(t, b, spec("cancel", dockertest.BusyboxImage))
 	ctx, cancel := context.WithCancel(t.Context())
@@ -350,6 +358,7 @@ func TestCancelKillsInsideContainer(t *testing.T) {
 
 // Every resource carries the contract's labels.
 func TestLabelsAndInfo(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	b := newBackend(t, dockertest.BusyboxImage)
 	s := spec("main", dockertest.BusyboxImage)
@@ -396,6 +405,7 @@ func TestLabelsAndInfo(t *testing.T) {
 }
 
 func TestResourcesReachTheEngine(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	b := newBackend(t, dockertest.BusyboxImage)
 	s := spec("res", dockertest.BusyboxImage)
@@ -419,6 +429,7 @@ func TestResourcesReachTheEngine(t *testing.T) {
 }
 
 func TestErrorsAreTranslated(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	b := newBackend(t, dockertest.BusyboxImage)
 	_, err := b.Get(ctx, "000000000000")

@@ -2,6 +2,7 @@ package native
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +27,14 @@ type Sandbox struct {
 	id      string
 	cid     string // the engine's container ID
 	workDir string
+
+	// adopted: a container sandboxkit did not make (Spec.Existing);
+	// Destroy leaves it running. name is its Spec.Name.
+	adopted bool
+	name    string
+	// plain: the container has no working sbxd, so commands run as
+	// plain execs (see existing.go).
+	plain bool
 }
 
 var (
@@ -67,7 +76,13 @@ func (s *Sandbox) Info(ctx context.Context) (backend.Info, error) {
 		state = c.State.Status
 	}
 	created, _ := time.Parse(time.RFC3339Nano, c.Created)
-	return infoFrom(labels, img, state, created, workDirOf(c)), nil
+	info := infoFrom(labels, img, state, created, workDirOf(c))
+	if s.adopted {
+		// Its labels, if any, are someone else's.
+		info.ID, info.Name, info.Session, info.Owner = s.id, s.name, "", ""
+		info.ExpiresAt = time.Time{}
+	}
+	return info, nil
 }
 
 // resolve makes a sandbox path absolute against the working directory, as
@@ -94,8 +109,12 @@ func (s *Sandbox) startExec(ctx context.Context, req backend.ExecRequest, argv [
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		env = append(env, k+"="+req.Env[k])
 	}
+	cmd := argv
+	if !s.plain {
+		cmd = wrapped(argv, execID, req.Timeout)
+	}
 	opts := container.ExecOptions{
-		Cmd:          wrapped(argv, execID, req.Timeout),
+		Cmd:          cmd,
 		Env:          env,
 		User:         req.User,
 		AttachStdin:  stdin,
@@ -146,10 +165,15 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	}()
 
 	// sbxd ends the command at req.Timeout; this later deadline only
-	// guards against a wrapper that cannot (a frozen container).
+	// guards against a wrapper that cannot (a frozen container). Without
+	// sbxd it is the timeout itself.
 	var backstop <-chan time.Time
 	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout + 30*time.Second)
+		d := req.Timeout + 30*time.Second
+		if s.plain {
+			d = req.Timeout
+		}
+		t := time.NewTimer(d)
 		defer t.Stop()
 		backstop = t.C
 	}
@@ -222,6 +246,11 @@ func (s *Sandbox) exitCode(ctx context.Context, engineID string) (int, error) {
 // kill runs sbxd kill for a command's marker in a second exec, detached
 // from the caller's context (which is usually what was cancelled).
 func (s *Sandbox) kill(execID string) {
+	if s.plain {
+		s.b.log.Warn("no sbxd in the container: the command cannot be killed and keeps running in it",
+			"sandbox", s.id, "exec", execID)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	created, err := s.b.cli.ContainerExecCreate(ctx, s.cid, container.ExecOptions{
@@ -239,8 +268,12 @@ func (s *Sandbox) kill(execID string) {
 }
 
 // Destroy force-removes the container with its anonymous volumes; a
-// container that is gone already is not an error.
+// container that is gone already is not an error. An adopted container
+// (Spec.Existing) is left running: Destroy only detaches from it.
 func (s *Sandbox) Destroy(ctx context.Context) error {
+	if s.adopted {
+		return nil
+	}
 	err := s.b.cli.ContainerRemove(ctx, s.cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	err = s.b.translate(err)
 	if err == nil || errors.Is(err, backend.ErrNotFound) {
@@ -372,3 +405,27 @@ type stdinWriter struct{ hr types.HijackedResponse }
 
 func (w stdinWriter) Write(b []byte) (int, error) { return w.hr.Conn.Write(b) }
 func (w stdinWriter) Close() error                { return w.hr.CloseWrite() }
+
+// MemoryUsage reports the memory the sandbox's processes use now, as docker
+// stats counts it: the container cgroup's usage less its inactive page
+// cache. (The engine's own per-container cost, the runtime shim, is not in
+// it.)
+func (s *Sandbox) MemoryUsage(ctx context.Context) (int64, error) {
+	rc, err := s.b.cli.ContainerStatsOneShot(ctx, s.cid)
+	if err != nil {
+		return 0, s.opErr("stats", err)
+	}
+	defer rc.Body.Close()
+	var st container.StatsResponse
+	if err := json.NewDecoder(rc.Body).Decode(&st); err != nil {
+		return 0, s.opErr("stats", err)
+	}
+	used := st.MemoryStats.Usage
+	for _, k := range []string{"total_inactive_file", "inactive_file"} { // cgroup v1, v2
+		if v, ok := st.MemoryStats.Stats[k]; ok && v < used {
+			used -= v
+			break
+		}
+	}
+	return int64(used), nil
+}

@@ -41,8 +41,7 @@ var sbxdLockPath = filepath.Join(os.TempDir(), "sandboxkit-native-sbxd.lock")
 // (the sandbox's), used for a container that is created, never started,
 // to reach the volume through the archive API.
 func (b *Backend) sbxdVolume(ctx context.Context, bin []byte, image string) (string, error) {
-	sum := sha256.Sum256(bin)
-	hash := hex.EncodeToString(sum[:6])
+	hash := sbxdHash(bin)
 	name := "sandboxkit-sbxd-" + hash
 	if _, ok := b.sbxdVols.Load(name); ok {
 		return name, nil
@@ -82,6 +81,13 @@ func (b *Backend) sbxdVolume(ctx context.Context, bin []byte, image string) (str
 	}
 	b.sbxdVols.Store(name, true)
 	return name, nil
+}
+
+// sbxdHash names a build of sbxd in the names of the volume and image
+// that hold it.
+func sbxdHash(bin []byte) string {
+	sum := sha256.Sum256(bin)
+	return hex.EncodeToString(sum[:6])
 }
 
 // sbxdTar is a tar stream holding prefix+"sbxd" (and the directory prefix

@@ -64,6 +64,7 @@ type app struct {
 	backendName string
 	json        bool
 	logLevel    string
+	progress    string
 
 	logger *slog.Logger
 }
@@ -79,6 +80,9 @@ default with one "main" sandbox on the local backend.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := newProgress(a.progress, io.Discard); err != nil {
+				return err
+			}
 			return a.setupLogger()
 		},
 	}
@@ -87,6 +91,7 @@ default with one "main" sandbox on the local backend.`,
 	pf.StringVar(&a.backendName, "backend", "", "backend to use instead of the config's [sandbox] backend")
 	pf.BoolVar(&a.json, "json", false, "print JSON instead of tables")
 	pf.StringVar(&a.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
+	pf.StringVar(&a.progress, "progress", progressAuto, "image pull and build progress on stderr: auto (bars on a terminal, else plain lines), tty, plain or none")
 
 	root.AddCommand(
 		a.runCmd(),
@@ -98,6 +103,7 @@ default with one "main" sandbox on the local backend.`,
 		a.gcCmd(),
 		a.configCmd(),
 		a.toolsCmd(),
+		a.benchCmd(),
 	)
 	return root
 }
@@ -184,6 +190,18 @@ func resolve(ctx context.Context, b backend.Backend, ref string) (backend.Sandbo
 		return b.Get(ctx, ids[0])
 	}
 	return nil, fmt.Errorf("name %q matches %d sandboxes (%s): pass an ID", ref, len(ids), strings.Join(ids, ", "))
+}
+
+// create makes a sandbox from spec, showing its image pulls and builds on
+// stderr as --progress says.
+func (a *app) create(ctx context.Context, b backend.Backend, spec backend.Spec) (backend.Sandbox, error) {
+	sink, err := newProgress(a.progress, a.stderr)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := b.Create(ctx, withProgress(spec, sink))
+	sink.close()
+	return sb, err
 }
 
 // destroy removes sb even when ctx was cancelled (by Ctrl-C), within

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/dockertest"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
 )
 
@@ -417,5 +418,84 @@ func TestTools(t *testing.T) {
 	r.expect(t, 1)
 	if !strings.HasPrefix(r.stdout, "Error: ") {
 		t.Errorf("read missing: %q", r.stdout)
+	}
+}
+
+func TestVolumeReapReason(t *testing.T) {
+	now := time.Now()
+	live := map[string]bool{"busy": true}
+	for _, tt := range []struct {
+		v    backend.VolumeInfo
+		want string
+	}{
+		{backend.VolumeInfo{ExpiresAt: now.Add(-time.Hour), Session: "busy"}, "expired 1h ago"},
+		{backend.VolumeInfo{ExpiresAt: now.Add(time.Hour), Session: "gone", CreatedAt: now.Add(-time.Hour)}, "session gone has no sandboxes left"},
+		{backend.VolumeInfo{Session: "gone", CreatedAt: now.Add(-time.Minute)}, ""}, // a session being launched
+		{backend.VolumeInfo{Session: "busy", CreatedAt: now.Add(-time.Hour)}, ""},
+		{backend.VolumeInfo{CreatedAt: now.Add(-time.Hour)}, ""}, // no session, no TTL: kept on purpose
+	} {
+		if got := volumeReapReason(tt.v, live, now); got != tt.want {
+			t.Errorf("volumeReapReason(%+v) = %q, want %q", tt.v, got, tt.want)
+		}
+	}
+}
+
+// On native, gc also removes expired volumes and keeps the others.
+func TestGCVolumes(t *testing.T) {
+	_, run := dockerConfig(t, "")
+	vm, ok := openBackend(t).(backend.VolumeManager)
+	if !ok {
+		t.Fatal("the native backend is no VolumeManager")
+	}
+	ctx := t.Context()
+	labels := map[string]string{"sbx-test-run": run}
+	expired, err := vm.CreateVolume(ctx, backend.VolumeSpec{Session: "gc-" + run, TTL: time.Millisecond, Labels: labels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := vm.CreateVolume(ctx, backend.VolumeSpec{Session: "gc-new-" + run, TTL: time.Hour, Labels: labels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		vm.RemoveVolume(context.Background(), expired)
+		vm.RemoveVolume(context.Background(), kept)
+	})
+	if out := must(t, "gc", "--dry-run"); !strings.Contains(out, "would remove volume "+expired+": expired") || strings.Contains(out, kept) {
+		t.Errorf("gc --dry-run printed:\n%s", out)
+	}
+	out := must(t, "gc")
+	if !strings.Contains(out, "removed volume "+expired+": expired") || strings.Contains(out, kept) {
+		t.Errorf("gc printed:\n%s", out)
+	}
+	vols, err := vm.ListVolumes(ctx, backend.Filter{Labels: labels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vols) != 1 || vols[0].Name != kept {
+		t.Errorf("volumes left: %+v", vols)
+	}
+}
+
+// bench scale makes, uses and removes N sandboxes and accounts for them.
+func TestBenchScale(t *testing.T) {
+	dockerConfig(t, "image = \""+dockertest.BusyboxImage+"\"")
+	var rep scaleReport
+	out := must(t, "--json", "bench", "scale", "--n", "5", "--parallel", "3")
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if rep.Created != 5 || rep.Execed != 5 || rep.Removed != 5 || rep.PeakAlive != 5 || rep.Failures != 0 || rep.Leaked != 0 {
+		t.Errorf("report: %+v", rep)
+	}
+	if rep.SandboxMemMiB.P50 <= 0 || rep.CreateMs.P50 <= 0 || rep.ExecMs.Max < rep.ExecMs.P50 {
+		t.Errorf("measurements: %+v", rep)
+	}
+
+	// A command that fails in the sandboxes is reported, and sbx exits 1.
+	r := sbx(t, "bench", "scale", "--n", "2", "--cmd", "false")
+	r.expect(t, 1)
+	if !strings.Contains(r.stdout, "failures 2, leaked 0") || !strings.Contains(r.stdout, "error: exec: false exited 1") {
+		t.Errorf("stdout:\n%s", r.stdout)
 	}
 }

@@ -16,11 +16,16 @@ func (a *app) gcCmd() *cobra.Command {
 	var dryRun bool
 	cmd := &cobra.Command{
 		Use:   "gc",
-		Short: "Remove expired sandboxes and those whose owner is gone",
+		Short: "Remove expired sandboxes and volumes, and those whose owner is gone",
 		Long: `Gc removes every sandbox of the backend whose TTL has run out, and every
 sandbox owned by a process that no longer runs (an sbx run that was killed
 before it could clean up). Sandboxes owned by processes on other hosts are
-left to their TTL.`,
+left to their TTL.
+
+On backends with shared volumes it then removes the volumes whose TTL has run
+out, and those of a session that has no sandboxes left (once the volume is
+older than 10 minutes, so a session being launched keeps its volumes).
+Volumes still mounted by a sandbox are kept.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.gc(cmd.Context(), dryRun)
@@ -31,6 +36,7 @@ left to their TTL.`,
 }
 
 type gcResult struct {
+	Kind    string `json:"kind"` // "sandbox" or "volume" (ID is its name)
 	ID      string `json:"id"`
 	Name    string `json:"name"`
 	Reason  string `json:"reason"`
@@ -56,7 +62,7 @@ func (a *app) gc(ctx context.Context, dryRun bool) error {
 		if reason == "" {
 			continue
 		}
-		r := gcResult{ID: info.ID, Name: info.Name, Reason: reason}
+		r := gcResult{Kind: "sandbox", ID: info.ID, Name: info.Name, Reason: reason}
 		if !dryRun {
 			err := reap(ctx, b, info.ID)
 			if ctx.Err() != nil {
@@ -79,6 +85,12 @@ func (a *app) gc(ctx context.Context, dryRun bool) error {
 			fmt.Fprintf(a.stdout, "%s %s (%s): %s\n", verb, r.ID, orDash(r.Name), r.Reason)
 		}
 	}
+	vols, volsFailed, err := a.gcVolumes(ctx, b, infos, results, dryRun)
+	if err != nil {
+		return err
+	}
+	results = append(results, vols...)
+	failed = failed || volsFailed
 	if a.json {
 		if err := printJSON(a.stdout, results); err != nil {
 			return err
@@ -88,6 +100,76 @@ func (a *app) gc(ctx context.Context, dryRun bool) error {
 		return &exitCode{exitError}
 	}
 	return nil
+}
+
+// volumeGrace is how old a volume of a session without sandboxes must be
+// before gc removes it: a session makes its volumes before its sandboxes.
+const volumeGrace = 10 * time.Minute
+
+// gcVolumes removes the volumes volumeReapReason names, after the
+// sandboxes were reaped (removed holds what the sandbox pass did).
+func (a *app) gcVolumes(ctx context.Context, b backend.Backend, infos []backend.Info, removed []gcResult, dryRun bool) ([]gcResult, bool, error) {
+	vm, ok := b.(backend.VolumeManager)
+	if !ok {
+		return nil, false, nil
+	}
+	vols, err := vm.ListVolumes(ctx, backend.Filter{})
+	if err != nil {
+		return nil, false, err
+	}
+	gone := map[string]bool{}
+	for _, r := range removed {
+		gone[r.ID] = r.Removed || dryRun
+	}
+	live := map[string]bool{}
+	for _, info := range infos {
+		if !gone[info.ID] {
+			live[info.Session] = true
+		}
+	}
+	now := time.Now()
+	var results []gcResult
+	failed := false
+	for _, v := range vols {
+		reason := volumeReapReason(v, live, now)
+		if reason == "" {
+			continue
+		}
+		r := gcResult{Kind: "volume", ID: v.Name, Reason: reason}
+		if !dryRun {
+			if err := vm.RemoveVolume(ctx, v.Name); err != nil {
+				if ctx.Err() != nil {
+					return nil, false, ctx.Err()
+				}
+				r.Error = err.Error()
+				failed = true
+				a.printError(fmt.Errorf("removing volume %s: %w", v.Name, err))
+			} else {
+				r.Removed = true
+			}
+		}
+		results = append(results, r)
+		if !a.json && r.Error == "" {
+			verb := "removed"
+			if dryRun {
+				verb = "would remove"
+			}
+			fmt.Fprintf(a.stdout, "%s volume %s: %s\n", verb, r.ID, r.Reason)
+		}
+	}
+	return results, failed, nil
+}
+
+// volumeReapReason says why gc removes a volume, or "" to keep it. live
+// holds the sessions that still have sandboxes.
+func volumeReapReason(v backend.VolumeInfo, live map[string]bool, now time.Time) string {
+	if !v.ExpiresAt.IsZero() && !now.Before(v.ExpiresAt) {
+		return "expired " + shortDuration(now.Sub(v.ExpiresAt)) + " ago"
+	}
+	if v.Session != "" && !live[v.Session] && !v.CreatedAt.IsZero() && now.Sub(v.CreatedAt) >= volumeGrace {
+		return "session " + v.Session + " has no sandboxes left"
+	}
+	return ""
 }
 
 // reapReason says why gc removes a sandbox, or "" to keep it.

@@ -86,7 +86,7 @@ func (a *app) runSandbox(ctx context.Context, o runOptions) error {
 		// does. A kept sandbox is meant to outlive sbx.
 		spec.Owner = owner.Self()
 	}
-	sb, err := b.Create(ctx, spec)
+	sb, err := a.create(ctx, b, spec)
 	if err != nil {
 		return err
 	}

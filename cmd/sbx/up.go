@@ -51,18 +51,24 @@ func (a *app) up(ctx context.Context, names []string) error {
 		}
 	}
 
+	// One display for the parallel pulls and builds.
+	sink, err := newProgress(a.progress, a.stderr)
+	if err != nil {
+		return err
+	}
 	made := make([]backend.Sandbox, len(names))
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
 	for i := range names {
 		wg.Go(func() {
-			made[i], errs[i] = b.Create(ctx, specs[i])
+			made[i], errs[i] = b.Create(ctx, withProgress(specs[i], sink))
 			if errs[i] != nil {
 				errs[i] = fmt.Errorf("sandbox %q: %w", names[i], errs[i])
 			}
 		})
 	}
 	wg.Wait()
+	sink.close()
 	if err := errors.Join(errs...); err != nil {
 		for i, sb := range made {
 			if sb == nil {

@@ -1,7 +1,8 @@
 // Package dockertest holds what sandboxkit's Docker tests share: finding a
 // daemon (skip when none answers, fail when SBX_REQUIRE_DOCKER=1), the names
-// of the local test images that scripts/docker-setup.sh builds, and a check
-// that a test run left no labelled containers, volumes or networks behind.
+// of the local test images that scripts/docker-setup.sh builds, a registry
+// on loopback for pull tests, and a check that a test run left no labelled
+// containers, volumes, networks or images behind.
 package dockertest
 
 import (
@@ -14,6 +15,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
@@ -77,8 +79,8 @@ func RequireImage(t testing.TB, cli *client.Client, ref string) {
 	}
 }
 
-// Leftovers lists the containers, volumes and networks carrying label
-// key=value, as "kind name" strings.
+// Leftovers lists the containers, volumes, networks and images carrying
+// label key=value, as "kind name" strings.
 func Leftovers(ctx context.Context, cli *client.Client, key, value string) ([]string, error) {
 	f := filters.NewArgs(filters.Arg("label", key+"="+value))
 	var out []string
@@ -102,6 +104,13 @@ func Leftovers(ctx context.Context, cli *client.Client, key, value string) ([]st
 	}
 	for _, n := range ns {
 		out = append(out, "network "+n.Name)
+	}
+	is, err := cli.ImageList(ctx, image.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range is {
+		out = append(out, "image "+strings.Join(append(i.RepoTags, i.ID), ","))
 	}
 	return out, nil
 }

@@ -1,8 +1,13 @@
 package dockertest
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -11,6 +16,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
 )
 
 // Registry starts Debian's docker-registry on a free loopback port for the
@@ -85,4 +94,51 @@ http:
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// PushUnique pushes an image to the registry at addr (see Registry) and
+// removes it from the engine, so the next pull downloads a layer: base with
+// one added layer of random bytes that no other image has. It returns the
+// image's reference; the engine's copy is removed again when t ends.
+func PushUnique(t testing.TB, cli *client.Client, addr, base string) string {
+	t.Helper()
+	ctx := context.Background()
+	random := make([]byte, 256<<10)
+	rand.Read(random)
+	name := hex.EncodeToString(random[:6])
+	ref := addr + "/sandboxkit-test/unique:" + name
+
+	c, err := cli.ContainerCreate(ctx, &container.Config{Image: base}, nil, nil, nil, "")
+	if err != nil {
+		t.Fatalf("creating a container of %s: %v", base, err)
+	}
+	defer cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "unique-" + name, Mode: 0o644, Size: int64(len(random)), ModTime: time.Now()})
+	tw.Write(random)
+	tw.Close()
+	if err := cli.CopyToContainer(ctx, c.ID, "/", &buf, container.CopyToContainerOptions{}); err != nil {
+		t.Fatalf("adding a layer: %v", err)
+	}
+	if _, err := cli.ContainerCommit(ctx, c.ID, container.CommitOptions{Reference: ref}); err != nil {
+		t.Fatalf("committing %s: %v", ref, err)
+	}
+	remove := func() {
+		if _, err := cli.ImageRemove(context.Background(), ref, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !strings.Contains(err.Error(), "No such image") {
+			t.Errorf("removing %s: %v", ref, err)
+		}
+	}
+	t.Cleanup(remove)
+	rc, err := cli.ImagePush(ctx, ref, image.PushOptions{RegistryAuth: "e30="}) // "{}": no credentials
+	if err != nil {
+		t.Fatalf("pushing %s: %v", ref, err)
+	}
+	out, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || bytes.Contains(out, []byte(`"error"`)) {
+		t.Fatalf("pushing %s: %v %s", ref, err, out)
+	}
+	remove()
+	return ref
 }
