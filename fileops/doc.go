@@ -147,7 +147,9 @@
 // and otherwise short sh scripts through Exec. Glob and Grep list files with
 // one find ... -exec stat command through Exec, which needs only POSIX sh
 // and coreutils or busybox in the sandbox; a sandbox without them but with
-// native file access is walked with ReadDir instead. Matching (patterns,
+// native file access is walked with ReadDir instead; a sandbox that walks
+// trees natively ([FileWalker], such as the sbxd client) lists them in one
+// call, with no tools needed in the sandbox. Matching (patterns,
 // regular expressions) always happens on the host, in Go, so it behaves the
 // same everywhere.
 package fileops

@@ -68,6 +68,9 @@ exit 0`
 // reports that the listing hit maxListOutput. Errors about base itself are
 // *fs.PathError (fs.ErrNotExist, fs.ErrPermission, syscall.ENOTDIR).
 func (t *Tools) listFiles(ctx context.Context, base string, spec listSpec) (files []fileEntry, truncated bool, err error) {
+	if files, truncated, ok, err := t.walkNative(ctx, base, spec); ok {
+		return files, truncated, err
+	}
 	argv := append([]string{"sh", "-c", listScript, "sh", base}, findArgs(base, spec)...)
 	res, err := t.sb.Exec(ctx, backend.ExecRequest{Cmd: argv, OutputLimit: maxListOutput})
 	if err != nil {

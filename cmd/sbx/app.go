@@ -103,7 +103,7 @@ default with one "main" sandbox on the local backend.`,
 		a.gcCmd(),
 		a.configCmd(),
 		a.toolsCmd(),
-		a.benchCmd(),
+		a.withBenchExec(a.benchCmd()),
 	)
 	return root
 }

@@ -75,6 +75,8 @@ func main() {
 		os.Exit(initMain(afterDashes(os.Args[2:])))
 	case "exec":
 		os.Exit(execMain(os.Args[2:]))
+	case "serve":
+		os.Exit(serveMain(os.Args[2:]))
 	case "kill":
 		if len(os.Args) != 3 || os.Args[2] == "" {
 			usage("sbxd kill ID")
@@ -91,7 +93,7 @@ func main() {
 	case "version":
 		fmt.Println("sbxd 1")
 	default:
-		usage("sbxd init|exec|ls|kill|version")
+		usage("sbxd init|exec|serve|ls|kill|version")
 	}
 }
 

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/fileops"
+	"github.com/sandboxkit/sandboxkit/internal/owner"
+	"github.com/sandboxkit/sandboxkit/sbxd"
+)
+
+// withBenchExec adds `bench exec` to the bench command, whoever made it.
+func (a *app) withBenchExec(bench *cobra.Command) *cobra.Command {
+	bench.AddCommand(a.benchExecCmd())
+	return bench
+}
+
+type benchExecOptions struct {
+	n, baselineN int
+	image, entry string
+}
+
+func (a *app) benchExecCmd() *cobra.Command {
+	var o benchExecOptions
+	cmd := &cobra.Command{
+		Use:   "exec",
+		Short: "Measure exec and file latency through sbxd against the plain path",
+		Long: `Exec makes one sandbox and measures, in the same run:
+
+  - exec latency of "true" through the sbxd agent (p50, p99) and through the
+    backend's plain per-command path (p50), and their ratio;
+  - reading and writing a 4 KiB file through the agent tools (fileops);
+  - copying 64 MiB in and back out (MB/s, both directions together);
+  - the agent's resident memory afterwards.
+
+It exits 1 when the agent cannot start in the sandbox.`,
+		Example: `  sbx bench exec --backend native --json
+  sbx bench exec --n 1000 --image sandboxkit-test/busybox:1`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.benchExec(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.n, "n", 500, "measured calls per operation through sbxd")
+	f.IntVar(&o.baselineN, "baseline-n", 50, "measured calls of the plain per-command path (slow on some backends)")
+	f.StringVar(&o.image, "image", "", "image to use instead of the entry's")
+	f.StringVar(&o.entry, "sandbox", "", `config entry to make the sandbox from (default "main", or the only entry)`)
+	return cmd
+}
+
+// benchExecReport is what bench exec prints (--json: as is).
+type benchExecReport struct {
+	Backend      string `json:"backend"`
+	Image        string `json:"image"`
+	N            int    `json:"n"`
+	BaselineN    int    `json:"baseline_n"`
+	AgentVersion string `json:"agent_version"`
+
+	ExecP50         float64 `json:"exec_p50_ms"`
+	ExecP99         float64 `json:"exec_p99_ms"`
+	BaselineExecP50 float64 `json:"baseline_exec_p50_ms"`
+	BaselineExecP99 float64 `json:"baseline_exec_p99_ms"`
+	Speedup         float64 `json:"speedup"`
+
+	ReadSmallP50  float64 `json:"read_small_p50_ms"`
+	WriteSmallP50 float64 `json:"write_small_p50_ms"`
+
+	Copy64MiB  float64 `json:"copy_64mib_mb_per_s"`
+	CopyWrite  float64 `json:"copy_write_mb_per_s"`
+	CopyRead   float64 `json:"copy_read_mb_per_s"`
+	AgentRSSKi int64   `json:"agent_rss_kib"`
+}
+
+func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
+	if o.n < 1 || o.baselineN < 1 {
+		return errors.New("sbx bench exec: --n and --baseline-n must be at least 1")
+	}
+	cfg, b, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	name, err := defaultEntry(cfg, o.entry)
+	if err != nil {
+		return err
+	}
+	spec, err := cfg.Spec(name)
+	if err != nil {
+		return err
+	}
+	if o.image != "" {
+		spec.Image, spec.Build = o.image, nil
+	}
+	run := make([]byte, 4)
+	rand.Read(run)
+	spec.Session = "bench-" + hex.EncodeToString(run)
+	spec.Owner = owner.Self()
+	if spec.TTL == 0 {
+		spec.TTL = time.Hour
+	}
+	logf := func(format string, args ...any) {
+		if !a.json {
+			fmt.Fprintf(a.stderr, format+"\n", args...)
+		}
+	}
+	logf("bench: creating a sandbox (%s, image %s)", b.Name(), spec.Image)
+	sb, err := a.create(ctx, b, spec)
+	if err != nil {
+		return err
+	}
+	defer destroy(ctx, sb)
+	rep := benchExecReport{Backend: b.Name(), Image: spec.Image, N: o.n, BaselineN: o.baselineN}
+
+	trueReq := backend.ExecRequest{Cmd: []string{"true"}}
+	timeExec := func(s backend.Sandbox, n int) ([]float64, error) {
+		return timeN(n, func() error {
+			res, err := s.Exec(ctx, trueReq)
+			if err == nil && res.ExitCode != 0 {
+				err = fmt.Errorf("true exited %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))
+			}
+			return err
+		})
+	}
+
+	logf("bench: %d plain execs", o.baselineN)
+	if _, err := timeExec(sb, min(3, o.baselineN)); err != nil {
+		return fmt.Errorf("plain exec: %w", err)
+	}
+	base, err := timeExec(sb, o.baselineN)
+	if err != nil {
+		return fmt.Errorf("plain exec: %w", err)
+	}
+	bp := percentilesOf(base)
+	rep.BaselineExecP50, rep.BaselineExecP99 = bp.P50, bp.P99
+
+	c, err := sbxd.Wrap(ctx, sb, sbxd.WithLogger(a.logger))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	agent, err := c.Agent(ctx)
+	if err != nil {
+		return fmt.Errorf("the sbxd agent did not start in the sandbox: %w", err)
+	}
+	rep.AgentVersion = agent.Version
+
+	logf("bench: %d execs through sbxd", o.n)
+	if _, err := timeExec(c, min(50, o.n)); err != nil {
+		return fmt.Errorf("sbxd exec: %w", err)
+	}
+	fast, err := timeExec(c, o.n)
+	if err != nil {
+		return fmt.Errorf("sbxd exec: %w", err)
+	}
+	fp := percentilesOf(fast)
+	rep.ExecP50, rep.ExecP99 = fp.P50, fp.P99
+	if rep.ExecP50 > 0 {
+		rep.Speedup = rep.BaselineExecP50 / rep.ExecP50
+	}
+
+	logf("bench: %d small file writes and reads through fileops", o.n)
+	if err := benchSmallFiles(ctx, c, o.n, &rep); err != nil {
+		return err
+	}
+	logf("bench: copying 64 MiB in and out")
+	if err := benchCopy(ctx, c, &rep); err != nil {
+		return err
+	}
+	if rss, err := agentRSS(ctx, c, agent.PID); err == nil {
+		rep.AgentRSSKi = rss
+	} else {
+		a.logger.Warn("reading the agent's memory failed", "err", err)
+	}
+
+	if a.json {
+		return printJSON(a.stdout, rep)
+	}
+	w := a.stdout
+	fmt.Fprintf(w, "backend %s, image %s, agent %s\n", rep.Backend, rep.Image, rep.AgentVersion)
+	t := newTable(w, "OPERATION", "P50", "P99")
+	t.row("exec true (sbxd)", fmt.Sprintf("%.2fms", rep.ExecP50), fmt.Sprintf("%.2fms", rep.ExecP99))
+	t.row("exec true (plain)", fmt.Sprintf("%.2fms", rep.BaselineExecP50), fmt.Sprintf("%.2fms", rep.BaselineExecP99))
+	t.row("read 4 KiB (fileops)", fmt.Sprintf("%.2fms", rep.ReadSmallP50), "")
+	t.row("write 4 KiB (fileops)", fmt.Sprintf("%.2fms", rep.WriteSmallP50), "")
+	t.flush()
+	fmt.Fprintf(w, "speedup %.1fx; copy 64 MiB %.0f MB/s (write %.0f, read %.0f); agent RSS %d KiB\n",
+		rep.Speedup, rep.Copy64MiB, rep.CopyWrite, rep.CopyRead, rep.AgentRSSKi)
+	return nil
+}
+
+// timeN calls fn n times and returns each call's duration in ms.
+func timeN(n int, fn func() error) ([]float64, error) {
+	out := make([]float64, 0, n)
+	for range n {
+		t0 := time.Now()
+		if err := fn(); err != nil {
+			return nil, err
+		}
+		out = append(out, ms(time.Since(t0)))
+	}
+	return out, nil
+}
+
+// benchSmallFiles writes n new 4 KiB text files with fileops.WriteFile and
+// reads each back with fileops.ReadFile, in a directory removed afterwards.
+func benchSmallFiles(ctx context.Context, c *sbxd.Client, n int, rep *benchExecReport) error {
+	dir := "/tmp/sbx-bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	defer c.Remove(context.WithoutCancel(ctx), dir, true)
+	var sb strings.Builder
+	for i := 0; sb.Len() < 4096-64; i++ {
+		fmt.Fprintf(&sb, "line %d of a small text file for the benchmark\n", i)
+	}
+	content := sb.String() + strings.Repeat("x", 4095-sb.Len()) + "\n"
+	tools := fileops.New(c, fileops.Options{})
+	name := func(i int) string { return fmt.Sprintf("%s/f%d.txt", dir, i) }
+	i := 0
+	writes, err := timeN(n, func() error {
+		i++
+		_, err := tools.WriteFile(ctx, name(i), content)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("fileops write_file: %w", err)
+	}
+	i = 0
+	reads, err := timeN(n, func() error {
+		i++
+		out, err := tools.ReadFile(ctx, name(i), 0, 0)
+		if err == nil && !strings.Contains(out, "line 0 of") {
+			err = fmt.Errorf("read_file %s: unexpected answer %.80q", name(i), out)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("fileops read_file: %w", err)
+	}
+	rep.WriteSmallP50, rep.ReadSmallP50 = percentilesOf(writes).P50, percentilesOf(reads).P50
+	return nil
+}
+
+// benchCopy writes 64 MiB of pseudo-random bytes from memory into the
+// sandbox (as sbx cp of a file would), reads them back and checks them.
+func benchCopy(ctx context.Context, c *sbxd.Client, rep *benchExecReport) error {
+	const size = 64 << 20
+	name := "/tmp/sbx-bench-copy-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	defer c.Remove(context.WithoutCancel(ctx), name, false)
+	data := make([]byte, size)
+	x := uint64(0x9e3779b97f4a7c15)
+	for i := 0; i < size; i += 8 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		binary.LittleEndian.PutUint64(data[i:], x)
+	}
+	want := crc32.Checksum(data, castagnoli)
+	t0 := time.Now()
+	if err := c.WriteFile(ctx, name, bytes.NewReader(data), 0o600); err != nil {
+		return fmt.Errorf("copy in: %w", err)
+	}
+	tw := time.Since(t0)
+	t1 := time.Now()
+	rc, err := c.ReadFile(ctx, name)
+	if err != nil {
+		return fmt.Errorf("copy out: %w", err)
+	}
+	h := crc32.New(castagnoli)
+	got, err := io.Copy(h, bufio.NewReaderSize(rc, 1<<20))
+	rc.Close()
+	if err != nil {
+		return fmt.Errorf("copy out: %w", err)
+	}
+	tr := time.Since(t1)
+	if got != size || h.Sum32() != want {
+		return fmt.Errorf("copy out: read back %d bytes (crc %08x), wrote %d (crc %08x)", got, h.Sum32(), size, want)
+	}
+	mb := float64(size) / 1e6
+	rep.CopyWrite = mb / tw.Seconds()
+	rep.CopyRead = mb / tr.Seconds()
+	rep.Copy64MiB = 2 * mb / (tw + tr).Seconds()
+	return nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// agentRSS reads the agent's resident set (VmRSS, KiB) from /proc inside
+// the sandbox.
+func agentRSS(ctx context.Context, c *sbxd.Client, pid int) (int64, error) {
+	rc, err := c.ReadFile(ctx, "/proc/"+strconv.Itoa(pid)+"/status")
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	sc := bufio.NewScanner(rc)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return 0, errors.New("no VmRSS in the agent's /proc status")
+}

@@ -1,0 +1,71 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/sandboxkit/sandboxkit/sbxd"
+)
+
+// serveMain is `sbxd serve [--state-dir DIR]`: the agent, answering
+// sandboxkit's requests multiplexed over its stdin and stdout (see package
+// sbxd). It exits when its stdin closes, once its background jobs have
+// ended.
+func serveMain(args []string) int {
+	fl := flag.NewFlagSet("sbxd serve", flag.ContinueOnError)
+	stateDir := fl.String("state-dir", "", "directory for background jobs (default $TMPDIR/sbxd-jobs)")
+	if err := fl.Parse(args); err != nil || fl.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: sbxd serve [--state-dir DIR]")
+		return exitUsageError
+	}
+	// The agent shares the sandbox's memory with the commands it runs:
+	// keep its heap small even while large files stream through it.
+	debug.SetMemoryLimit(12 << 20)
+	debug.SetGCPercent(50)
+	// Its client ends it by closing stdin, not with SIGHUP; a broken
+	// stdout ends the session, not the process. Notify (rather than
+	// Ignore) leaves the commands it starts the default dispositions.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGPIPE, syscall.SIGHUP)
+	go func() {
+		for range signals {
+		}
+	}()
+	// Bigger pipes mean fewer wakeups per megabyte on both ends of the
+	// stream (where stdin and stdout are pipes or FIFOs, as with docker
+	// exec); a refusal (pipe-max-size) only costs speed.
+	for _, fd := range []uintptr{0, 1} {
+		syscall.Syscall(syscall.SYS_FCNTL, fd, fSetPipeSize, pipeSize)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv := sbxd.NewServer(sbxd.ServerOptions{StateDir: *stateDir, Logger: log})
+	err := srv.Serve(context.Background(), stdio{sbxd.NewCoalescingWriter(os.Stdout)})
+	srv.WaitJobs()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sbxd serve:", err)
+		return 1
+	}
+	return 0
+}
+
+// F_SETPIPE_SZ (not in package syscall) and the size asked for.
+const (
+	fSetPipeSize = 1031
+	pipeSize     = 1 << 20
+)
+
+// stdio is the agent's end of its stream: stdin, and stdout through w.
+type stdio struct{ w io.Writer }
+
+func (stdio) Read(p []byte) (int, error)    { return os.Stdin.Read(p) }
+func (s stdio) Write(p []byte) (int, error) { return s.w.Write(p) }
+func (stdio) Close() error                  { os.Stdin.Close(); return os.Stdout.Close() }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package sbxd_test
+
+const raceEnabled = false

@@ -1,0 +1,391 @@
+package sbxd
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/user"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/internal/procfs"
+)
+
+// Output frames: the exec route's response body is a sequence of frames in
+// Docker's stdcopy layout, an 8-byte header (stream, 0, 0, 0, big-endian
+// uint32 length) then the payload.
+const (
+	frameStdout   = 1
+	frameStderr   = 2
+	frameHdrLen   = 8
+	maxFrameBytes = 1 << 20
+)
+
+// waitDelay is how long output of background children that still hold a
+// finished command's stdout or stderr is passed on (as sbxd exec --grace).
+const waitDelay = 250 * time.Millisecond
+
+// frameSink writes frames to the response, one writer at a time, flushing
+// each so that output streams while the command runs.
+type frameSink struct {
+	mu    sync.Mutex
+	w     io.Writer
+	flush func() error
+	err   error
+	onErr func(error)
+}
+
+func (f *frameSink) write(stream byte, p []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	for len(p) > 0 {
+		n := min(len(p), maxFrameBytes)
+		var hdr [frameHdrLen]byte
+		hdr[0] = stream
+		binary.BigEndian.PutUint32(hdr[4:], uint32(n))
+		_, err := f.w.Write(hdr[:])
+		if err == nil {
+			_, err = f.w.Write(p[:n])
+		}
+		if err == nil && f.flush != nil {
+			err = f.flush()
+		}
+		if err != nil {
+			f.err = err
+			f.onErr(err)
+			return err
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+// streamWriter is one output stream of a command: it sends up to limit
+// bytes (0: all), then counts and drops the rest, so the command is never
+// blocked by a cap.
+type streamWriter struct {
+	sink      *frameSink
+	stream    byte
+	limit     int64
+	sent      int64
+	truncated bool
+}
+
+func (s *streamWriter) Write(p []byte) (int, error) {
+	q := p
+	if s.limit > 0 {
+		room := s.limit - s.sent
+		if int64(len(q)) > room {
+			s.truncated = true
+			q = q[:max(room, 0)]
+		}
+	}
+	if len(q) > 0 {
+		if err := s.sink.write(s.stream, q); err != nil {
+			return 0, err
+		}
+		s.sent += int64(len(q))
+	}
+	return len(p), nil
+}
+
+func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
+	req, err := decodeExecRequest(r.Header.Get(hdrExec))
+	if err != nil {
+		writeError(w, "exec", "", errors.Join(errInvalid, err))
+		return
+	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	s.mu.Lock()
+	if _, dup := s.execs[req.ID]; dup {
+		s.mu.Unlock()
+		writeError(w, "exec", "", fmt.Errorf("%w: exec id %q is in use", errInvalid, req.ID))
+		return
+	}
+	s.execs[req.ID] = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.execs, req.ID)
+		s.mu.Unlock()
+	}()
+
+	rc := http.NewResponseController(w)
+	// stdin (the request body) is read while output is written.
+	rc.EnableFullDuplex()
+	w.Header().Set("Trailer", hdrResult)
+	w.Header().Set("Content-Type", "application/vnd.sbxd.frames")
+	sink := &frameSink{w: w, flush: rc.Flush, onErr: func(err error) { cancel(fmt.Errorf("sending output: %w", err)) }}
+	res := s.runCommand(ctx, req, r.Body, sink)
+	b, _ := json.Marshal(res)
+	w.Header().Set(hdrResult, string(b))
+}
+
+// runCommand runs req with its output going to sink and returns what it
+// left. A cancelled ctx kills the command's tree.
+func (s *Server) runCommand(ctx context.Context, req execRequest, stdin io.Reader, sink *frameSink) execResult {
+	cmd, err := s.command(req.Argv, req.Env, req.Dir, req.User, req.ID)
+	if err != nil {
+		return execResult{ExitCode: -1, Error: err.Error()}
+	}
+	stdout := &streamWriter{sink: sink, stream: frameStdout, limit: req.StdoutLimit}
+	stderr := &streamWriter{sink: sink, stream: frameStderr, limit: req.StderrLimit}
+	// Pipes of our own rather than os/exec's: its WaitDelay closes them a
+	// fixed time after the command exits, losing output a slow (starved)
+	// copy has not read yet; outputPipe drains what is buffered instead.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return execResult{ExitCode: -1, Error: err.Error()}
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return execResult{ExitCode: -1, Error: err.Error()}
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	// stdin through a pipe fed here: os/exec would make Wait wait for the
+	// copy from a non-file reader, and a command may exit without reading.
+	var stdinW *os.File
+	if req.Stdin {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return execResult{ExitCode: -1, Error: err.Error()}
+		}
+		cmd.Stdin, stdinW = pr, pw
+		defer pr.Close()
+		defer pw.Close()
+	}
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return startFailure(req.Argv[0], err, stderr)
+	}
+	outDone, errDone := copyOutput(outR, stdout), copyOutput(errR, stderr)
+	if stdinW != nil {
+		cmd.Stdin.(*os.File).Close()
+		go func() {
+			io.Copy(stdinW, stdin)
+			stdinW.Close()
+		}()
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var timer <-chan time.Time
+	if req.TimeoutMS > 0 {
+		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
+		defer t.Stop()
+		timer = t.C
+	}
+	var res execResult
+	select {
+	case <-done:
+	case <-timer:
+		res.TimedOut = true
+		killTree(cmd.Process.Pid, req.ID)
+		<-done
+	case <-ctx.Done():
+		killTree(cmd.Process.Pid, req.ID)
+		<-done
+		res.Error = "cancelled: " + context.Cause(ctx).Error()
+	}
+	// Background children may hold the pipes: pass their output on for
+	// waitDelay, then stop (what is buffered by then is still sent).
+	deadline := time.Now().Add(waitDelay)
+	outR.SetReadDeadline(deadline)
+	errR.SetReadDeadline(deadline)
+	<-outDone
+	<-errDone
+	res.ExitCode = exitStatus(cmd.ProcessState)
+	if res.TimedOut {
+		res.ExitCode = 124
+	}
+	res.Truncated = stdout.truncated || stderr.truncated
+	return res
+}
+
+// copyOutput copies r to dst until EOF, or until r's read deadline passes;
+// then it sends what the pipe still buffers and stops. It closes r.
+func copyOutput(r *os.File, dst io.Writer) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer r.Close()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := r.Read(buf)
+			if n > 0 {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				drainBuffered(r, dst, buf)
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return done
+}
+
+// drainBuffered copies what a (non-blocking) pipe holds right now.
+func drainBuffered(r *os.File, dst io.Writer, buf []byte) {
+	rc, err := r.SyscallConn()
+	if err != nil {
+		return
+	}
+	// A raw read refuses to run past the deadline; the callback below
+	// never waits, so none is needed.
+	r.SetReadDeadline(time.Time{})
+	// Bounded: a background child may keep writing.
+	for range 64 {
+		var n int
+		rc.Read(func(fd uintptr) bool {
+			n, _ = syscall.Read(int(fd), buf)
+			return true
+		})
+		if n <= 0 {
+			return
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+// startFailure reports a command that could not start as a shell would: 127
+// for a missing program, 126 for one that cannot run.
+func startFailure(name string, err error, stderr io.Writer) execResult {
+	code := 126
+	msg := "permission denied"
+	switch {
+	case errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist):
+		code, msg = 127, "command not found"
+	case errors.Is(err, os.ErrPermission):
+	default:
+		var ee *exec.Error
+		if errors.As(err, &ee) {
+			msg = ee.Err.Error()
+		} else {
+			msg = err.Error()
+		}
+	}
+	fmt.Fprintf(stderr, "%s: %s\n", name, msg)
+	return execResult{ExitCode: code}
+}
+
+// command prepares argv with the agent's environment plus env (and the
+// marker), in dir, as user, in a process group of its own.
+func (s *Server) command(argv []string, env map[string]string, dir, userName, id string) (*exec.Cmd, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if dir != "" {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return nil, fmt.Errorf("working directory %s: %w", dir, err)
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("working directory %s: not a directory", dir)
+		}
+		cmd.Dir = dir
+	}
+	cmd.Env = append([]string(nil), s.baseEnv...)
+	attr := &syscall.SysProcAttr{Setpgid: true}
+	if userName != "" {
+		cred, home, err := lookupUser(userName)
+		if err != nil {
+			return nil, err
+		}
+		if home != "" {
+			cmd.Env = append(cmd.Env, "HOME="+home)
+		}
+		attr.Credential = cred
+	}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Env = append(cmd.Env, EnvExecID+"="+id)
+	cmd.SysProcAttr = attr
+	return cmd, nil
+}
+
+// lookupUser resolves "name", "uid", "name:group" or "uid:gid" as docker
+// exec --user does.
+func lookupUser(spec string) (*syscall.Credential, string, error) {
+	name, group, hasGroup := strings.Cut(spec, ":")
+	var uid, gid uint64
+	var home string
+	var groups []uint32
+	u, err := user.Lookup(name)
+	if err != nil {
+		u, err = user.LookupId(name)
+	}
+	switch {
+	case err == nil:
+		uid, _ = strconv.ParseUint(u.Uid, 10, 32)
+		gid, _ = strconv.ParseUint(u.Gid, 10, 32)
+		home = u.HomeDir
+		if ids, err := u.GroupIds(); err == nil {
+			for _, g := range ids {
+				if n, err := strconv.ParseUint(g, 10, 32); err == nil {
+					groups = append(groups, uint32(n))
+				}
+			}
+		}
+	default:
+		n, perr := strconv.ParseUint(name, 10, 32)
+		if perr != nil {
+			return nil, "", fmt.Errorf("user %q: no such user in the sandbox", name)
+		}
+		uid = n
+	}
+	if hasGroup {
+		g, err := user.LookupGroup(group)
+		if err == nil {
+			gid, _ = strconv.ParseUint(g.Gid, 10, 32)
+		} else if n, perr := strconv.ParseUint(group, 10, 32); perr == nil {
+			gid = n
+		} else {
+			return nil, "", fmt.Errorf("group %q: no such group in the sandbox", group)
+		}
+	}
+	if uint64(os.Getuid()) != uid && os.Getuid() != 0 {
+		return nil, "", fmt.Errorf("user %q: %w: the agent does not run as root", spec, errors.ErrUnsupported)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: groups}, home, nil
+}
+
+// killTree kills a command's process group, then every process that still
+// carries its marker (children that started a session of their own).
+func killTree(pgid int, id string) {
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	procfs.KillByEnv(EnvExecID, id)
+}
+
+func exitStatus(ps *os.ProcessState) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}

@@ -1,0 +1,385 @@
+package sbxd
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// copyBufSize is the buffer of file transfers: large writes become few,
+// large stream frames.
+const copyBufSize = 256 << 10
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+
+// copyBuffered copies with a pooled buffer; it hides ReaderFrom/WriterTo so
+// the buffer size is what decides the frame size.
+func copyBuffered(dst io.Writer, src io.Reader) (int64, error) {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	return io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *bp)
+}
+
+func (s *Server) handleStat(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("path")
+	stat := os.Stat
+	if r.URL.Query().Get("lstat") == "1" {
+		stat = os.Lstat
+	}
+	fi, err := stat(name)
+	if err != nil {
+		writeError(w, "stat", name, err)
+		return
+	}
+	writeJSON(w, toWire(fi))
+}
+
+func (s *Server) handleReadDir(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("path")
+	entries, err := os.ReadDir(name)
+	if err != nil {
+		writeError(w, "readdir", name, err)
+		return
+	}
+	infos := make([]fileInfo, 0, len(entries))
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed while listing
+		}
+		infos = append(infos, toWire(fi))
+	}
+	writeJSON(w, infos)
+}
+
+// readRange is what part of a file the read route sends.
+type readRange struct {
+	offset, length int64 // bytes; length < 0: to the end
+	line, lines    int   // 1-based first line and count (0: to the end); line 0: no line range
+}
+
+func parseRange(q map[string][]string) (readRange, error) {
+	get := func(k string) string {
+		if v := q[k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	rr := readRange{length: -1}
+	var err error
+	num := func(k string, dst *int64) {
+		if v := get(k); v != "" && err == nil {
+			*dst, err = strconv.ParseInt(v, 10, 64)
+			if err == nil && *dst < 0 && k != "length" {
+				err = fmt.Errorf("%s must not be negative", k)
+			}
+		}
+	}
+	var line, lines int64
+	num("offset", &rr.offset)
+	num("length", &rr.length)
+	num("line", &line)
+	num("lines", &lines)
+	if err != nil {
+		return rr, errors.Join(errInvalid, err)
+	}
+	rr.line, rr.lines = int(line), int(lines)
+	if rr.line > 0 && (rr.offset != 0 || rr.length >= 0) {
+		return rr, fmt.Errorf("%w: a byte range and a line range cannot be combined", errInvalid)
+	}
+	return rr, nil
+}
+
+func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("path")
+	rr, err := parseRange(r.URL.Query())
+	if err != nil {
+		writeError(w, "read", name, err)
+		return
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		writeError(w, "read", name, err)
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		writeError(w, "read", name, err)
+		return
+	}
+	if fi.IsDir() {
+		writeError(w, "read", name, &fs.PathError{Op: "read", Path: name, Err: syscall.EISDIR})
+		return
+	}
+	var src io.Reader = f
+	if rr.offset > 0 {
+		if _, err := f.Seek(rr.offset, io.SeekStart); err != nil {
+			// Not seekable (a pipe): skip by reading.
+			if _, err := io.CopyN(io.Discard, f, rr.offset); err != nil && err != io.EOF {
+				writeError(w, "read", name, err)
+				return
+			}
+		}
+	}
+	if rr.length >= 0 {
+		src = io.LimitReader(src, rr.length)
+	}
+	if fi.Mode().IsRegular() && rr.line == 0 {
+		size := fi.Size() - rr.offset
+		if rr.length >= 0 {
+			size = min(size, rr.length)
+		}
+		w.Header().Set("Sbx-Size", strconv.FormatInt(max(size, 0), 10))
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if rr.line > 0 {
+		copyLines(w, f, rr.line, rr.lines)
+		return
+	}
+	copyBuffered(w, src)
+}
+
+// copyLines copies lines first..first+n-1 (1-based; n 0: to the end) of r.
+func copyLines(w io.Writer, r io.Reader, first, n int) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for i := 1; i < first; i++ {
+		if _, err := br.ReadSlice('\n'); err != nil {
+			if err == bufio.ErrBufferFull {
+				i-- // the same line goes on
+				continue
+			}
+			return nil
+		}
+	}
+	if n <= 0 {
+		_, err := copyBuffered(w, br)
+		return err
+	}
+	for i := 0; i < n; {
+		chunk, err := br.ReadSlice('\n')
+		if len(chunk) > 0 {
+			if _, werr := w.Write(chunk); werr != nil {
+				return werr
+			}
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+		case err != nil:
+			return nil
+		default:
+			i++
+		}
+	}
+	return nil
+}
+
+// writeTarget resolves where a write of name lands: a symlink is followed;
+// a directory there is an error; missing parents are made.
+func writeTarget(name string) (string, error) {
+	p := name
+	if real, err := filepath.EvalSymlinks(p); err == nil {
+		p = real
+	}
+	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+		return "", &fs.PathError{Op: "write", Path: name, Err: syscall.EISDIR}
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return "", err
+	}
+	return filepath.Abs(p)
+}
+
+func (s *Server) handlePrepare(w http.ResponseWriter, r *http.Request) {
+	var req prepareRequest
+	if !readJSON(w, r, "write", &req) {
+		return
+	}
+	target, err := writeTarget(req.Path)
+	if err != nil {
+		writeError(w, "write", req.Path, err)
+		return
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	tmp := filepath.Join(filepath.Dir(target), "."+filepath.Base(target)+".sbxd-"+hex.EncodeToString(b[:]))
+	writeJSON(w, prepareResult{Target: target, Tmp: tmp})
+}
+
+// writeFileAtomic replaces name with r's bytes: a temporary file in the same
+// directory is renamed over it, so a reader never sees half a file. A
+// symlink at name is followed; missing parents are made.
+func writeFileAtomic(name string, r io.Reader, perm fs.FileMode) error {
+	p, err := writeTarget(name)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(p)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(p)+".sbxd-*")
+	if err != nil {
+		return err
+	}
+	_, err = copyBuffered(tmp, r)
+	if err == nil {
+		err = tmp.Chmod(perm.Perm())
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), p)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}
+
+func (s *Server) handleWrite(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("path")
+	mode, err := strconv.ParseUint(r.URL.Query().Get("mode"), 8, 32)
+	if err != nil || name == "" {
+		writeError(w, "write", name, fmt.Errorf("%w: want path and an octal mode", errInvalid))
+		return
+	}
+	if err := writeFileAtomic(name, r.Body, fs.FileMode(mode)); err != nil {
+		writeError(w, "write", name, err)
+		return
+	}
+	writeJSON(w, struct{}{})
+}
+
+func (s *Server) handleMkdir(w http.ResponseWriter, r *http.Request) {
+	var req mkdirRequest
+	if !readJSON(w, r, "mkdir", &req) {
+		return
+	}
+	mode := req.Mode.Perm()
+	if mode == 0 {
+		mode = 0o755
+	}
+	var err error
+	if req.Parents {
+		err = os.MkdirAll(req.Path, mode)
+	} else {
+		err = os.Mkdir(req.Path, mode)
+	}
+	if err != nil {
+		writeError(w, "mkdir", req.Path, err)
+		return
+	}
+	writeJSON(w, struct{}{})
+}
+
+func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
+	var req removeRequest
+	if !readJSON(w, r, "remove", &req) {
+		return
+	}
+	_, err := os.Lstat(req.Path)
+	if err == nil {
+		if req.Recursive {
+			err = os.RemoveAll(req.Path)
+		} else {
+			err = os.Remove(req.Path)
+		}
+	}
+	if err != nil {
+		writeError(w, "remove", req.Path, err)
+		return
+	}
+	writeJSON(w, struct{}{})
+}
+
+func (s *Server) handleMove(w http.ResponseWriter, r *http.Request) {
+	var req moveRequest
+	if !readJSON(w, r, "move", &req) {
+		return
+	}
+	if _, err := os.Lstat(req.From); err != nil {
+		writeError(w, "move", req.From, err)
+		return
+	}
+	if !req.Overwrite {
+		if _, err := os.Lstat(req.To); err == nil {
+			writeError(w, "move", req.To, &fs.PathError{Op: "move", Path: req.To, Err: fs.ErrExist})
+			return
+		}
+	}
+	if err := os.Rename(req.From, req.To); err != nil {
+		writeError(w, "move", req.From, err)
+		return
+	}
+	writeJSON(w, struct{}{})
+}
+
+// maxEditSize bounds the files Edit changes (they are held in memory).
+const maxEditSize = 64 << 20
+
+// editFile replaces old with new in name: exactly one occurrence, or all of
+// them with all. The file keeps its mode; a symlink keeps pointing at it.
+func editFile(name, old, new string, all bool) (int, error) {
+	if old == "" {
+		return 0, fmt.Errorf("%w: the old string is empty", errInvalid)
+	}
+	if old == new {
+		return 0, fmt.Errorf("%w: the old and new strings are identical", errInvalid)
+	}
+	p := name
+	if real, err := filepath.EvalSymlinks(p); err == nil {
+		p = real
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return 0, err
+	}
+	if fi.IsDir() {
+		return 0, &fs.PathError{Op: "edit", Path: name, Err: syscall.EISDIR}
+	}
+	if fi.Size() > maxEditSize {
+		return 0, fmt.Errorf("%w: %s is larger than %d MiB", errInvalid, name, maxEditSize>>20)
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return 0, err
+	}
+	n := bytes.Count(data, []byte(old))
+	switch {
+	case n == 0:
+		return 0, ErrEditNoMatch
+	case n > 1 && !all:
+		return n, &NotUniqueError{Count: n}
+	}
+	limit := 1
+	if all {
+		limit = -1
+	}
+	out := strings.Replace(string(data), old, new, limit)
+	return n, writeFileAtomic(p, strings.NewReader(out), fi.Mode())
+}
+
+func (s *Server) handleEdit(w http.ResponseWriter, r *http.Request) {
+	var req editRequest
+	if !readJSON(w, r, "edit", &req) {
+		return
+	}
+	n, err := editFile(req.Path, req.Old, req.New, req.ReplaceAll)
+	if err != nil {
+		writeError(w, "edit", req.Path, err)
+		return
+	}
+	writeJSON(w, editResult{Replaced: n})
+}
