@@ -30,6 +30,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
 // Image source prefixes (the transport names skopeo uses).
@@ -298,7 +299,7 @@ func (s *imageStore) fromRegistry(ctx context.Context, ref string) (*image, erro
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(refFile, []byte(cacheKey(out.config.Digest))); err != nil {
+	if err := statedir.WriteFileAtomic(refFile, []byte(cacheKey(out.config.Digest))); err != nil {
 		s.log.Warn("recording an image's digest failed", "image", r.Name(), "err", err)
 	}
 	return out, nil
@@ -517,27 +518,4 @@ func tarHas(p, name string) (bool, error) {
 			return true, nil
 		}
 	}
-}
-
-// writeFileAtomic writes data to a temporary file beside p and renames it
-// over p, creating p's folder.
-func writeFileAtomic(p string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+"-*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(data)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), p)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
 func TestReset(t *testing.T) {
@@ -87,7 +88,7 @@ func TestDestroyAfterCrash(t *testing.T) {
 	t.Run("half-made sandbox", func(t *testing.T) {
 		// What a crash between mounting and starting leaves: a meta file
 		// and a mounted overlay, no container.
-		id, _ := newID()
+		id, _ := statedir.NewID()
 		dir := filepath.Join(b.dir, id)
 		m := &meta{ID: id, Name: "half", ContainerID: containerPrefix + id, Runtime: b.runtime.path,
 			RuntimeRoot: b.runtime.root, Lower: busyboxRootfs(t), CreatedAt: time.Now()}

@@ -2,7 +2,6 @@ package lite
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -25,6 +24,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
+	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
 // Name is the backend's registry name.
@@ -149,7 +149,7 @@ func installSbxd(dir, override string) (string, error) {
 	if fi, err := os.Stat(p); err == nil && fi.Size() == int64(len(bin)) {
 		return p, nil
 	}
-	if err := writeFileAtomic(p, bin); err != nil {
+	if err := statedir.WriteFileAtomic(p, bin); err != nil {
 		return "", fmt.Errorf("installing sbxd: %w", err)
 	}
 	return p, os.Chmod(p, 0o755)
@@ -305,7 +305,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if spec.ImageCommand && len(img.config.Entrypoint)+len(img.config.Cmd) == 0 {
 		return nil, createErr(fmt.Errorf("%w: command = \"\" runs the image's own command, and image %q has none", backend.ErrInvalidConfig, ref))
 	}
-	id, err := newID()
+	id, err := statedir.NewID()
 	if err != nil {
 		return nil, createErr(err)
 	}
@@ -445,7 +445,7 @@ func checkVolume(v backend.Volume) error {
 }
 
 func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
-	if !validID(id) {
+	if !statedir.ValidID(id) {
 		return nil, &backend.OpError{Op: "get", Backend: Name, Sandbox: id, Err: backend.ErrNotFound}
 	}
 	dir := filepath.Join(b.dir, id)
@@ -456,16 +456,13 @@ func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
 }
 
 func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {
-	entries, err := os.ReadDir(b.dir)
+	ids, err := statedir.IDs(b.dir)
 	if err != nil {
 		return nil, &backend.OpError{Op: "list", Backend: Name, Err: err}
 	}
 	var out []backend.Info
-	for _, e := range entries {
-		if !e.IsDir() || !validID(e.Name()) {
-			continue
-		}
-		m, err := readMeta(filepath.Join(b.dir, e.Name()))
+	for _, id := range ids {
+		m, err := readMeta(filepath.Join(b.dir, id))
 		if err != nil {
 			// Being destroyed right now, or damaged: skip.
 			continue
@@ -478,44 +475,15 @@ func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.In
 	return out, nil
 }
 
-func newID() (string, error) {
-	var buf [6]byte
-	if _, err := rand.Read(buf[:]); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(buf[:]), nil
-}
-
-func validID(id string) bool {
-	if len(id) != 12 {
-		return false
-	}
-	_, err := hex.DecodeString(id)
-	return err == nil
-}
-
 func readMeta(dir string) (*meta, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "meta.json"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, backend.ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
 	var m meta
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "meta.json"), err)
+	if err := statedir.ReadMeta(dir, &m); err != nil {
+		return nil, err
 	}
 	return &m, nil
 }
 
-func writeMeta(dir string, m *meta) error {
-	data, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeFileAtomic(filepath.Join(dir, "meta.json"), data)
-}
+func writeMeta(dir string, m *meta) error { return statedir.WriteMeta(dir, m) }
 
 // processTemplate reads the process of a sandbox's OCI config: what every
 // exec starts from.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
 // envRequire makes the tests fail, instead of skipping, when the host
@@ -240,7 +241,7 @@ func (e *testEnv) checkNothingLeft(t *testing.T) {
 	}
 	entries, _ := os.ReadDir(e.cfg.StateDir)
 	for _, en := range entries {
-		if validID(en.Name()) {
+		if statedir.ValidID(en.Name()) {
 			t.Errorf("leak check: sandbox folder %s is left", en.Name())
 		}
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
+	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
 // Sandbox is one lite sandbox. It is safe for concurrent use.
@@ -305,7 +306,7 @@ func runtimeFailure(logFile string) error {
 }
 
 func newExecID(sandboxID string) (string, error) {
-	id, err := newID()
+	id, err := statedir.NewID()
 	if err != nil {
 		return "", err
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
 // Attach starts a long-lived process with its stdin and stdout connected to
@@ -20,7 +21,7 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest) (backend.
 	if err != nil {
 		return nil, s.opErr("attach", err)
 	}
-	execID, err := newID()
+	execID, err := statedir.NewID()
 	if err != nil {
 		return nil, s.opErr("attach", err)
 	}

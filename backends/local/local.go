@@ -2,12 +2,7 @@ package local
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -21,6 +16,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
+	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
 // Name is the backend's registry name.
@@ -176,7 +172,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 			return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
 		}
 	}
-	id, err := newID()
+	id, err := statedir.NewID()
 	if err != nil {
 		return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
 	}
@@ -227,7 +223,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 }
 
 func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
-	if !validID(id) {
+	if !statedir.ValidID(id) {
 		return nil, &backend.OpError{Op: "get", Backend: Name, Sandbox: id, Err: backend.ErrNotFound}
 	}
 	dir := filepath.Join(b.dir, id)
@@ -238,16 +234,13 @@ func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
 }
 
 func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {
-	entries, err := os.ReadDir(b.dir)
+	ids, err := statedir.IDs(b.dir)
 	if err != nil {
 		return nil, &backend.OpError{Op: "list", Backend: Name, Err: err}
 	}
 	var out []backend.Info
-	for _, e := range entries {
-		if !e.IsDir() || !validID(e.Name()) {
-			continue
-		}
-		m, err := readMeta(filepath.Join(b.dir, e.Name()))
+	for _, id := range ids {
+		m, err := readMeta(filepath.Join(b.dir, id))
 		if err != nil {
 			// Being created or destroyed right now, or damaged: skip.
 			continue
@@ -260,57 +253,15 @@ func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.In
 	return out, nil
 }
 
-func newID() (string, error) {
-	var buf [6]byte
-	if _, err := rand.Read(buf[:]); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(buf[:]), nil
-}
-
-func validID(id string) bool {
-	if len(id) != 12 {
-		return false
-	}
-	_, err := hex.DecodeString(id)
-	return err == nil
-}
-
 func readMeta(dir string) (*meta, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "meta.json"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, backend.ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
 	var m meta
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "meta.json"), err)
+	if err := statedir.ReadMeta(dir, &m); err != nil {
+		return nil, err
 	}
 	return &m, nil
 }
 
-func writeMeta(dir string, m *meta) error {
-	data, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, ".meta-*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, "meta.json"))
-}
+func writeMeta(dir string, m *meta) error { return statedir.WriteMeta(dir, m) }
 
 // lookupCredential resolves "name", "uid", "name:group" or "uid:gid".
 func lookupCredential(spec string) (cred [2]uint32, err error) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
+	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
 // Sandbox is one local sandbox. It is safe for concurrent use.
@@ -105,7 +106,7 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	if err != nil {
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}
-	execID, err := newID()
+	execID, err := statedir.NewID()
 	if err != nil {
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}

@@ -1,0 +1,104 @@
+// Package statedir keeps the on-disk records of backends whose sandboxes
+// live in host folders (local, lite): one folder per sandbox named by a
+// random ID, holding a meta.json that Get and List read, so the backend
+// finds its sandboxes again after the host program restarts.
+package statedir
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// MetaFile is the record's name inside a sandbox's folder.
+const MetaFile = "meta.json"
+
+// NewID returns a random 12-hex-digit sandbox ID.
+func NewID() (string, error) {
+	var buf [6]byte
+	if _, err := rand.Read(buf[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(buf[:]), nil
+}
+
+// ValidID reports whether id has NewID's shape, so an ID from a caller can
+// be joined to a path without walking out of the state dir.
+func ValidID(id string) bool {
+	if len(id) != 12 {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil
+}
+
+// ReadMeta decodes dir's record into v. A missing record is
+// backend.ErrNotFound.
+func ReadMeta(dir string, v any) error {
+	p := filepath.Join(dir, MetaFile)
+	data, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return backend.ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	return nil
+}
+
+// WriteMeta replaces dir's record with v atomically.
+func WriteMeta(dir string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(filepath.Join(dir, MetaFile), data)
+}
+
+// WriteFileAtomic writes data to a temporary file beside p and renames it
+// over p, so a reader sees the old or the new content, never a mix.
+func WriteFileAtomic(p string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+"-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(data)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), p)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// IDs lists the sandbox folders under root, sorted.
+func IDs(root string) ([]string, error) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range entries {
+		if e.IsDir() && ValidID(e.Name()) {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
