@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backends/lite"
 	"github.com/sandboxkit/sandboxkit/backends/local"
 	"github.com/sandboxkit/sandboxkit/backends/native"
+	"github.com/sandboxkit/sandboxkit/backends/opensandbox"
 	"github.com/sandboxkit/sandboxkit/backends/remotedocker"
 )
 
@@ -34,6 +35,10 @@ func registerBuiltins(r *Registry) {
 		NewConfig: func() any { return new(native.Config) },
 		Open:      openNative,
 	})
+	r.Register(opensandbox.Name, BackendFactory{
+		NewConfig: func() any { return new(opensandbox.Config) },
+		Open:      openOpenSandbox,
+	})
 	r.Register(remotedocker.Name, BackendFactory{
 		NewConfig: func() any { return new(remotedocker.Config) },
 		Open:      openRemoteDocker,
@@ -46,7 +51,7 @@ func registerBuiltins(r *Registry) {
 // are accepted without checking (with a warning) so that such config files
 // still load, and naming one as the backend fails at Open with a clear
 // message instead of at parse time.
-var plannedBackends = []string{"k8s", "nitrobox", "opensandbox"}
+var plannedBackends = []string{"k8s", "nitrobox"}
 
 // backendConfig returns the decoded [sandbox.NAME] table a factory's
 // NewConfig made (the zero config when the file has none).
@@ -318,4 +323,12 @@ func openRemoteDocker(_ context.Context, cfg *Config, backendCfg any, logger *sl
 		}
 	}
 	return remotedocker.New(c, remotedocker.WithLogger(logger))
+}
+
+func openOpenSandbox(_ context.Context, cfg *Config, backendCfg any, logger *slog.Logger) (backend.Backend, error) {
+	c, err := backendConfig[opensandbox.Config](opensandbox.Name, backendCfg)
+	if err != nil {
+		return nil, err
+	}
+	return opensandbox.New(c, opensandbox.WithLogger(logger))
 }

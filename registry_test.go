@@ -205,14 +205,14 @@ func TestBackendTables(t *testing.T) {
 			toml:    "[sandbox.fake]\n[sandbox.fake-alias]\n",
 			wantErr: `config sandbox.toml: sandbox.fake-alias: [sandbox.fake] and [sandbox.fake-alias] both configure the fake backend (keep one)`},
 		{name: "planned backend tables are accepted unchecked",
-			toml: "[sandbox.opensandbox]\ndomian = \"x\"\n[sandbox.k8s]\nnamespace = 3\n",
+			toml: "[sandbox.nitrobox]\ndomian = \"x\"\n[sandbox.k8s]\nnamespace = 3\n",
 			wantWarn: []string{
 				"sandbox.k8s: not checked: the k8s backend is not built into this version of sandboxkit",
-				"sandbox.opensandbox: not checked: the opensandbox backend is not built into this version of sandboxkit",
+				"sandbox.nitrobox: not checked: the nitrobox backend is not built into this version of sandboxkit",
 			}},
 		{name: "misspelt planned backend table",
-			toml:    "[sandbox.opensandbx]\ndomain = \"x\"\n",
-			wantErr: `config sandbox.toml: unknown key "sandbox.opensandbx" (did you mean "opensandbox"?)`},
+			toml:    "[sandbox.nitrobx]\ndomain = \"x\"\n",
+			wantErr: `config sandbox.toml: unknown key "sandbox.nitrobx" (did you mean "nitrobox"?)`},
 		{name: "templates expand in backend tables",
 			toml: "ZONE = \"eu\"\n[sandbox.fake.nested]\nzone = \"${ZONE}\"\n"},
 	}
@@ -233,7 +233,7 @@ func TestBackendTables(t *testing.T) {
 }
 
 func TestDefaultRegistryOpensLocal(t *testing.T) {
-	assert.Equal(t, []string{"lite", "local", "native", "remotedocker"}, Names())
+	assert.Equal(t, []string{"lite", "local", "native", "opensandbox", "remotedocker"}, Names())
 	dir := t.TempDir()
 	cfg, err := ParseConfig([]byte("[sandbox.local]\nstate_dir = \"state\"\n"), filepath.Join(dir, "sandbox.toml"))
 	require.NoError(t, err)

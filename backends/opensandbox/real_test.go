@@ -1,0 +1,56 @@
+package opensandbox_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backend/backendtest"
+	"github.com/sandboxkit/sandboxkit/backends/opensandbox"
+	"github.com/sandboxkit/sandboxkit/fileops/fileopstest"
+)
+
+// Environment of TestRealDeployment.
+const (
+	envRealDomain = "SBX_TEST_OPENSANDBOX_DOMAIN"  // host:port of a lifecycle server
+	envRealAPIKey = "SBX_TEST_OPENSANDBOX_API_KEY" // its API key ("" for none)
+	envRealImage  = "SBX_TEST_OPENSANDBOX_IMAGE"   // default ubuntu:24.04 (needs bash, coreutils)
+	envRealProxy  = "SBX_TEST_OPENSANDBOX_PROXY"   // "1": reach execd through the server proxy
+	envRealProto  = "SBX_TEST_OPENSANDBOX_PROTOCOL"
+)
+
+// TestRealDeployment runs the backend suite and the fileops table against a
+// real OpenSandbox deployment named by SBX_TEST_OPENSANDBOX_DOMAIN (and
+// SBX_TEST_OPENSANDBOX_API_KEY). It makes and removes real sandboxes.
+func TestRealDeployment(t *testing.T) {
+	domain := os.Getenv(envRealDomain)
+	if domain == "" {
+		t.Skipf("set %s (and %s) to run the suites against a real OpenSandbox deployment; %s, %s=1 and %s are optional",
+			envRealDomain, envRealAPIKey, envRealImage, envRealProxy, envRealProto)
+	}
+	image := os.Getenv(envRealImage)
+	if image == "" {
+		image = "ubuntu:24.04"
+	}
+	cfg := opensandbox.Config{
+		Domain: domain, APIKey: os.Getenv(envRealAPIKey), Protocol: os.Getenv(envRealProto),
+		UseServerProxy: os.Getenv(envRealProxy) == "1",
+	}
+	t.Run("conformance", func(t *testing.T) {
+		backendtest.Run(t, func(t *testing.T) backend.Backend { return newBackend(t, cfg) }, backendtest.WithImage(image))
+	})
+	t.Run("fileops", func(t *testing.T) {
+		b := newBackend(t, cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		sb, err := b.Create(ctx, backend.Spec{Name: "fileops", Image: image, TTL: 30 * time.Minute, Session: "sbx-fileopstest"})
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, sb.Destroy(context.Background())) })
+		fileopstest.Run(t, func(t *testing.T) backend.Sandbox { return sb })
+	})
+}
