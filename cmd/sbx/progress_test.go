@@ -74,8 +74,10 @@ func TestBarProgress(t *testing.T) {
 			t.Errorf("bar output lacks %q:\n%s", want, out)
 		}
 	}
-	if !strings.Contains(out, "\x1b[") {
-		t.Errorf("bar output has no cursor movement:\n%q", out)
+	// Bars, not plain lines (whether mpb also moved the cursor depends on
+	// how many refreshes it got to draw before close).
+	if !strings.Contains(out, "[====") {
+		t.Errorf("bar output has no bars:\n%q", out)
 	}
 
 	if _, err := newProgress("fancy", &buf); err == nil || !strings.Contains(err.Error(), "plain") {
