@@ -3,7 +3,6 @@ package backend
 import (
 	"archive/tar"
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -188,17 +187,29 @@ func writeByArchive(ctx context.Context, sb Sandbox, a Archiver, name string, r 
 	if fi, err := Stat(ctx, sb, abs); err == nil && fi.IsDir() {
 		return &fs.PathError{Op: "write", Path: name, Err: syscall.EISDIR}
 	}
-	data, size, cleanup, err := sized(r)
+	stream, err := FileTar(abs, r, perm)
 	if err != nil {
 		return &fs.PathError{Op: "write", Path: name, Err: err}
 	}
-	defer cleanup()
+	defer stream.Close()
+	return a.PutArchive(ctx, "/", stream)
+}
+
+// FileTar returns a tar stream holding one regular file at the absolute
+// path name (stored relative to "/", for Archiver.PutArchive at "/"), with
+// r's bytes and mode perm. r is spooled to a temporary file when its length
+// is not known up front; Close releases it.
+func FileTar(name string, r io.Reader, perm fs.FileMode) (io.ReadCloser, error) {
+	data, size, cleanup, err := sized(r)
+	if err != nil {
+		return nil, err
+	}
 	pr, pw := io.Pipe()
 	go func() {
 		tw := tar.NewWriter(pw)
 		err := tw.WriteHeader(&tar.Header{
 			Typeflag: tar.TypeReg,
-			Name:     strings.TrimPrefix(abs, "/"),
+			Name:     strings.TrimPrefix(path.Clean(name), "/"),
 			Mode:     int64(perm.Perm()),
 			Size:     size,
 			ModTime:  time.Now(),
@@ -211,21 +222,22 @@ func writeByArchive(ctx context.Context, sb Sandbox, a Archiver, name string, r 
 		}
 		pw.CloseWithError(err)
 	}()
-	err = a.PutArchive(ctx, "/", pr)
-	pr.CloseWithError(io.ErrClosedPipe)
-	return err
+	return readCloser{pr, closerFunc(func() error {
+		pr.CloseWithError(io.ErrClosedPipe)
+		cleanup()
+		return nil
+	})}, nil
 }
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 // sized returns r with its length, spooling it to a temporary file when the
 // length is not known up front (tar headers need it).
 func sized(r io.Reader) (io.Reader, int64, func(), error) {
-	switch v := r.(type) {
-	case *bytes.Reader:
-		return v, int64(v.Len()), func() {}, nil
-	case *strings.Reader:
-		return v, int64(v.Len()), func() {}, nil
-	case *bytes.Buffer:
-		return v, int64(v.Len()), func() {}, nil
+	if l, ok := r.(interface{ Len() int }); ok {
+		return r, int64(l.Len()), func() {}, nil
 	}
 	f, err := os.CreateTemp("", "sandboxkit-upload-*")
 	if err != nil {

@@ -133,54 +133,13 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, r io.Reader, perm 
 	if st, err := s.b.cli.ContainerStatPath(ctx, s.cid, abs); err == nil && st.Mode&os.ModeSymlink != 0 && st.LinkTarget != "" {
 		abs = st.LinkTarget
 	}
-	data, size, cleanup, err := sized(r)
+	stream, err := backend.FileTar(abs, r, perm)
 	if err != nil {
 		return &fs.PathError{Op: "write", Path: name, Err: err}
 	}
-	defer cleanup()
-	pr, pw := io.Pipe()
-	go func() {
-		tw := tar.NewWriter(pw)
-		err := tw.WriteHeader(&tar.Header{
-			Typeflag: tar.TypeReg,
-			Name:     strings.TrimPrefix(abs, "/"),
-			Mode:     int64(perm.Perm()),
-			Size:     size,
-			ModTime:  time.Now(),
-		})
-		if err == nil {
-			_, err = io.Copy(tw, data)
-		}
-		if err == nil {
-			err = tw.Close()
-		}
-		pw.CloseWithError(err)
-	}()
-	err = s.PutArchive(ctx, "/", pr)
-	pr.CloseWithError(io.ErrClosedPipe)
+	defer stream.Close()
+	err = s.PutArchive(ctx, "/", stream)
 	return renamed(err, name)
-}
-
-// sized returns r with its length, spooling it to a temporary file when
-// the length is not known up front (tar headers need it).
-func sized(r io.Reader) (io.Reader, int64, func(), error) {
-	if l, ok := r.(interface{ Len() int }); ok {
-		return r, int64(l.Len()), func() {}, nil
-	}
-	f, err := os.CreateTemp("", "sandboxkit-upload-*")
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	cleanup := func() { f.Close(); os.Remove(f.Name()) }
-	n, err := io.Copy(f, r)
-	if err == nil {
-		_, err = f.Seek(0, io.SeekStart)
-	}
-	if err != nil {
-		cleanup()
-		return nil, 0, nil, err
-	}
-	return f, n, cleanup, nil
 }
 
 // Stat describes name, following symlinks.
