@@ -50,6 +50,8 @@ type Config struct {
 	Warnings []string
 
 	backends map[string]any // decoded [sandbox.NAME] tables by backend name
+	// entryTTLKey is the selected backend's BackendFactory.EntryTTLKey.
+	entryTTLKey string
 }
 
 // SandboxConfig is the [sandbox] table. The keys are OpenSage's plus a few of

@@ -113,6 +113,12 @@ func (p *parser) parse(data []byte) error {
 	p.cfg.Sandbox = sc
 
 	p.checkBackend()
+	if _, written := sbx["default_ttl"]; !written {
+		p.backendDefaultTTL()
+	}
+	if _, f, ok := p.reg.resolve(p.cfg.Sandbox.Backend); ok {
+		p.cfg.entryTTLKey = f.EntryTTLKey
+	}
 	p.finishEntries()
 	return p.err()
 }
@@ -171,6 +177,20 @@ func (p *parser) checkBackend() {
 	}
 	p.errorf("sandbox.backend", "unknown backend %q (known: %s)%s", sc.Backend, known,
 		didYouMean(sc.Backend, slices.Concat(p.reg.Names(), plannedBackends)))
+}
+
+// backendDefaultTTL lets the selected backend choose default_ttl when the
+// file does not (OpenSandbox: default_timeout_sec, 1800 s by default).
+func (p *parser) backendDefaultTTL() {
+	name, f, ok := p.reg.resolve(p.cfg.Sandbox.Backend)
+	if !ok || f.DefaultTTL == nil {
+		return
+	}
+	backendCfg, ok := p.cfg.backends[name]
+	if !ok && f.NewConfig != nil {
+		backendCfg = f.NewConfig()
+	}
+	p.cfg.Sandbox.DefaultTTL = f.DefaultTTL(backendCfg)
 }
 
 // finishEntries names the entries and checks each one by building its Spec,

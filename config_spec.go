@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 
@@ -104,6 +105,12 @@ func (c *Config) buildSpec(e *Entry, loading bool) (spec backend.Spec, warnings,
 	}
 	if e.TTL != nil {
 		spec.TTL = *e.TTL
+	} else if v, ok := e.Extra[c.entryTTLKey]; ok && c.entryTTLKey != "" {
+		if secs, ok := wholeSeconds(v); ok {
+			spec.TTL = time.Duration(secs) * time.Second
+		} else {
+			fail(at("extra", c.entryTTLKey), "want a whole number of seconds, got %s", describeValue(v))
+		}
 	}
 	if len(e.Environment) > 0 {
 		spec.Env = maps.Clone(e.Environment)
@@ -404,4 +411,19 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("size %q is too large", s)
 	}
 	return int64(f), nil
+}
+
+// wholeSeconds reads a non-negative number of seconds written as an integer,
+// a float without a fraction, or a string holding either.
+func wholeSeconds(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return n, n >= 0
+	case float64:
+		return int64(n), n >= 0 && n == math.Trunc(n) && n < 1<<53
+	case string:
+		i, err := strconv.ParseInt(strings.TrimSpace(n), 10, 64)
+		return i, err == nil && i >= 0
+	}
+	return 0, false
 }

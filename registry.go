@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backends/lite"
@@ -38,6 +39,11 @@ func registerBuiltins(r *Registry) {
 	r.Register(opensandbox.Name, BackendFactory{
 		NewConfig: func() any { return new(opensandbox.Config) },
 		Open:      openOpenSandbox,
+		DefaultTTL: func(backendCfg any) time.Duration {
+			c, _ := backendConfig[opensandbox.Config](opensandbox.Name, backendCfg)
+			return c.DefaultTTL()
+		},
+		EntryTTLKey: "opensandbox_timeout_sec",
 	})
 	r.Register(remotedocker.Name, BackendFactory{
 		NewConfig: func() any { return new(remotedocker.Config) },
@@ -142,6 +148,15 @@ type BackendFactory struct {
 	// returned (a fresh zero one when the file has no table; nil when
 	// NewConfig is nil). logger is never nil.
 	Open func(ctx context.Context, cfg *Config, backendCfg any, logger *slog.Logger) (backend.Backend, error)
+	// DefaultTTL, when set, gives the [sandbox] default_ttl of files that
+	// select this backend and do not write default_ttl themselves (from
+	// its own table, e.g. OpenSandbox's default_timeout_sec). backendCfg is
+	// as for Open.
+	DefaultTTL func(backendCfg any) time.Duration
+	// EntryTTLKey, when set, names an [...extra] key whose value (seconds)
+	// is the TTL of entries that select this backend and set no ttl
+	// (OpenSage's opensandbox_timeout_sec).
+	EntryTTLKey string
 }
 
 // Registry maps backend names to factories. It is safe for concurrent use.

@@ -49,12 +49,11 @@ type Config struct {
 	// (/sandboxes/{id}/proxy/{port}) instead of directly, for clients that
 	// cannot reach the sandboxes' network.
 	UseServerProxy bool `toml:"use_server_proxy"`
-	// DefaultTimeoutSec is OpenSage's sandbox timeout (default 1800). In
-	// sandboxkit a sandbox's lifetime is its Spec.TTL (entry ttl, else
-	// [sandbox] default_ttl), which Create sends as OpenSandbox's timeout;
-	// a Spec without TTL gets no expiry, as the contract says. The key is
-	// kept so that OpenSage files load, and DefaultTTL exposes it for the
-	// root config to use as the TTL default of this backend.
+	// DefaultTimeoutSec is the sandbox TTL (OpenSandbox's timeout) of
+	// entries without a ttl (default 1800). Create sends a sandbox's
+	// Spec.TTL as the timeout; the root config fills Spec.TTL from the
+	// entry's ttl, else [sandbox] default_ttl when written, else this key
+	// (through DefaultTTL). A Spec without TTL gets no expiry.
 	DefaultTimeoutSec int `toml:"default_timeout_sec"`
 	// ExecdPort is the port execd listens on inside every sandbox (default
 	// 44772).
