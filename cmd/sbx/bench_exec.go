@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/fileops"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
@@ -32,6 +33,7 @@ func (a *app) withBenchExec(bench *cobra.Command) *cobra.Command {
 type benchExecOptions struct {
 	n, baselineN int
 	image, entry string
+	compare      string
 }
 
 func (a *app) benchExecCmd() *cobra.Command {
@@ -45,10 +47,13 @@ func (a *app) benchExecCmd() *cobra.Command {
     backend's plain per-command path (p50), and their ratio;
   - reading and writing a 4 KiB file through the agent tools (fileops);
   - copying 64 MiB in and back out (MB/s, both directions together);
-  - the agent's resident memory afterwards.
+  - the agent's resident memory afterwards;
+  - with --compare BACKEND, sbxd exec latency on that backend too, measured
+    in rounds alternating with this one's, and the ratio of the two p50s.
 
 It exits 1 when the agent cannot start in the sandbox.`,
 		Example: `  sbx bench exec --backend native --json
+  sbx bench exec --backend remotedocker --compare native --json
   sbx bench exec --n 1000 --image sandboxkit-test/busybox:1`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -60,6 +65,7 @@ It exits 1 when the agent cannot start in the sandbox.`,
 	f.IntVar(&o.baselineN, "baseline-n", 50, "measured calls of the plain per-command path (slow on some backends)")
 	f.StringVar(&o.image, "image", "", "image to use instead of the entry's")
 	f.StringVar(&o.entry, "sandbox", "", `config entry to make the sandbox from (default "main", or the only entry)`)
+	f.StringVar(&o.compare, "compare", "", "also measure sbxd exec on this backend (same config file and entry, without [sandbox] docker_host), in alternating rounds, and report the ratio")
 	return cmd
 }
 
@@ -84,6 +90,12 @@ type benchExecReport struct {
 	CopyWrite  float64 `json:"copy_write_mb_per_s"`
 	CopyRead   float64 `json:"copy_read_mb_per_s"`
 	AgentRSSKi int64   `json:"agent_rss_kib"`
+
+	// With --compare: the other backend, its sbxd exec p50 measured in
+	// alternating rounds with ours, and exec_p50_ms / compare_exec_p50_ms.
+	CompareBackend string  `json:"compare_backend,omitempty"`
+	CompareExecP50 float64 `json:"compare_exec_p50_ms,omitempty"`
+	CompareRatio   float64 `json:"compare_ratio,omitempty"`
 }
 
 func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
@@ -95,82 +107,100 @@ func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
 		return err
 	}
 	defer b.Close()
-	name, err := defaultEntry(cfg, o.entry)
-	if err != nil {
-		return err
-	}
-	spec, err := cfg.Spec(name)
-	if err != nil {
-		return err
-	}
-	if o.image != "" {
-		spec.Image, spec.Build = o.image, nil
-	}
-	run := make([]byte, 4)
-	rand.Read(run)
-	spec.Session = "bench-" + hex.EncodeToString(run)
-	spec.Owner = owner.Self()
-	if spec.TTL == 0 {
-		spec.TTL = time.Hour
-	}
 	logf := func(format string, args ...any) {
 		if !a.json {
 			fmt.Fprintf(a.stderr, format+"\n", args...)
 		}
 	}
-	logf("bench: creating a sandbox (%s, image %s)", b.Name(), spec.Image)
-	sb, err := a.create(ctx, b, spec)
+	run := make([]byte, 4)
+	rand.Read(run)
+	session := "bench-" + hex.EncodeToString(run)
+	sb, spec, err := a.benchSandbox(ctx, cfg, b, o, session, logf)
 	if err != nil {
 		return err
 	}
 	defer destroy(ctx, sb)
 	rep := benchExecReport{Backend: b.Name(), Image: spec.Image, N: o.n, BaselineN: o.baselineN}
 
-	trueReq := backend.ExecRequest{Cmd: []string{"true"}}
-	timeExec := func(s backend.Sandbox, n int) ([]float64, error) {
-		return timeN(n, func() error {
-			res, err := s.Exec(ctx, trueReq)
-			if err == nil && res.ExitCode != 0 {
-				err = fmt.Errorf("true exited %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))
-			}
-			return err
-		})
-	}
-
 	logf("bench: %d plain execs", o.baselineN)
-	if _, err := timeExec(sb, min(3, o.baselineN)); err != nil {
+	if _, err := timeExec(ctx, sb, min(3, o.baselineN)); err != nil {
 		return fmt.Errorf("plain exec: %w", err)
 	}
-	base, err := timeExec(sb, o.baselineN)
+	base, err := timeExec(ctx, sb, o.baselineN)
 	if err != nil {
 		return fmt.Errorf("plain exec: %w", err)
 	}
 	bp := percentilesOf(base)
 	rep.BaselineExecP50, rep.BaselineExecP99 = bp.P50, bp.P99
 
-	c, err := sbxd.Wrap(ctx, sb, sbxd.WithLogger(a.logger))
+	c, agent, err := a.startAgent(ctx, sb)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	agent, err := c.Agent(ctx)
-	if err != nil {
-		return fmt.Errorf("the sbxd agent did not start in the sandbox: %w", err)
-	}
 	rep.AgentVersion = agent.Version
 
-	logf("bench: %d execs through sbxd", o.n)
-	if _, err := timeExec(c, min(50, o.n)); err != nil {
-		return fmt.Errorf("sbxd exec: %w", err)
+	// The backend to compare with, its sandbox made from the same entry.
+	var other *sbxd.Client
+	if o.compare != "" {
+		ocfg := *cfg
+		// [sandbox] docker_host names where this backend runs (a
+		// remote); the other one gets its own table's or its default.
+		ocfg.Sandbox.Backend, ocfg.Sandbox.DockerHost, ocfg.Sandbox.DockerRemoteHost = o.compare, "", ""
+		ob, err := sandboxkit.Open(ctx, &ocfg, a.logger)
+		if err != nil {
+			return fmt.Errorf("--compare %s: %w", o.compare, err)
+		}
+		defer ob.Close()
+		osb, _, err := a.benchSandbox(ctx, &ocfg, ob, o, session, logf)
+		if err != nil {
+			return fmt.Errorf("--compare %s: %w", o.compare, err)
+		}
+		defer destroy(ctx, osb)
+		if other, _, err = a.startAgent(ctx, osb); err != nil {
+			return fmt.Errorf("--compare %s: %w", o.compare, err)
+		}
+		defer other.Close()
+		rep.CompareBackend = ob.Name()
+		logf("bench: %d execs through sbxd on %s and on %s, alternating", o.n, b.Name(), ob.Name())
+	} else {
+		logf("bench: %d execs through sbxd", o.n)
 	}
-	fast, err := timeExec(c, o.n)
-	if err != nil {
-		return fmt.Errorf("sbxd exec: %w", err)
+	// Warm up, then measure; with a backend to compare, in alternating
+	// rounds so that both see the same load on this machine.
+	var fast, slow []float64
+	for _, cl := range []*sbxd.Client{c, other} {
+		if cl != nil {
+			if _, err := timeExec(ctx, cl, min(50, o.n)); err != nil {
+				return fmt.Errorf("sbxd exec: %w", err)
+			}
+		}
+	}
+	const round = 25
+	for done := 0; done < o.n; done += round {
+		k := min(round, o.n-done)
+		xs, err := timeExec(ctx, c, k)
+		if err != nil {
+			return fmt.Errorf("sbxd exec: %w", err)
+		}
+		fast = append(fast, xs...)
+		if other != nil {
+			if xs, err = timeExec(ctx, other, k); err != nil {
+				return fmt.Errorf("sbxd exec on %s: %w", rep.CompareBackend, err)
+			}
+			slow = append(slow, xs...)
+		}
 	}
 	fp := percentilesOf(fast)
 	rep.ExecP50, rep.ExecP99 = fp.P50, fp.P99
 	if rep.ExecP50 > 0 {
 		rep.Speedup = rep.BaselineExecP50 / rep.ExecP50
+	}
+	if other != nil {
+		rep.CompareExecP50 = percentilesOf(slow).P50
+		if rep.CompareExecP50 > 0 {
+			rep.CompareRatio = rep.ExecP50 / rep.CompareExecP50
+		}
 	}
 
 	logf("bench: %d small file writes and reads through fileops", o.n)
@@ -197,10 +227,66 @@ func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
 	t.row("exec true (plain)", fmt.Sprintf("%.2fms", rep.BaselineExecP50), fmt.Sprintf("%.2fms", rep.BaselineExecP99))
 	t.row("read 4 KiB (fileops)", fmt.Sprintf("%.2fms", rep.ReadSmallP50), "")
 	t.row("write 4 KiB (fileops)", fmt.Sprintf("%.2fms", rep.WriteSmallP50), "")
+	if rep.CompareBackend != "" {
+		t.row("exec true (sbxd, "+rep.CompareBackend+")", fmt.Sprintf("%.2fms", rep.CompareExecP50), "")
+	}
 	t.flush()
+	if rep.CompareBackend != "" {
+		fmt.Fprintf(w, "exec p50 %.2fx %s's\n", rep.CompareRatio, rep.CompareBackend)
+	}
 	fmt.Fprintf(w, "speedup %.1fx; copy 64 MiB %.0f MB/s (write %.0f, read %.0f); agent RSS %d KiB\n",
 		rep.Speedup, rep.Copy64MiB, rep.CopyWrite, rep.CopyRead, rep.AgentRSSKi)
 	return nil
+}
+
+// benchSandbox makes the benchmark's sandbox on b from the chosen entry.
+func (a *app) benchSandbox(ctx context.Context, cfg *sandboxkit.Config, b backend.Backend, o benchExecOptions, session string, logf func(string, ...any)) (backend.Sandbox, backend.Spec, error) {
+	name, err := defaultEntry(cfg, o.entry)
+	if err != nil {
+		return nil, backend.Spec{}, err
+	}
+	spec, err := cfg.Spec(name)
+	if err != nil {
+		return nil, backend.Spec{}, err
+	}
+	if o.image != "" {
+		spec.Image, spec.Build = o.image, nil
+	}
+	spec.Session = session
+	spec.Owner = owner.Self()
+	if spec.TTL == 0 {
+		spec.TTL = time.Hour
+	}
+	logf("bench: creating a sandbox (%s, image %s)", b.Name(), spec.Image)
+	sb, err := a.create(ctx, b, spec)
+	return sb, spec, err
+}
+
+// startAgent starts sbxd in sb.
+func (a *app) startAgent(ctx context.Context, sb backend.Sandbox) (*sbxd.Client, sbxd.AgentInfo, error) {
+	c, err := sbxd.Wrap(ctx, sb, sbxd.WithLogger(a.logger))
+	if err != nil {
+		return nil, sbxd.AgentInfo{}, err
+	}
+	agent, err := c.Agent(ctx)
+	if err != nil {
+		c.Close()
+		return nil, sbxd.AgentInfo{}, fmt.Errorf("the sbxd agent did not start in the sandbox: %w", err)
+	}
+	return c, agent, nil
+}
+
+var trueReq = backend.ExecRequest{Cmd: []string{"true"}}
+
+// timeExec runs true n times in s and returns each call's duration in ms.
+func timeExec(ctx context.Context, s backend.Sandbox, n int) ([]float64, error) {
+	return timeN(n, func() error {
+		res, err := s.Exec(ctx, trueReq)
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("true exited %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))
+		}
+		return err
+	})
 }
 
 // timeN calls fn n times and returns each call's duration in ms.
