@@ -50,8 +50,15 @@ type Config struct {
 	Warnings []string
 
 	backends map[string]any // decoded [sandbox.NAME] tables by backend name
+	reg      *Registry      // the registry that parsed the file
+	// ttlWritten: the file sets [sandbox] default_ttl (else the backend
+	// may choose it; see BackendFactory.DefaultTTL).
+	ttlWritten bool
 	// entryTTLKey is the selected backend's BackendFactory.EntryTTLKey.
 	entryTTLKey string
+	// remoteHostPaths names the selected backend when its host paths are
+	// on another machine (BackendFactory.RemoteHostPaths).
+	remoteHostPaths string
 }
 
 // SandboxConfig is the [sandbox] table. The keys are OpenSage's plus a few of
@@ -84,6 +91,8 @@ type SandboxConfig struct {
 	DockerRemoteHost string `toml:"docker_remote_host"`
 	// Paths are well-known folders inside every sandbox.
 	Paths PathsConfig `toml:"paths"`
+	// Serve is [sandbox.serve], the settings of sbx serve and sbx mcp.
+	Serve ServeConfig `toml:"serve"`
 
 	// Sandboxes are the [sandbox.sandboxes.NAME] entries by name.
 	Sandboxes map[string]*Entry `toml:"sandboxes"`
@@ -236,6 +245,45 @@ func (c *Config) SharedDataPath() string {
 		return p
 	}
 	return abs
+}
+
+// SetBackend selects another backend than the file's [sandbox] backend (as
+// sbx --backend does) and re-derives what depends on it: default_ttl when the
+// file does not set it, and how volume host paths are read.
+func (c *Config) SetBackend(name string) error {
+	reg := c.reg
+	if reg == nil {
+		reg = DefaultRegistry()
+	}
+	if _, err := reg.Lookup(name); err != nil {
+		return err
+	}
+	c.reg, c.Sandbox.Backend = reg, name
+	c.applyBackend()
+	return nil
+}
+
+// applyBackend derives the settings that depend on the selected backend.
+func (c *Config) applyBackend() {
+	c.entryTTLKey, c.remoteHostPaths = "", ""
+	name, f, ok := c.reg.resolve(c.Sandbox.Backend)
+	if !c.ttlWritten {
+		c.Sandbox.DefaultTTL = DefaultTTL
+	}
+	if !ok {
+		return
+	}
+	c.entryTTLKey = f.EntryTTLKey
+	if f.RemoteHostPaths {
+		c.remoteHostPaths = name
+	}
+	if !c.ttlWritten && f.DefaultTTL != nil {
+		backendCfg, ok := c.backends[name]
+		if !ok && f.NewConfig != nil {
+			backendCfg = f.NewConfig()
+		}
+		c.Sandbox.DefaultTTL = f.DefaultTTL(backendCfg)
+	}
 }
 
 // describe names the config in messages.

@@ -113,12 +113,9 @@ func (p *parser) parse(data []byte) error {
 	p.cfg.Sandbox = sc
 
 	p.checkBackend()
-	if _, written := sbx["default_ttl"]; !written {
-		p.backendDefaultTTL()
-	}
-	if _, f, ok := p.reg.resolve(p.cfg.Sandbox.Backend); ok {
-		p.cfg.entryTTLKey = f.EntryTTLKey
-	}
+	_, p.cfg.ttlWritten = sbx["default_ttl"]
+	p.cfg.reg = p.reg
+	p.cfg.applyBackend()
 	p.finishEntries()
 	return p.err()
 }
@@ -179,26 +176,12 @@ func (p *parser) checkBackend() {
 		didYouMean(sc.Backend, slices.Concat(p.reg.Names(), plannedBackends)))
 }
 
-// backendDefaultTTL lets the selected backend choose default_ttl when the
-// file does not (OpenSandbox: default_timeout_sec, 1800 s by default).
-func (p *parser) backendDefaultTTL() {
-	name, f, ok := p.reg.resolve(p.cfg.Sandbox.Backend)
-	if !ok || f.DefaultTTL == nil {
-		return
-	}
-	backendCfg, ok := p.cfg.backends[name]
-	if !ok && f.NewConfig != nil {
-		backendCfg = f.NewConfig()
-	}
-	p.cfg.Sandbox.DefaultTTL = f.DefaultTTL(backendCfg)
-}
-
 // finishEntries names the entries and checks each one by building its Spec,
 // so that malformed volumes, ports, sizes or commands fail at load time.
 func (p *parser) finishEntries() {
 	c := p.cfg
 	for _, spec := range c.Sandbox.MountHostPaths {
-		if _, skip, err := parseVolume(spec, c.Dir); err != nil {
+		if _, skip, err := parseVolumeOn(spec, hostPaths{dir: c.Dir, remote: c.remoteHostPaths}); err != nil {
 			p.errorf("sandbox.mount_host_paths", "volume %q: %v", spec, err)
 		} else if skip != "" {
 			p.warnf("sandbox.mount_host_paths: volume %q: %s (skipped)", spec, skip)

@@ -146,16 +146,17 @@ func (c *Config) buildSpec(e *Entry, loading bool) (spec backend.Spec, warnings,
 			spec.Volumes = append(spec.Volumes, v)
 		}
 	}
+	hp := hostPaths{dir: c.Dir, remote: c.remoteHostPaths}
 	for _, s := range e.Volumes {
-		v, skip, err := parseVolume(s, c.Dir)
+		v, skip, err := parseVolumeOn(s, hp)
 		addVolume(at("volumes"), s, v, skip, err, true)
 	}
 	for _, s := range e.Mounts {
-		v, skip, err := parseMount(s, c.Dir)
+		v, skip, err := parseMount(s, hp)
 		addVolume(at("mounts"), s, v, skip, err, true)
 	}
 	for _, s := range c.Sandbox.MountHostPaths {
-		v, skip, err := parseVolume(s, c.Dir)
+		v, skip, err := parseVolumeOn(s, hp)
 		if err != nil && loading {
 			continue
 		}

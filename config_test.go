@@ -549,7 +549,7 @@ func TestMounts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.spec, func(t *testing.T) {
-			v, _, err := parseMount(tt.spec, dir)
+			v, _, err := parseMount(tt.spec, hostPaths{dir: dir})
 			if tt.wantErr != "" {
 				assert.EqualError(t, err, tt.wantErr)
 				return
@@ -939,4 +939,67 @@ func TestEditDistance(t *testing.T) {
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, editDistance(tt.a, tt.b), "%s/%s", tt.a, tt.b)
 	}
+}
+
+// With remotedocker, host paths name folders on the remote host: they are
+// not looked up here (a folder only the server has is kept, not skipped),
+// and paths that only make sense here (~, relative) are refused.
+func TestRemoteHostPaths(t *testing.T) {
+	const head = "[sandbox]\nbackend = \"remotedocker\"\ndocker_host = \"ssh://gpu-box\"\n"
+	cfg := mustParseDefault(t, head+`mount_host_paths = ["/srv/only-on-the-server/cache:/cache"]
+[sandbox.sandboxes.main]
+volumes = ["/srv/only-on-the-server/models:/models:ro", "data:/data"]
+mounts = ["type=bind,source=/srv/only-on-the-server/x,target=/x"]
+`)
+	assert.Empty(t, cfg.Warnings)
+	spec := mustSpec(t, cfg, "main")
+	assert.Equal(t, []backend.Volume{
+		{Type: backend.VolumeBind, Source: "/srv/only-on-the-server/models", Target: "/models", ReadOnly: true},
+		{Type: backend.VolumeNamed, Source: "data", Target: "/data"},
+		{Type: backend.VolumeBind, Source: "/srv/only-on-the-server/x", Target: "/x"},
+		{Type: backend.VolumeBind, Source: "/srv/only-on-the-server/cache", Target: "/cache"},
+	}, spec.Volumes)
+
+	for _, bad := range []string{"~/models:/models", "./models:/models", "models/x:/models"} {
+		_, err := DefaultRegistry().ParseConfig([]byte(head+"[sandbox.sandboxes.main]\nvolumes = [\""+bad+"\"]\n"), "sandbox.toml")
+		require.ErrorIs(t, err, backend.ErrInvalidConfig, bad)
+		assert.ErrorContains(t, err, "sandbox.sandboxes.main.volumes", bad)
+		assert.ErrorContains(t, err, "absolute path on that host", bad)
+	}
+
+	// Switching backends after loading (sbx --backend) re-reads them.
+	local := mustParseDefault(t, "[sandbox]\n[sandbox.sandboxes.main]\nvolumes = [\"/srv/only-on-the-server/models:/models\"]\n")
+	assert.Empty(t, mustSpec(t, local, "main").Volumes, "missing local host path is skipped")
+	require.NoError(t, local.SetBackend("remotedocker"))
+	assert.Len(t, mustSpec(t, local, "main").Volumes, 1)
+	require.NoError(t, local.SetBackend("local"))
+	assert.Empty(t, mustSpec(t, local, "main").Volumes)
+}
+
+// SetBackend re-derives default_ttl unless the file wrote it, and refuses
+// unknown backends without changing anything.
+func TestSetBackend(t *testing.T) {
+	cfg := mustParseDefault(t, "[sandbox]\nbackend = \"local\"\n[sandbox.opensandbox]\ndefault_timeout_sec = 600\n[sandbox.sandboxes.main]\n")
+	assert.Equal(t, DefaultTTL, cfg.Sandbox.DefaultTTL)
+	require.NoError(t, cfg.SetBackend("opensandbox"))
+	assert.Equal(t, 10*time.Minute, cfg.Sandbox.DefaultTTL)
+	assert.Equal(t, 10*time.Minute, mustSpec(t, cfg, "main").TTL)
+
+	err := cfg.SetBackend("nosuch")
+	assert.ErrorIs(t, err, backend.ErrInvalidConfig)
+	assert.ErrorContains(t, err, `"nosuch"`)
+	assert.Equal(t, "opensandbox", cfg.Sandbox.Backend)
+
+	written := mustParseDefault(t, "[sandbox]\ndefault_ttl = \"2h\"\n[sandbox.sandboxes.main]\n")
+	require.NoError(t, written.SetBackend("opensandbox"))
+	assert.Equal(t, 2*time.Hour, written.Sandbox.DefaultTTL)
+}
+
+// mustParseDefault parses text with the default registry (the real
+// backends).
+func mustParseDefault(t *testing.T, text string) *Config {
+	t.Helper()
+	cfg, err := DefaultRegistry().ParseConfig([]byte(text), "sandbox.toml")
+	require.NoError(t, err)
+	return cfg
 }

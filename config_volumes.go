@@ -23,6 +23,21 @@ var volumeNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 // that does not exist is not an error: skip says why it is left out, so the
 // same file works on machines that lack an optional folder.
 func parseVolume(spec, dir string) (v backend.Volume, skip string, err error) {
+	return parseVolumeOn(spec, hostPaths{dir: dir})
+}
+
+// hostPaths says how the host parts of volume specs are read.
+type hostPaths struct {
+	// dir is the folder relative host paths resolve against.
+	dir string
+	// remote, when set, names a backend whose host paths are folders on
+	// another machine (remotedocker's server): they must be absolute there
+	// and are not looked up here.
+	remote string
+}
+
+// parseVolumeOn is parseVolume with host paths read as hp says.
+func parseVolumeOn(spec string, hp hostPaths) (v backend.Volume, skip string, err error) {
 	const want = "want host:sandbox[:ro|rw]"
 	parts := strings.Split(spec, ":")
 	switch {
@@ -44,11 +59,11 @@ func parseVolume(spec, dir string) (v backend.Volume, skip string, err error) {
 			return v, "", fmt.Errorf("mode %q: want ro or rw", parts[2])
 		}
 	}
-	return volume(parts[0], parts[1], v.ReadOnly, dir)
+	return volume(parts[0], parts[1], v.ReadOnly, hp)
 }
 
 // volume checks and resolves one mount of source at target.
-func volume(source, target string, readOnly bool, dir string) (v backend.Volume, skip string, err error) {
+func volume(source, target string, readOnly bool, hp hostPaths) (v backend.Volume, skip string, err error) {
 	if !path.IsAbs(target) {
 		return v, "", fmt.Errorf("sandbox path %q is not absolute", target)
 	}
@@ -60,7 +75,14 @@ func volume(source, target string, readOnly bool, dir string) (v backend.Volume,
 		v.Type, v.Source = backend.VolumeNamed, source
 		return v, "", nil
 	}
-	host, err := resolveHostPath(source, dir)
+	if hp.remote != "" {
+		if !path.IsAbs(source) {
+			return v, "", fmt.Errorf("host path %q: the %s backend mounts folders of its remote host, so write an absolute path on that host", source, hp.remote)
+		}
+		v.Source = path.Clean(source)
+		return v, "", nil // not looked up: it is not on this machine
+	}
+	host, err := resolveHostPath(source, hp.dir)
 	if err != nil {
 		return v, "", err
 	}
@@ -84,7 +106,7 @@ func isVolumeName(source string) bool {
 // parseMount parses a docker --mount spec:
 // "type=bind|volume,source=...,target=...[,readonly]". Keys may also be
 // spelt src, destination, dst and ro, as Docker allows.
-func parseMount(spec, dir string) (v backend.Volume, skip string, err error) {
+func parseMount(spec string, hp hostPaths) (v backend.Volume, skip string, err error) {
 	typ, source, target, readOnly := "volume", "", "", false
 	for field := range strings.SplitSeq(spec, ",") {
 		k, val, hasVal := strings.Cut(strings.TrimSpace(field), "=")
@@ -120,7 +142,7 @@ func parseMount(spec, dir string) (v backend.Volume, skip string, err error) {
 	case typ == "bind" && isVolumeName(source):
 		source = "./" + source // a bind source is always a path
 	}
-	return volume(source, target, readOnly, dir)
+	return volume(source, target, readOnly, hp)
 }
 
 // resolveHostPath expands a leading "~" and makes p absolute against dir.

@@ -46,8 +46,9 @@ func registerBuiltins(r *Registry) {
 		EntryTTLKey: "opensandbox_timeout_sec",
 	})
 	r.Register(remotedocker.Name, BackendFactory{
-		NewConfig: func() any { return new(remotedocker.Config) },
-		Open:      openRemoteDocker,
+		NewConfig:       func() any { return new(remotedocker.Config) },
+		Open:            openRemoteDocker,
+		RemoteHostPaths: true,
 	})
 }
 
@@ -157,6 +158,10 @@ type BackendFactory struct {
 	// is the TTL of entries that select this backend and set no ttl
 	// (OpenSage's opensandbox_timeout_sec).
 	EntryTTLKey string
+	// RemoteHostPaths says that the host paths of volume specs name
+	// folders on another machine (remotedocker's server): they must be
+	// absolute and are not looked up (or skipped when missing) here.
+	RemoteHostPaths bool
 }
 
 // Registry maps backend names to factories. It is safe for concurrent use.

@@ -104,6 +104,8 @@ default with one "main" sandbox on the local backend.`,
 		a.configCmd(),
 		a.toolsCmd(),
 		a.withBenchExec(a.benchCmd()),
+		a.serveCmd(),
+		a.mcpCmd(),
 	)
 	return root
 }
@@ -132,7 +134,9 @@ func (a *app) loadConfig(path string) (*sandboxkit.Config, error) {
 		return nil, err
 	}
 	if a.backendName != "" {
-		cfg.Sandbox.Backend = a.backendName
+		if err := cfg.SetBackend(a.backendName); err != nil {
+			return nil, fmt.Errorf("--backend: %w", err)
+		}
 	}
 	if cfg.Sandbox.Backend == "" {
 		cfg.Sandbox.Backend = sandboxkit.DefaultBackend

@@ -146,7 +146,10 @@ func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
 		ocfg := *cfg
 		// [sandbox] docker_host names where this backend runs (a
 		// remote); the other one gets its own table's or its default.
-		ocfg.Sandbox.Backend, ocfg.Sandbox.DockerHost, ocfg.Sandbox.DockerRemoteHost = o.compare, "", ""
+		ocfg.Sandbox.DockerHost, ocfg.Sandbox.DockerRemoteHost = "", ""
+		if err := ocfg.SetBackend(o.compare); err != nil {
+			return fmt.Errorf("--compare: %w", err)
+		}
 		ob, err := sandboxkit.Open(ctx, &ocfg, a.logger)
 		if err != nil {
 			return fmt.Errorf("--compare %s: %w", o.compare, err)
