@@ -47,4 +47,27 @@ if ! command -v busybox >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-
 	apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >/dev/null
 fi
 
-exec go test -race -count=1 ./... "$@"
+# Podman: the native backend's core suites run a second time against
+# Podman's Docker-compatible API (scripts/podman-setup.sh), after the main
+# run, when no arguments narrow the run.
+podman_host=""
+if [ $# -eq 0 ] && [ "${SBX_PODMAN:-1}" != 0 ]; then
+	if ! podman_host=$(./scripts/podman-setup.sh); then
+		podman_host=""
+		if [ "${SBX_REQUIRE_PODMAN:-}" = 1 ]; then
+			echo "scripts/test.sh: Podman setup failed and SBX_REQUIRE_PODMAN=1" >&2
+			exit 1
+		fi
+		echo "scripts/test.sh: no Podman; the native suites run on Docker only" >&2
+	fi
+fi
+
+rc=0
+go test -race -count=1 ./... "$@" || rc=$?
+if [ -n "$podman_host" ]; then
+	echo "== native backend on Podman ($podman_host)"
+	DOCKER_HOST=$podman_host go test -race -count=1 \
+		-run '^(TestConformanceBusybox|TestScratchImage|TestCheckpoint|TestSharedVolume|TestBuild|TestLabelsAndInfo)$' \
+		./backends/native/ || rc=$?
+fi
+exit $rc

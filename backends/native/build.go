@@ -38,7 +38,9 @@ const labelDockerfile = "sandboxkit.native.dockerfile"
 const buildTailLines = 20
 
 var (
-	stepLine = regexp.MustCompile(`^Step (\d+)/(\d+) : (.*)$`)
+	// Docker's classic builder writes "Step 1/4 : FROM x", Podman's
+	// (buildah) "STEP 1/4: FROM x".
+	stepLine = regexp.MustCompile(`^(?i:step) (\d+)/(\d+) ?: (.*)$`)
 	// The classic builder colours a step's stderr.
 	ansiEscape = regexp.MustCompile(`\x1b\[[0-9;]*[a-zA-Z]`)
 )

@@ -41,7 +41,16 @@ func (s *Sandbox) pathErr(op, name string, err error) error {
 // PutArchive extracts tarStream into dir, which must exist.
 func (s *Sandbox) PutArchive(ctx context.Context, dir string, tarStream io.Reader) error {
 	abs := s.resolve(dir)
-	if err := s.b.cli.CopyToContainer(ctx, s.cid, abs, tarStream, container.CopyToContainerOptions{}); err != nil {
+	// Docker refuses a missing directory but Podman creates it: look first,
+	// so both behave as the contract says.
+	st, err := s.b.cli.ContainerStatPath(ctx, s.cid, abs)
+	if err == nil && st.Mode&fs.ModeSymlink == 0 && !st.Mode.IsDir() {
+		err = fmt.Errorf("%s is not a directory", dir)
+	}
+	if err == nil {
+		err = s.b.cli.CopyToContainer(ctx, s.cid, abs, tarStream, container.CopyToContainerOptions{})
+	}
+	if err != nil {
 		if errors.Is(s.b.translate(err), backend.ErrNotFound) {
 			// The container may be what is missing, not the directory.
 			if _, ierr := s.inspect(ctx); errors.Is(ierr, backend.ErrNotFound) {

@@ -61,13 +61,16 @@ func (b *Backend) createOnLoopback(ctx context.Context, spec backend.Spec, id st
 // loopbackAddr returns the session's address: the one its containers
 // carry, else the first free one from the session's hash.
 func (b *Backend) loopbackAddr(ctx context.Context, session string) (string, error) {
-	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
-		filters.Arg("label", backend.LabelBackend+"="+Name), filters.Arg("label", labelLoopback))})
+	args := filters.NewArgs(filters.Arg("label", backend.LabelBackend+"="+Name), filters.Arg("label", labelLoopback))
+	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
 	if err != nil {
 		return "", b.translate(err)
 	}
 	taken := map[string]bool{}
 	for _, c := range list {
+		if !matchLabels(c.Labels, args) {
+			continue
+		}
 		addr := c.Labels[labelLoopback]
 		s := c.Labels[backend.LabelSession]
 		if s == "" {

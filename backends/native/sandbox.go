@@ -1,6 +1,7 @@
 package native
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -253,14 +254,25 @@ func (s *Sandbox) kill(execID string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// Attached to its output: Podman refuses to start an exec with no
+	// stream attached, and sbxd kill says why it failed on stderr.
 	created, err := s.b.cli.ContainerExecCreate(ctx, s.cid, container.ExecOptions{
-		Cmd: []string{sbxdPath, "kill", execID}, User: "0",
+		Cmd: []string{sbxdPath, "kill", execID}, User: "0", AttachStdout: true, AttachStderr: true,
 	})
+	var out bytes.Buffer
 	if err == nil {
-		err = s.b.cli.ContainerExecStart(ctx, created.ID, container.ExecStartOptions{})
+		var hr types.HijackedResponse
+		if hr, err = s.b.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{}); err == nil {
+			_, err = stdcopy.StdCopy(&out, &out, io.LimitReader(hr.Reader, 64<<10))
+			hr.Close()
+		}
 	}
+	var code int
 	if err == nil {
-		_, err = s.exitCode(ctx, created.ID)
+		code, err = s.exitCode(ctx, created.ID)
+	}
+	if err == nil && code != 0 {
+		err = fmt.Errorf("sbxd kill exited %d: %s", code, bytes.TrimSpace(out.Bytes()))
 	}
 	if err != nil {
 		s.b.log.Warn("killing a command in a sandbox failed", "sandbox", s.id, "exec", execID, "err", err)
@@ -333,6 +345,9 @@ func (s *Sandbox) Checkpoint(ctx context.Context, ref string) (string, error) {
 		Reference: ref,
 		Comment:   "sandboxkit checkpoint of sandbox " + s.id,
 		Pause:     true,
+		// Empty, not nil: Podman's compat API fails to decode a commit
+		// without a body; Docker merges it with the container's config.
+		Config: &container.Config{},
 	})
 	if err != nil {
 		return "", s.opErr("checkpoint", err)

@@ -231,7 +231,7 @@ func (b *Backend) RemoveVolume(ctx context.Context, name string) error {
 		switch {
 		case errors.Is(err, backend.ErrNotFound):
 			return nil
-		case strings.Contains(err.Error(), "in use"):
+		case strings.Contains(err.Error(), "in use"), strings.Contains(err.Error(), "being used"): // Docker, Podman
 			return fail(fmt.Errorf("volume %s is in use by a sandbox (destroy it first): %w", name, err))
 		}
 		return fail(fmt.Errorf("volume %s: %w", name, err))
@@ -254,6 +254,9 @@ func (b *Backend) ListVolumes(ctx context.Context, filter backend.Filter) ([]bac
 	}
 	var out []backend.VolumeInfo
 	for _, v := range resp.Volumes {
+		if !matchLabels(v.Labels, args) {
+			continue
+		}
 		info := backend.VolumeInfo{Name: v.Name, Session: v.Labels[backend.LabelSession], Labels: maps.Clone(v.Labels)}
 		info.CreatedAt, _ = time.Parse(time.RFC3339, v.CreatedAt)
 		info.ExpiresAt, _ = time.Parse(time.RFC3339, v.Labels[backend.LabelExpiresAt])
@@ -261,4 +264,18 @@ func (b *Backend) ListVolumes(ctx context.Context, filter backend.Filter) ([]bac
 	}
 	slices.SortFunc(out, func(a, b backend.VolumeInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// matchLabels reports whether labels has every "key" and "key=value" of
+// args' label filters. Docker ANDs label filters but Podman (4.x) ORs them
+// on some lists, so what an engine returns is checked again here.
+func matchLabels(labels map[string]string, args filters.Args) bool {
+	for _, kv := range args.Get("label") {
+		k, v, hasValue := strings.Cut(kv, "=")
+		got, ok := labels[k]
+		if !ok || (hasValue && got != v) {
+			return false
+		}
+	}
+	return true
 }
