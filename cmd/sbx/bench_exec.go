@@ -24,9 +24,10 @@ import (
 	"github.com/sandboxkit/sandboxkit/sbxd"
 )
 
-// withBenchExec adds `bench exec` to the bench command, whoever made it.
+// withBenchExec adds `bench exec` and `bench create` to the bench command,
+// whoever made it.
 func (a *app) withBenchExec(bench *cobra.Command) *cobra.Command {
-	bench.AddCommand(a.benchExecCmd())
+	bench.AddCommand(a.benchExecCmd(), a.benchCreateCmd())
 	return bench
 }
 

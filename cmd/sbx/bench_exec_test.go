@@ -48,3 +48,36 @@ func TestBenchExecJSON(t *testing.T) {
 		t.Errorf("--compare nosuch: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// bench create times create-to-first-exec on two backends in alternating
+// rounds and removes every sandbox it made.
+func TestBenchCreateJSON(t *testing.T) {
+	setup(t)
+	out := must(t, "--backend", "local", "bench", "create", "--n", "3", "--compare", "local", "--json")
+	var rep struct {
+		Backend         string             `json:"backend"`
+		N               int                `json:"n"`
+		CreateFirstExec map[string]float64 `json:"create_first_exec_ms"`
+		Destroy         map[string]float64 `json:"destroy_ms"`
+		CompareBackend  string             `json:"compare_backend"`
+		CompareCreate   map[string]float64 `json:"compare_create_first_exec_ms"`
+		Speedup         float64            `json:"speedup_vs_compare"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("output is not one JSON object: %v\n%s", err, out)
+	}
+	if rep.Backend != "local" || rep.CompareBackend != "local" || rep.N != 3 {
+		t.Errorf("report %+v", rep)
+	}
+	for name, p := range map[string]map[string]float64{"create": rep.CreateFirstExec, "destroy": rep.Destroy, "compare create": rep.CompareCreate} {
+		if p["p50"] <= 0 || p["p99"] < p["p50"] {
+			t.Errorf("%s percentiles %v", name, p)
+		}
+	}
+	if rep.Speedup <= 0 {
+		t.Errorf("speedup_vs_compare %v", rep.Speedup)
+	}
+	if list := listSandboxes(t); len(list) != 0 {
+		t.Errorf("bench create left sandboxes behind: %+v", list)
+	}
+}
