@@ -220,6 +220,9 @@ type AgentInfo struct {
 	Path    string // of the binary inside the sandbox
 	UID     int
 	Arch    string
+	// Dialled: the agent the sandbox started with itself, reached through
+	// backend.AgentDialer (not one this client started through Attach).
+	Dialled bool
 }
 
 // Agent returns the running agent, starting it if needed. It fails,
@@ -232,7 +235,7 @@ func (c *Client) Agent(ctx context.Context) (AgentInfo, error) {
 	if conn == nil {
 		return AgentInfo{}, fmt.Errorf("%w: no sbxd agent: %v", errors.ErrUnsupported, c.Fallback())
 	}
-	return AgentInfo{PID: conn.hello.PID, Version: conn.hello.Version, Path: conn.path, UID: conn.hello.UID, Arch: conn.hello.Arch}, nil
+	return AgentInfo{PID: conn.hello.PID, Version: conn.hello.Version, Path: conn.path, UID: conn.hello.UID, Arch: conn.hello.Arch, Dialled: conn.dialled}, nil
 }
 
 // agent returns the live agent connection, starting one when there is
@@ -285,6 +288,19 @@ func (c *Client) forget(conn *agentConn) {
 // start launches the agent at the agent path and, when that one is missing
 // or stale, a current copy injected into the sandbox.
 func (c *Client) start(ctx context.Context) (*agentConn, error) {
+	// An agent the sandbox started with itself is the fastest to reach.
+	if d, ok := backend.As[backend.AgentDialer](c.sb); ok {
+		dctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+		conn, err := c.dial(dctx, d)
+		cancel()
+		if err == nil {
+			return conn, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		c.opts.log.Debug("the sandbox's own agent did not answer; starting one", "sandbox", c.sb.ID(), "err", err)
+	}
 	att, ok := backend.As[backend.Attacher](c.sb)
 	if !ok {
 		return nil, fmt.Errorf("%w: sandbox %s: %w", errors.ErrUnsupported, c.sb.ID(), errNoAttacher)
@@ -381,14 +397,14 @@ func (c *Client) launch(ctx context.Context, att backend.Attacher, path string) 
 		stop()
 		return nil, fmt.Errorf("starting %s serve: %w", path, err)
 	}
-	conn := &agentConn{proc: proc, path: path, stop: stop, done: make(chan struct{})}
-	sess, err := yamux.Client(procConn{proc, NewCoalescingWriter(proc.Stdin())}, yamuxConfig())
+	// Closing stdin lets the agent exit once its background jobs end; it
+	// is not killed, so they keep their output.
+	conn, err := newAgentConn(procConn{proc, NewCoalescingWriter(proc.Stdin())}, path, stop, func() { proc.Stdin().Close() })
 	if err != nil {
 		proc.Kill()
 		stop()
 		return nil, err
 	}
-	conn.sess = sess
 	go func() {
 		code, err := proc.Wait()
 		cause := fmt.Errorf("the agent exited with code %d", code)
@@ -399,16 +415,49 @@ func (c *Client) launch(ctx context.Context, att backend.Attacher, path string) 
 			cause = fmt.Errorf("%w (its last message: %s)", cause, msg)
 		}
 		conn.setCause(cause)
-		sess.Close()
+		conn.sess.Close()
 		stop()
 	}()
+	if err := c.shake(ctx, conn); err != nil {
+		conn.close()
+		proc.Kill()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// dial connects to the agent the sandbox started with itself.
+func (c *Client) dial(ctx context.Context, d backend.AgentDialer) (*agentConn, error) {
+	nc, err := d.DialAgent(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := newAgentConn(nc, "the sandbox's agent", func() {}, func() { nc.Close() })
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	conn.dialled = true
+	if err := c.shake(ctx, conn); err != nil {
+		conn.close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// newAgentConn opens a session over an agent's stream. closeStream ends the
+// stream when the session ends.
+func newAgentConn(stream io.ReadWriteCloser, path string, stop context.CancelFunc, closeStream func()) (*agentConn, error) {
+	sess, err := yamux.Client(stream, yamuxConfig())
+	if err != nil {
+		return nil, err
+	}
+	conn := &agentConn{path: path, stop: stop, sess: sess, closeStream: closeStream, done: make(chan struct{})}
 	go func() {
 		<-sess.CloseChan()
 		conn.setCause(errors.New("the stream to the agent closed"))
 		close(conn.done)
-		// Closing stdin lets the agent exit once its background jobs
-		// end; it is not killed, so they keep their output.
-		proc.Stdin().Close()
+		closeStream()
 	}()
 	conn.http = &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -425,30 +474,34 @@ func (c *Client) launch(ctx context.Context, att backend.Attacher, path string) 
 		// hop-by-hop surprises; idle streams are reused.
 		ForceAttemptHTTP2: false,
 	}}
+	return conn, nil
+}
+
+// shake checks that the agent speaks this client's protocol.
+func (c *Client) shake(ctx context.Context, conn *agentConn) error {
 	var h hello
 	if err := conn.getJSON(ctx, routeHello, &h); err != nil {
-		conn.close()
-		proc.Kill()
-		return nil, fmt.Errorf("%s serve: no hello: %w", path, err)
+		return fmt.Errorf("%s serve: no hello: %w", conn.path, err)
 	}
 	if h.Protocol != ProtocolVersion {
-		conn.close()
-		proc.Kill()
-		return nil, fmt.Errorf("%s is stale: it speaks protocol %d (%s), this client %d", path, h.Protocol, h.Version, ProtocolVersion)
+		return fmt.Errorf("%s is stale: it speaks protocol %d (%s), this client %d", conn.path, h.Protocol, h.Version, ProtocolVersion)
 	}
 	conn.hello = h
-	c.opts.log.Debug("sbxd agent started", "sandbox", c.sb.ID(), "path", path, "pid", h.PID, "version", h.Version)
-	return conn, nil
+	c.opts.log.Debug("sbxd agent started", "sandbox", c.sb.ID(), "path", conn.path, "pid", h.PID, "version", h.Version)
+	return nil
 }
 
 // agentConn is one running agent and the session to it.
 type agentConn struct {
-	proc  backend.Process
-	path  string
-	sess  *yamux.Session
-	http  *http.Client
-	hello hello
-	stop  context.CancelFunc
+	path    string
+	sess    *yamux.Session
+	http    *http.Client
+	hello   hello
+	stop    context.CancelFunc
+	dialled bool // through backend.AgentDialer
+	// closeStream ends the stream under sess (the agent's stdin, or the
+	// dialled connection).
+	closeStream func()
 
 	done    chan struct{} // closed when the session ended
 	causeMu sync.Mutex
@@ -483,7 +536,7 @@ func (a *agentConn) cause() error {
 
 func (a *agentConn) close() {
 	a.sess.Close()
-	a.proc.Stdin().Close()
+	a.closeStream()
 	if tr, ok := a.http.Transport.(*http.Transport); ok {
 		tr.CloseIdleConnections()
 	}

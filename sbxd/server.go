@@ -86,30 +86,57 @@ func yamuxConfig() *yamux.Config {
 }
 
 // Serve answers requests arriving on conn until it closes or ctx ends, then
-// kills the commands still running (background jobs keep running; see
-// WaitJobs).
+// kills the commands started through it that still run (background jobs
+// keep running; see WaitJobs).
 func (s *Server) Serve(ctx context.Context, conn io.ReadWriteCloser) error {
 	sess, err := yamux.Server(conn, yamuxConfig())
 	if err != nil {
 		return err
 	}
+	// Every request's context derives from this session's, so ending the
+	// session ends its commands and no other session's.
+	sctx, end := context.WithCancelCause(ctx)
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		MaxHeaderBytes:    8 << 20,
 		ReadHeaderTimeout: time.Minute,
 		ErrorLog:          nil,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		BaseContext:       func(net.Listener) context.Context { return sctx },
 	}
 	stop := context.AfterFunc(ctx, func() { sess.Close() })
 	defer stop()
 	err = hs.Serve(sess)
 	sess.Close()
 	hs.Close()
-	s.killAll()
+	end(errStreamClosed)
 	if errors.Is(err, yamux.ErrSessionShutdown) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		return nil
 	}
 	return err
+}
+
+var errStreamClosed = errors.New("the agent's stream closed")
+
+// ServeListener serves every connection l accepts as Serve does, until l
+// fails or ctx ends. It is how an agent started with its sandbox (sbxd init
+// --agent) answers clients that dial it instead of starting their own.
+func (s *Server) ServeListener(ctx context.Context, l net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		go func() {
+			if err := s.Serve(ctx, conn); err != nil {
+				s.log.Warn("serving a connection", "err", err)
+			}
+		}()
+	}
 }
 
 // WaitJobs waits until every background job this agent started has ended
@@ -172,19 +199,6 @@ func (s *Server) handleKill(w http.ResponseWriter, r *http.Request) {
 }
 
 var errKilled = errors.New("killed by the client")
-
-// killAll ends every running command (not background jobs).
-func (s *Server) killAll() {
-	s.mu.Lock()
-	cancels := make([]context.CancelCauseFunc, 0, len(s.execs))
-	for _, c := range s.execs {
-		cancels = append(cancels, c)
-	}
-	s.mu.Unlock()
-	for _, c := range cancels {
-		c(errors.New("the agent's stream closed"))
-	}
-}
 
 // maxJSONBody bounds JSON request bodies.
 const maxJSONBody = 16 << 20

@@ -67,6 +67,7 @@ type bundleInput struct {
 	sbxdPath string // host path of the sbxd binary
 	hosts    string // host path of the generated /etc/hosts
 	hostname string // host path of the generated /etc/hostname
+	agentDir string // host folder mounted at agentDir ("": no agent)
 }
 
 // buildSpec returns the OCI runtime config of a sandbox.
@@ -190,6 +191,10 @@ func baseMounts(sp backend.Spec, in bundleInput) []specs.Mount {
 		specs.Mount{Destination: "/etc/hosts", Type: "bind", Source: in.hosts, Options: []string{"bind", "ro"}},
 		specs.Mount{Destination: "/etc/hostname", Type: "bind", Source: in.hostname, Options: []string{"bind", "ro"}},
 	)
+	if in.agentDir != "" {
+		mounts = append(mounts, specs.Mount{Destination: agentDir, Type: "bind", Source: in.agentDir,
+			Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
+	}
 	for _, v := range sp.Volumes {
 		opts := []string{"rbind", "rprivate"}
 		if v.ReadOnly {

@@ -1,11 +1,16 @@
 package lite
 
 import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backend/backendtest"
 	"github.com/sandboxkit/sandboxkit/fileops/fileopstest"
+	"github.com/sandboxkit/sandboxkit/sbxd"
 )
 
 // TestConformance runs the backend suite on busybox sandboxes. Every
@@ -31,5 +36,59 @@ func TestFileops(t *testing.T) {
 	})
 	t.Run("generic", func(t *testing.T) {
 		fileopstest.Run(t, func(t *testing.T) backend.Sandbox { return backendtest.HideCapabilities(sb) })
+	})
+}
+
+// TestConformanceThroughAgent runs the backend suite and the fileops table
+// with every sandbox wrapped by the sbxd client, which reaches the agent
+// that sbxd init started with the sandbox (DialAgent) instead of starting
+// one through the runtime's exec.
+func TestConformanceThroughAgent(t *testing.T) {
+	e := newTestEnv(t)
+	open := func(t *testing.T) backend.Backend { return sbxd.WrapBackend(e.open(t)) }
+	t.Run("dialled", func(t *testing.T) {
+		b := e.open(t)
+		sb := create(t, b, e.spec("dialled"))
+		c, err := sbxd.Wrap(t.Context(), sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		info, err := c.Agent(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !info.Dialled {
+			t.Fatalf("agent %+v: want the sandbox's own, dialled", info)
+		}
+		res, err := c.Exec(t.Context(), backend.ExecRequest{Shell: "cat /proc/$PPID/cmdline | tr '\\0' ' '"})
+		if err != nil || res.ExitCode != 0 || !strings.HasPrefix(string(res.Stdout), "/.sbx/sbxd serve --listen ") {
+			t.Fatalf("a command's parent: %q (exit %d, %v), want the listening agent", res.Stdout, res.ExitCode, err)
+		}
+		// A stale or missing socket is not fatal: sbxd starts an agent
+		// through Attach instead.
+		if err := os.Remove(filepath.Join(agentHostDir(sb.dir), agentSocket)); err != nil {
+			t.Fatal(err)
+		}
+		c2, err := sbxd.Wrap(t.Context(), sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c2.Close()
+		info, err = c2.Agent(t.Context())
+		if err != nil || info.Dialled {
+			t.Fatalf("without the socket: agent %+v, %v; want one started through Attach", info, err)
+		}
+	})
+	backendtest.Run(t, open, backendtest.WithImage(e.image))
+	t.Run("fileops", func(t *testing.T) {
+		spec := e.spec("fileops-agent")
+		spec.WorkingDir = "/work"
+		sb, err := open(t).Create(t.Context(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sb.Destroy(context.Background()) })
+		fileopstest.Run(t, func(t *testing.T) backend.Sandbox { return sb })
 	})
 }

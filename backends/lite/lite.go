@@ -34,6 +34,10 @@ const Name = "lite"
 const (
 	sbxdDir  = "/.sbx"
 	sbxdPath = "/.sbx/sbxd"
+	// agentDir is where the agent that sbxd init starts listens, inside
+	// the sandbox (a folder of the sandbox's state directory on the host).
+	agentDir    = "/.sbx-run"
+	agentSocket = "agent.sock"
 	// envExecID is the marker sbxd exec gives a command's processes.
 	envExecID = "SBX_EXEC_ID"
 )
@@ -226,7 +230,17 @@ type meta struct {
 	InitPID   int    `json:"init_pid,omitempty"`
 	InitStart uint64 `json:"init_start,omitempty"`
 	Paused    bool   `json:"paused,omitempty"`
+	// Agent: sbxd init also runs the agent, listening on the socket
+	// agentSocketPath gives (see Sandbox.DialAgent).
+	Agent bool `json:"agent,omitempty"`
 }
+
+// agentHostDir is the host side of the sandbox's agentDir.
+func agentHostDir(dir string) string { return filepath.Join(dir, "agent") }
+
+// maxSocketPath is the longest Unix socket path the kernel takes (108
+// bytes with the terminating NUL).
+const maxSocketPath = 107
 
 func (m *meta) info() backend.Info {
 	labels := maps.Clone(m.Labels)
@@ -400,6 +414,16 @@ func (b *Backend) prepare(m *meta, spec backend.Spec, img *image, dir string) (b
 	if err := v.mkdirAll(m.WorkDir); err != nil {
 		return bundleInput{}, fmt.Errorf("working_dir %q: %w", spec.WorkingDir, err)
 	}
+	// The agent starts with the sandbox when it can run commands as any
+	// user (root) and its socket's host path fits a socket address.
+	m.Agent = m.UID == 0 && len(filepath.Join(agentHostDir(dir), agentSocket)) <= maxSocketPath
+	var agentHost string
+	if m.Agent {
+		agentHost = agentHostDir(dir)
+		if err := os.MkdirAll(agentHost, 0o700); err != nil {
+			return bundleInput{}, err
+		}
+	}
 	if err := writeMeta(dir, m); err != nil {
 		return bundleInput{}, err
 	}
@@ -411,10 +435,14 @@ func (b *Backend) prepare(m *meta, spec backend.Spec, img *image, dir string) (b
 	case spec.Command != nil:
 		args = append(slices.Clone(img.config.Entrypoint), spec.Command...)
 	}
-	args = append([]string{sbxdPath, "init", "--"}, args...)
-	if len(args) == 3 {
-		args = args[:2]
+	initArgs := []string{sbxdPath, "init"}
+	if m.Agent {
+		initArgs = append(initArgs, "--agent", agentDir+"/"+agentSocket)
 	}
+	if len(args) > 0 {
+		initArgs = append(append(initArgs, "--"), args...)
+	}
+	args = initArgs
 	hosts := filepath.Join(dir, "hosts")
 	hostname := filepath.Join(dir, "hostname")
 	if err := os.WriteFile(hosts, fmt.Appendf(nil, "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", m.ID), 0o644); err != nil {
@@ -426,7 +454,7 @@ func (b *Backend) prepare(m *meta, spec backend.Spec, img *image, dir string) (b
 	return bundleInput{
 		id: m.ID, spec: spec, image: &img.config, network: m.Network, pids: b.cfg.pidsLimit(),
 		user: user, env: processEnv(envLayers...), cwd: m.WorkDir, args: args,
-		sbxdPath: b.sbxd, hosts: hosts, hostname: hostname,
+		sbxdPath: b.sbxd, hosts: hosts, hostname: hostname, agentDir: agentHost,
 	}, nil
 }
 

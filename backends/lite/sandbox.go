@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -525,4 +527,41 @@ func (s *Sandbox) Renew(ctx context.Context, ttl time.Duration) (time.Time, erro
 		return time.Time{}, s.opErr("renew", err)
 	}
 	return m.ExpiresAt, nil
+}
+
+var _ backend.AgentDialer = (*Sandbox)(nil)
+
+// DialAgent connects to the sbxd agent that the sandbox's init started, on
+// a Unix socket in the sandbox's state directory: no runtime exec is
+// needed, so the first command after Create costs a connection, not a
+// process start. It waits within ctx (at most 5 s) for an agent that is
+// still starting. Sandboxes whose user is not root have no such agent
+// (errors.ErrUnsupported); sbxd then starts one through Attach.
+func (s *Sandbox) DialAgent(ctx context.Context) (net.Conn, error) {
+	m, err := s.meta()
+	if err != nil {
+		return nil, s.opErr("dial agent", err)
+	}
+	if !m.Agent {
+		return nil, s.opErr("dial agent", fmt.Errorf("%w: this sandbox has no agent of its own", errors.ErrUnsupported))
+	}
+	p := filepath.Join(agentHostDir(s.dir), agentSocket)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var d net.Dialer
+	for delay := 500 * time.Microsecond; ; delay = min(2*delay, 20*time.Millisecond) {
+		conn, err := d.DialContext(ctx, "unix", p)
+		if err == nil {
+			return conn, nil
+		}
+		// Not there yet (ENOENT), or being replaced (ECONNREFUSED).
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, s.opErr("dial agent", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, s.opErr("dial agent", fmt.Errorf("the agent did not listen on %s: %w", p, context.Cause(ctx)))
+		case <-time.After(delay):
+		}
+	}
 }

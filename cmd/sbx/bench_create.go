@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/sbxd"
 )
 
 type benchCreateOptions struct {
@@ -20,6 +21,7 @@ type benchCreateOptions struct {
 	image, entry string
 	compare      string
 	compareImage string
+	sbxd         bool
 }
 
 func (a *app) benchCreateCmd() *cobra.Command {
@@ -46,12 +48,14 @@ backend's p50 is.`,
 	f.StringVar(&o.entry, "sandbox", "", `config entry to make the sandboxes from (default "main", or the only entry)`)
 	f.StringVar(&o.compare, "compare", "", "also measure this backend, in alternating iterations, and report the ratio")
 	f.StringVar(&o.compareImage, "compare-image", "", "image on the --compare backend (default: as on this one)")
+	f.BoolVar(&o.sbxd, "sbxd", false, "run the first exec on this backend through the sbxd agent (as a program using sbxd.Wrap does); the --compare backend uses its plain exec")
 	return cmd
 }
 
 // benchCreateReport is what bench create prints (--json: as is).
 type benchCreateReport struct {
 	Backend          string      `json:"backend"`
+	Sbxd             bool        `json:"sbxd"` // this backend's first exec went through sbxd
 	Image            string      `json:"image"`
 	N                int         `json:"n"`
 	CreateFirstExec  percentiles `json:"create_first_exec_ms"`
@@ -68,6 +72,7 @@ type createTarget struct {
 	cfg               *sandboxkit.Config
 	b                 backend.Backend
 	imageFlag         string // --image or --compare-image
+	sbxd              bool   // first exec through sbxd.Wrap
 	image             string
 	create, destroyMs []float64
 }
@@ -81,7 +86,7 @@ func (a *app) benchCreate(ctx context.Context, o benchCreateOptions) error {
 		return err
 	}
 	defer b.Close()
-	targets := []*createTarget{{cfg: cfg, b: b, imageFlag: o.image}}
+	targets := []*createTarget{{cfg: cfg, b: b, imageFlag: o.image, sbxd: o.sbxd}}
 	if o.compare != "" {
 		ocfg := *cfg
 		ocfg.Sandbox.DockerHost, ocfg.Sandbox.DockerRemoteHost = "", ""
@@ -111,8 +116,20 @@ func (a *app) benchCreate(ctx context.Context, o benchCreateOptions) error {
 				return fmt.Errorf("%s: %w", t.b.Name(), err)
 			}
 			t.image = spec.Image
-			res, err := sb.Exec(ctx, trueReq)
+			var ex backend.Sandbox = sb
+			if t.sbxd {
+				c, err := sbxd.Wrap(ctx, sb, sbxd.WithLogger(a.logger))
+				if err != nil {
+					destroy(ctx, sb)
+					return err
+				}
+				ex = c
+			}
+			res, err := ex.Exec(ctx, trueReq)
 			created := time.Since(start)
+			if c, ok := ex.(*sbxd.Client); ok {
+				c.Close()
+			}
 			if err == nil && res.ExitCode != 0 {
 				err = fmt.Errorf("true exited %d", res.ExitCode)
 			}
@@ -128,7 +145,7 @@ func (a *app) benchCreate(ctx context.Context, o benchCreateOptions) error {
 			}
 		}
 	}
-	rep := benchCreateReport{Backend: b.Name(), Image: targets[0].image, N: o.n,
+	rep := benchCreateReport{Backend: b.Name(), Sbxd: o.sbxd, Image: targets[0].image, N: o.n,
 		CreateFirstExec: percentilesOf(targets[0].create), Destroy: percentilesOf(targets[0].destroyMs)}
 	if len(targets) > 1 {
 		t := targets[1]

@@ -7,11 +7,13 @@
 // The native backend puts it at /.sbx/sbxd (see internal/sbxdbin for how
 // the library finds the binary without a Go toolchain). It has three modes:
 //
-//	sbxd init [-- ARGV...]
+//	sbxd init [--agent SOCKET] [-- ARGV...]
 //	    The container's PID 1. Without ARGV it keeps the sandbox alive until
 //	    SIGTERM or SIGINT. With ARGV it runs that command, forwards signals to
 //	    it and exits with its status. Either way it reaps every orphan that
-//	    is re-parented to it, so killed process trees leave no zombies.
+//	    is re-parented to it, so killed process trees leave no zombies. With
+//	    --agent it also starts `sbxd serve --listen SOCKET`, so clients on
+//	    the host can dial the agent instead of starting one.
 //
 //	sbxd exec [--id ID] [--timeout DURATION] [--grace DURATION] -- ARGV...
 //	    Runs ARGV in a process group of its own with SBX_EXEC_ID=ID in its
@@ -68,11 +70,15 @@ const (
 
 func main() {
 	if len(os.Args) < 2 {
-		os.Exit(initMain(nil))
+		os.Exit(initMain(nil, ""))
 	}
 	switch os.Args[1] {
 	case "init":
-		os.Exit(initMain(afterDashes(os.Args[2:])))
+		args, agent := os.Args[2:], ""
+		if len(args) >= 2 && args[0] == "--agent" {
+			agent, args = args[1], args[2:]
+		}
+		os.Exit(initMain(afterDashes(args), agent))
 	case "exec":
 		os.Exit(execMain(os.Args[2:]))
 	case "serve":
@@ -113,9 +119,19 @@ var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, sys
 
 // initMain is PID 1: reap orphans, and either wait for a stop signal or run
 // argv and exit with its status.
-func initMain(argv []string) int {
+func initMain(argv []string, agentSocket string) int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, append([]os.Signal{syscall.SIGCHLD}, forwarded...)...)
+	if agentSocket != "" {
+		// The agent, serving clients that dial the socket; its commands'
+		// orphans come back to this process to be reaped.
+		agent := exec.Command("/proc/self/exe", "serve", "--listen", agentSocket)
+		agent.Args[0] = os.Args[0] // as ps shows it
+		agent.Stderr = os.Stderr
+		if err := agent.Start(); err != nil {
+			fmt.Fprintf(os.Stderr, "sbxd init: starting the agent: %v\n", err)
+		}
+	}
 	mainPID := 0
 	if len(argv) > 0 {
 		cmd := exec.Command(argv[0], argv[1:]...)

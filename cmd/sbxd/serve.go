@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -23,8 +24,9 @@ import (
 func serveMain(args []string) int {
 	fl := flag.NewFlagSet("sbxd serve", flag.ContinueOnError)
 	stateDir := fl.String("state-dir", "", "directory for background jobs (default $TMPDIR/sbxd-jobs)")
+	listen := fl.String("listen", "", "serve clients that connect to this Unix socket instead of stdin/stdout")
 	if err := fl.Parse(args); err != nil || fl.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: sbxd serve [--state-dir DIR]")
+		fmt.Fprintln(os.Stderr, "usage: sbxd serve [--state-dir DIR] [--listen SOCKET]")
 		return exitUsageError
 	}
 	// The agent shares the sandbox's memory with the commands it runs:
@@ -43,11 +45,14 @@ func serveMain(args []string) int {
 	// Bigger pipes mean fewer wakeups per megabyte on both ends of the
 	// stream (where stdin and stdout are pipes or FIFOs, as with docker
 	// exec); a refusal (pipe-max-size) only costs speed.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv := sbxd.NewServer(sbxd.ServerOptions{StateDir: *stateDir, Logger: log})
+	if *listen != "" {
+		return listenMain(srv, *listen)
+	}
 	for _, fd := range []uintptr{0, 1} {
 		syscall.Syscall(syscall.SYS_FCNTL, fd, fSetPipeSize, pipeSize)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv := sbxd.NewServer(sbxd.ServerOptions{StateDir: *stateDir, Logger: log})
 	err := srv.Serve(context.Background(), stdio{sbxd.NewCoalescingWriter(os.Stdout)})
 	srv.WaitJobs()
 	if err != nil {
@@ -69,3 +74,27 @@ type stdio struct{ w io.Writer }
 func (stdio) Read(p []byte) (int, error)    { return os.Stdin.Read(p) }
 func (s stdio) Write(p []byte) (int, error) { return s.w.Write(p) }
 func (stdio) Close() error                  { os.Stdin.Close(); return os.Stdout.Close() }
+
+// listenMain serves clients connecting to the Unix socket at path (only
+// its owner may: mode 0600) until the process is killed.
+func listenMain(srv *sbxd.Server, path string) int {
+	os.Remove(path) // a socket left by an earlier agent
+	l, err := net.Listen("unix", path+".tmp")
+	if err == nil {
+		err = os.Chmod(path+".tmp", 0o600)
+	}
+	// Renamed into place once listening, so a client that sees the socket
+	// can connect.
+	if err == nil {
+		err = os.Rename(path+".tmp", path)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sbxd serve:", err)
+		return 1
+	}
+	if err := srv.ServeListener(context.Background(), l); err != nil {
+		fmt.Fprintln(os.Stderr, "sbxd serve:", err)
+		return 1
+	}
+	return 0
+}
