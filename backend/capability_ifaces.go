@@ -145,3 +145,46 @@ type VolumeManager interface {
 	// (Filter.Name is ignored).
 	ListVolumes(ctx context.Context, filter Filter) ([]VolumeInfo, error)
 }
+
+// LogReader returns what a sandbox's main process (its command, or the
+// image's) wrote to stdout and stderr: how readiness probes wait for a log
+// line and how failures show the last lines of a service.
+type LogReader interface {
+	// Logs returns the output, interleaved as written; at most the last
+	// tail lines when tail > 0.
+	Logs(ctx context.Context, tail int) ([]byte, error)
+}
+
+// NetworkSpec describes a network the sandboxes of a session share, on
+// which each sandbox is reachable by its Spec.Name.
+type NetworkSpec struct {
+	// Name is the network's name on the backend ("" lets it choose).
+	Name    string
+	Session string
+	// Labels are added to the backend's own (LabelID, LabelSession, ...).
+	Labels map[string]string
+	// TTL: see Spec.TTL.
+	TTL time.Duration
+}
+
+// NetworkInfo describes a network a NetworkManager made.
+type NetworkInfo struct {
+	Name      string
+	Session   string
+	Labels    map[string]string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
+// NetworkManager is implemented by backends (not sandboxes) that make
+// networks. A Spec joins one by naming it in Network; on such a network
+// the sandbox is reachable by other members under its Spec.Name.
+type NetworkManager interface {
+	CreateNetwork(ctx context.Context, spec NetworkSpec) (string, error)
+	// RemoveNetwork removes a network; removing one that is gone returns
+	// nil.
+	RemoveNetwork(ctx context.Context, name string) error
+	// ListNetworks lists the networks this backend made that match filter
+	// (Filter.Name is ignored).
+	ListNetworks(ctx context.Context, filter Filter) ([]NetworkInfo, error)
+}

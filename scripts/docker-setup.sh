@@ -150,4 +150,7 @@ if [ "$want_debian" = 1 ] && ! have_image "$DEBIAN_IMAGE"; then
 			- "$DEBIAN_IMAGE" >/dev/null
 fi
 
+# --- debian-gdb: the Debian image with gdb, for the gdb_mcp initializer ----------
+if [ "$want_debian" = 1 ]; then DOCKER=$DOCKER ./scripts/gdb-image.sh; fi
+
 log "ready: $($DOCKER images --format '{{.Repository}}:{{.Tag}}' 'sandboxkit-test/*' | sort | tr '\n' ' ')"

@@ -273,7 +273,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if b.cfg.Ports == PortsLoopback && len(spec.Ports) > 0 {
 		created, err = b.createOnLoopback(ctx, spec, id, cfg, hc, name)
 	} else {
-		created, err = b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+		created, err = b.cli.ContainerCreate(ctx, cfg, hc, networkingConfig(spec), nil, name)
 	}
 	if err != nil {
 		return fail(b.explainCreate(err))

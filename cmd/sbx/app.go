@@ -96,6 +96,8 @@ default with one "main" sandbox on the local backend.`,
 	root.AddCommand(
 		a.runCmd(),
 		a.upCmd(),
+		a.downCmd(),
+		a.statusCmd(),
 		a.lsCmd(),
 		a.execCmd(),
 		a.cpCmd(),

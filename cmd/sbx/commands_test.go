@@ -22,15 +22,12 @@ import (
 // up makes the named entries' sandboxes and returns their IDs by name.
 func up(t *testing.T, args ...string) map[string]string {
 	t.Helper()
-	var res []upResult
+	var res upResult
 	if err := json.Unmarshal([]byte(must(t, append([]string{"--json", "up"}, args...)...)), &res); err != nil {
 		t.Fatal(err)
 	}
 	ids := map[string]string{}
-	for _, r := range res {
-		if r.State != backend.StateRunning {
-			t.Errorf("sandbox %s (%s) is %s", r.Name, r.ID, r.State)
-		}
+	for _, r := range res.Sandboxes {
 		ids[r.Name] = r.ID
 	}
 	return ids
@@ -49,8 +46,8 @@ environment = { ROLE = "worker" }
 
 	out := must(t, "up")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") || !strings.HasPrefix(lines[1], "main ") ||
-		!strings.HasPrefix(lines[2], "worker ") || !strings.Contains(lines[1], "running") {
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "session ") || !strings.HasPrefix(lines[1], "NAME") ||
+		!strings.HasPrefix(lines[2], "main ") || !strings.HasPrefix(lines[3], "worker ") {
 		t.Fatalf("sbx up printed:\n%s", out)
 	}
 	list := listSandboxes(t)

@@ -16,8 +16,9 @@ func (a *app) configCmd() *cobra.Command {
 		Use:   "check [FILE]",
 		Short: "Load and validate a config file",
 		Long: `Check loads FILE (default: the config sbx would use) as sbx would, checks
-that its backend is known and that every sandbox entry converts to a sandbox
-spec, and prints its warnings. It opens no backend.`,
+that its backend is known, that every sandbox entry converts to a sandbox
+spec and that its initializer settings (type, extra, dependencies) are valid,
+and prints its warnings. It opens no backend.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usageError(cmd, "want at most one FILE, got %d", len(args))
@@ -53,6 +54,11 @@ func (a *app) configCheck(path string) error {
 		if _, err := cfg.Spec(name); err != nil {
 			return err
 		}
+	}
+	// Each entry's initializer settings and dependencies, as sbx up checks
+	// them.
+	if err := cfg.CheckSessionEntries(nil); err != nil {
+		return err
 	}
 	where := cfg.Path
 	if where == "" {

@@ -85,12 +85,13 @@ func (a *app) gc(ctx context.Context, dryRun bool) error {
 			fmt.Fprintf(a.stdout, "%s %s (%s): %s\n", verb, r.ID, orDash(r.Name), r.Reason)
 		}
 	}
-	vols, volsFailed, err := a.gcVolumes(ctx, b, infos, results, dryRun)
+	// Volumes and networks go after the sandboxes that used them.
+	shared, sharedFailed, err := a.gcShared(ctx, b, infos, results, dryRun)
 	if err != nil {
 		return err
 	}
-	results = append(results, vols...)
-	failed = failed || volsFailed
+	results = append(results, shared...)
+	failed = failed || sharedFailed
 	if a.json {
 		if err := printJSON(a.stdout, results); err != nil {
 			return err
@@ -102,20 +103,40 @@ func (a *app) gc(ctx context.Context, dryRun bool) error {
 	return nil
 }
 
-// volumeGrace is how old a volume of a session without sandboxes must be
-// before gc removes it: a session makes its volumes before its sandboxes.
+// volumeGrace is how old a volume or network of a session without
+// sandboxes must be before gc removes it: a session makes them before its
+// sandboxes.
 const volumeGrace = 10 * time.Minute
 
-// gcVolumes removes the volumes volumeReapReason names, after the
-// sandboxes were reaped (removed holds what the sandbox pass did).
-func (a *app) gcVolumes(ctx context.Context, b backend.Backend, infos []backend.Info, removed []gcResult, dryRun bool) ([]gcResult, bool, error) {
-	vm, ok := b.(backend.VolumeManager)
-	if !ok {
-		return nil, false, nil
+// sharedResource is a volume or a network a backend made for sessions.
+type sharedResource struct {
+	kind   string // "volume", "network"
+	info   backend.VolumeInfo
+	remove func(ctx context.Context, name string) error
+}
+
+// gcShared removes the volumes and networks volumeReapReason names, after
+// the sandboxes were reaped (removed holds what the sandbox pass did).
+func (a *app) gcShared(ctx context.Context, b backend.Backend, infos []backend.Info, removed []gcResult, dryRun bool) ([]gcResult, bool, error) {
+	var res []sharedResource
+	if vm, ok := b.(backend.VolumeManager); ok {
+		vols, err := vm.ListVolumes(ctx, backend.Filter{})
+		if err != nil {
+			return nil, false, err
+		}
+		for _, v := range vols {
+			res = append(res, sharedResource{"volume", v, vm.RemoveVolume})
+		}
 	}
-	vols, err := vm.ListVolumes(ctx, backend.Filter{})
-	if err != nil {
-		return nil, false, err
+	if nm, ok := b.(backend.NetworkManager); ok {
+		nets, err := nm.ListNetworks(ctx, backend.Filter{})
+		if err != nil {
+			return nil, false, err
+		}
+		for _, n := range nets {
+			v := backend.VolumeInfo{Name: n.Name, Session: n.Session, Labels: n.Labels, CreatedAt: n.CreatedAt, ExpiresAt: n.ExpiresAt}
+			res = append(res, sharedResource{"network", v, nm.RemoveNetwork})
+		}
 	}
 	gone := map[string]bool{}
 	for _, r := range removed {
@@ -130,20 +151,20 @@ func (a *app) gcVolumes(ctx context.Context, b backend.Backend, infos []backend.
 	now := time.Now()
 	var results []gcResult
 	failed := false
-	for _, v := range vols {
-		reason := volumeReapReason(v, live, now)
+	for _, sr := range res {
+		reason := volumeReapReason(sr.info, live, now)
 		if reason == "" {
 			continue
 		}
-		r := gcResult{Kind: "volume", ID: v.Name, Reason: reason}
+		r := gcResult{Kind: sr.kind, ID: sr.info.Name, Reason: reason}
 		if !dryRun {
-			if err := vm.RemoveVolume(ctx, v.Name); err != nil {
+			if err := sr.remove(ctx, sr.info.Name); err != nil {
 				if ctx.Err() != nil {
 					return nil, false, ctx.Err()
 				}
 				r.Error = err.Error()
 				failed = true
-				a.printError(fmt.Errorf("removing volume %s: %w", v.Name, err))
+				a.printError(fmt.Errorf("removing %s %s: %w", sr.kind, sr.info.Name, err))
 			} else {
 				r.Removed = true
 			}
@@ -154,14 +175,14 @@ func (a *app) gcVolumes(ctx context.Context, b backend.Backend, infos []backend.
 			if dryRun {
 				verb = "would remove"
 			}
-			fmt.Fprintf(a.stdout, "%s volume %s: %s\n", verb, r.ID, r.Reason)
+			fmt.Fprintf(a.stdout, "%s %s %s: %s\n", verb, sr.kind, r.ID, r.Reason)
 		}
 	}
 	return results, failed, nil
 }
 
-// volumeReapReason says why gc removes a volume, or "" to keep it. live
-// holds the sessions that still have sandboxes.
+// volumeReapReason says why gc removes a volume (or network), or "" to
+// keep it. live holds the sessions that still have sandboxes.
 func volumeReapReason(v backend.VolumeInfo, live map[string]bool, now time.Time) string {
 	if !v.ExpiresAt.IsZero() && !now.Before(v.ExpiresAt) {
 		return "expired " + shortDuration(now.Sub(v.ExpiresAt)) + " ago"

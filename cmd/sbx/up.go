@@ -2,98 +2,239 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
+	"github.com/moby/term"
 	"github.com/spf13/cobra"
 
-	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit"
 )
 
 func (a *app) upCmd() *cobra.Command {
-	return &cobra.Command{
+	var opts upOptions
+	cmd := &cobra.Command{
 		Use:   "up [NAME...]",
-		Short: "Make sandboxes from config entries and leave them running",
-		Long: `Up makes one sandbox for each named config entry (default: every entry),
-concurrently, and prints their IDs. They have no owner and outlive sbx: remove
-them with sbx rm, or let their TTL expire and sbx gc reap them. If one cannot
-be made, the others are removed again.`,
+		Short: "Launch the configured sandboxes as one session and leave it running",
+		Long: `Up launches a session: the named config entries (default: every entry), each
+with its initializer (main, neo4j, joern, gdb_mcp, or a plain sandbox), on a
+session network with shared /shared, /bash_tools and /sandbox_scripts volumes.
+Sandboxes start concurrently, are provisioned in dependency order and probed
+until ready; progress shows each one's steps with durations. It prints the
+session ID and each sandbox's endpoints. The session has no owner and
+outlives sbx: end it with sbx down ID (sbx status lists sessions). If any
+sandbox fails, everything the launch made is removed again.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.up(cmd.Context(), args)
+			return a.up(cmd.Context(), args, opts)
 		},
 	}
+	f := cmd.Flags()
+	f.StringVar(&opts.id, "id", "", "session ID (default: a random one)")
+	f.StringVar(&opts.bashTools, "bash-tools", "", "host folder copied into the session's /bash_tools volume")
+	f.StringVar(&opts.scripts, "sandbox-scripts", "", "host folder copied into the session's read-only /sandbox_scripts volume")
+	f.StringVar(&opts.manifest, "from-manifest", "", "start sandboxes from the images of a checkpoint manifest")
+	return cmd
+}
+
+type upOptions struct {
+	id, bashTools, scripts, manifest string
+}
+
+type upMember struct {
+	Name      string            `json:"name"`
+	Type      string            `json:"type"`
+	ID        string            `json:"id"`
+	Endpoints map[string]string `json:"endpoints,omitempty"`
 }
 
 type upResult struct {
-	Name  string        `json:"name"`
-	ID    string        `json:"id"`
-	State backend.State `json:"state"`
+	Session   string            `json:"session"`
+	Sandboxes []upMember        `json:"sandboxes"`
+	Env       map[string]string `json:"env,omitempty"`
+	Warnings  []string          `json:"warnings,omitempty"`
 }
 
-func (a *app) up(ctx context.Context, names []string) error {
+func (a *app) up(ctx context.Context, names []string, opts upOptions) error {
 	cfg, b, err := a.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	if len(names) == 0 {
-		names = cfg.SandboxNames()
-		if len(names) == 0 {
-			return errors.New("config has no sandbox entries")
-		}
-	}
-	// Check every entry before making anything.
-	specs := make([]backend.Spec, len(names))
-	for i, name := range names {
-		if specs[i], err = cfg.Spec(name); err != nil {
+	l := &sandboxkit.Launcher{Config: cfg, Backend: b, Logger: a.logger, ID: opts.id,
+		BashToolsDir: opts.bashTools, SandboxScriptsDir: opts.scripts}
+	if opts.manifest != "" {
+		if l.Manifest, err = sandboxkit.LoadManifest(opts.manifest); err != nil {
 			return err
 		}
 	}
-
-	// One display for the parallel pulls and builds.
-	sink, err := newProgress(a.progress, a.stderr)
+	disp, err := newSessionDisplay(a.progress, a.stderr)
 	if err != nil {
 		return err
 	}
-	made := make([]backend.Sandbox, len(names))
-	errs := make([]error, len(names))
-	var wg sync.WaitGroup
-	for i := range names {
-		wg.Go(func() {
-			made[i], errs[i] = b.Create(ctx, withProgress(specs[i], sink))
-			if errs[i] != nil {
-				errs[i] = fmt.Errorf("sandbox %q: %w", names[i], errs[i])
-			}
-		})
-	}
-	wg.Wait()
-	sink.close()
-	if err := errors.Join(errs...); err != nil {
-		for i, sb := range made {
-			if sb == nil {
-				continue
-			}
-			if derr := destroy(ctx, sb); derr != nil {
-				err = errors.Join(err, fmt.Errorf("removing sandbox %q (%s): %w", names[i], sb.ID(), derr))
-			}
-		}
+	l.Progress = disp.report
+	s, err := l.Launch(ctx, names...)
+	disp.close()
+	if err != nil {
 		return err
 	}
+	res, err := describeSession(ctx, s)
+	if err != nil {
+		return err
+	}
+	return a.printSession(res)
+}
 
-	results := make([]upResult, len(names))
-	for i, sb := range made {
-		results[i] = upResult{Name: names[i], ID: sb.ID(), State: backend.StateUnknown}
-		if info, err := sb.Info(ctx); err == nil {
-			results[i].State = info.State
+// describeSession collects a session's members and their host endpoints.
+func describeSession(ctx context.Context, s *sandboxkit.Session) (upResult, error) {
+	res := upResult{Session: s.ID, Env: s.Env, Warnings: s.Warnings}
+	for _, m := range s.Members() {
+		um := upMember{Name: m.Name, Type: m.Type, ID: m.Sandbox.ID()}
+		for _, p := range m.Ports {
+			addr, err := s.Endpoint(ctx, m.Name, p)
+			if err != nil {
+				continue // not published on this backend
+			}
+			if um.Endpoints == nil {
+				um.Endpoints = map[string]string{}
+			}
+			um.Endpoints[strconv.Itoa(p)] = addr
 		}
+		res.Sandboxes = append(res.Sandboxes, um)
 	}
+	return res, nil
+}
+
+func (a *app) printSession(res upResult) error {
 	if a.json {
-		return printJSON(a.stdout, results)
+		return printJSON(a.stdout, res)
 	}
-	t := newTable(a.stdout, "NAME", "ID", "STATE")
-	for _, r := range results {
-		t.row(r.Name, r.ID, string(r.State))
+	for _, w := range res.Warnings {
+		fmt.Fprintf(a.stderr, "warning: %s\n", w)
+	}
+	fmt.Fprintf(a.stdout, "session %s\n", res.Session)
+	t := newTable(a.stdout, "NAME", "TYPE", "ID", "ENDPOINTS")
+	for _, m := range res.Sandboxes {
+		var eps []string
+		for _, p := range slices.SortedFunc(maps.Keys(m.Endpoints), func(x, y string) int {
+			a, _ := strconv.Atoi(x)
+			b, _ := strconv.Atoi(y)
+			return a - b
+		}) {
+			eps = append(eps, p+"->"+m.Endpoints[p])
+		}
+		t.row(m.Name, m.Type, m.ID, orDash(strings.Join(eps, " ")))
 	}
 	return t.flush()
+}
+
+// sessionDisplay shows each sandbox's launch steps on stderr: on a
+// terminal one live line per sandbox, redrawn in place; otherwise one line
+// per step.
+type sessionDisplay struct {
+	mu      sync.Mutex
+	w       io.Writer
+	live    bool
+	none    bool
+	order   []string
+	lines   map[string]string
+	drawn   int
+	lastKey map[string]string
+	last    time.Time
+}
+
+func newSessionDisplay(mode string, w io.Writer) (*sessionDisplay, error) {
+	d := &sessionDisplay{w: w, lines: map[string]string{}, lastKey: map[string]string{}}
+	switch mode {
+	case progressAuto, "":
+		_, d.live = term.GetFdInfo(w)
+	case progressBars:
+		d.live = true
+	case progressPlain:
+	case progressNone:
+		d.none = true
+	default:
+		return nil, fmt.Errorf("--progress %q: want auto, tty, plain or none", mode)
+	}
+	return d, nil
+}
+
+// stepText renders one progress event.
+func stepText(p sandboxkit.SessionProgress) string {
+	var b strings.Builder
+	b.WriteString(p.Step)
+	if p.Detail != "" {
+		b.WriteString(" " + p.Detail)
+	}
+	if p.Step == sandboxkit.StepPulling && p.Total > 0 {
+		fmt.Fprintf(&b, " (%s/%s)", humanBytes(p.Current), humanBytes(p.Total))
+	}
+	if p.Err != nil && p.Step == sandboxkit.StepFailed {
+		msg, _, _ := strings.Cut(p.Err.Error(), "\n")
+		b.WriteString(": " + msg)
+	}
+	fmt.Fprintf(&b, " [%s]", p.Elapsed.Round(100*time.Millisecond))
+	return b.String()
+}
+
+func (d *sessionDisplay) report(p sandboxkit.SessionProgress) {
+	if d.none {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.lines[p.Sandbox]; !ok {
+		d.order = append(d.order, p.Sandbox)
+	}
+	text := stepText(p)
+	d.lines[p.Sandbox] = text
+	if !d.live {
+		// Plain: a line per change of step or detail (byte counts and
+		// times aside).
+		key := p.Step + "\x00" + p.Detail
+		if d.lastKey[p.Sandbox] == key {
+			return
+		}
+		d.lastKey[p.Sandbox] = key
+		fmt.Fprintf(d.w, "[%s] %s\n", p.Sandbox, text)
+		return
+	}
+	// Live: redraw at most every 100ms, and on every step change.
+	key := p.Step
+	if d.lastKey[p.Sandbox] == key && time.Since(d.last) < 100*time.Millisecond {
+		return
+	}
+	d.lastKey[p.Sandbox] = key
+	d.redraw()
+}
+
+// redraw rewrites the block of sandbox lines in place.
+func (d *sessionDisplay) redraw() {
+	d.last = time.Now()
+	var b strings.Builder
+	if d.drawn > 0 {
+		fmt.Fprintf(&b, "\x1b[%dA", d.drawn)
+	}
+	width := 0
+	for _, n := range d.order {
+		width = max(width, len(n))
+	}
+	for _, n := range d.order {
+		fmt.Fprintf(&b, "\r\x1b[2K%-*s  %s\n", width, n, d.lines[n])
+	}
+	d.drawn = len(d.order)
+	io.WriteString(d.w, b.String())
+}
+
+func (d *sessionDisplay) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.live && len(d.order) > 0 {
+		d.redraw()
+	}
 }

@@ -1,0 +1,592 @@
+package sandboxkit
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/initializers"
+)
+
+// Labels a session puts on its sandboxes, besides backend.LabelSession.
+const (
+	// LabelMembers lists the entry names of the session, comma-separated,
+	// so Resume can tell a sandbox removed behind its back.
+	LabelMembers = "sandboxkit.session.members"
+	// LabelType is the sandbox's initializer type.
+	LabelType = "sandboxkit.type"
+)
+
+// EnvFile is the session's environment file inside the shared folder
+// (OpenSage's convention): one export line per published variable.
+const EnvFile = "bashrc"
+
+// DefaultInitializerTimeout bounds waiting for dependencies, provisioning
+// and readiness of one sandbox whose entry sets no
+// extra.initializer_timeout_sec.
+const DefaultInitializerTimeout = 10 * time.Minute
+
+// Launcher launches sessions: the sandboxes of one agent task, made from
+// [sandbox.sandboxes.NAME] entries, sharing volumes and a network, started
+// concurrently, provisioned in dependency order and probed for readiness.
+// The zero Launcher with Config set works; Launch and Resume are the
+// shortcuts for it.
+type Launcher struct {
+	Config *Config
+	// Backend to use; nil: Open(ctx, Config, Logger), closed with the
+	// session.
+	Backend backend.Backend
+	// Logger; nil: discard.
+	Logger *slog.Logger
+	// Initializers; nil: initializers.Default().
+	Initializers *initializers.Registry
+	// Progress, when set, receives each sandbox's steps (from several
+	// goroutines, one call at a time).
+	Progress func(SessionProgress)
+	// BashToolsDir and SandboxScriptsDir are host folders whose contents
+	// fill the session's bash_tools (read-write) and sandbox_scripts
+	// (read-only) volumes ("" leaves them empty).
+	BashToolsDir, SandboxScriptsDir string
+	// Manifest, when set, starts each sandbox it lists from its checkpoint
+	// image instead of the entry's image (see Session.Checkpoint).
+	Manifest *Manifest
+	// ID is the new session's ID; "" picks a random one.
+	ID string
+	// Owner is set on every resource (see backend.LabelOwner); "" for
+	// sessions meant to outlive their creator (sbx up).
+	Owner string
+}
+
+// SessionProgress is one step of one sandbox of a launch.
+type SessionProgress struct {
+	Sandbox string
+	// Step is one of the Step* constants.
+	Step string
+	// Detail says more: a pull's layer status, the dependency waited for,
+	// a provisioning sub-step, the probe.
+	Detail string
+	// Current and Total count a pull's bytes (0: unknown).
+	Current, Total int64
+	// Elapsed is the time since the sandbox's launch began.
+	Elapsed time.Duration
+	Err     error
+}
+
+// Steps of SessionProgress, in the order a sandbox goes through them.
+const (
+	StepCreating     = "creating"
+	StepPulling      = "pulling"
+	StepStarted      = "started"
+	StepWaiting      = "waiting"
+	StepProvisioning = "provisioning"
+	StepProbing      = "probing"
+	StepReady        = "ready"
+	StepFailed       = "failed"
+)
+
+// Launch launches a session of the named entries (default: all) with the
+// config's backend; see Launcher.
+func Launch(ctx context.Context, cfg *Config, names ...string) (*Session, error) {
+	return (&Launcher{Config: cfg}).Launch(ctx, names...)
+}
+
+// Resume reattaches to a running session; see Launcher.Resume.
+func Resume(ctx context.Context, cfg *Config, id string) (*Session, error) {
+	return (&Launcher{Config: cfg}).Resume(ctx, id)
+}
+
+// member is one sandbox of a launch.
+type member struct {
+	name, typ string
+	spec      backend.Spec
+	init      initializers.Initializer
+	cfg       any
+	timeout   time.Duration
+	deps      []string // entry names
+	ready     chan struct{}
+	sb        backend.Sandbox
+	handle    any
+	env       map[string]string
+}
+
+// SessionError is a failed launch: which sandbox, at which step, and the
+// last lines its container wrote.
+type SessionError struct {
+	Session string
+	Sandbox string
+	Step    string
+	Err     error
+	// Logs are the last lines of the sandbox's output, when the backend
+	// can read them.
+	Logs string
+}
+
+func (e *SessionError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "session %s: sandbox %q: %s: %v", e.Session, e.Sandbox, e.Step, e.Err)
+	if e.Logs != "" {
+		fmt.Fprintf(&b, "\nlast lines of %s's output:\n%s", e.Sandbox, strings.TrimRight(e.Logs, "\n"))
+	}
+	return b.String()
+}
+
+func (e *SessionError) Unwrap() error { return e.Err }
+
+func newSessionID() string {
+	var buf [6]byte
+	rand.Read(buf[:])
+	return hex.EncodeToString(buf[:])
+}
+
+func (l *Launcher) logger() *slog.Logger {
+	if l.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l.Logger
+}
+
+func (l *Launcher) registry() *initializers.Registry {
+	if l.Initializers == nil {
+		return initializers.Default()
+	}
+	return l.Initializers
+}
+
+// open returns the backend and whether the session owns it.
+func (l *Launcher) open(ctx context.Context) (backend.Backend, bool, error) {
+	if l.Backend != nil {
+		return l.Backend, false, nil
+	}
+	if l.Config == nil {
+		return nil, false, invalidf("sandboxkit: Launcher without Config")
+	}
+	b, err := Open(ctx, l.Config, l.logger())
+	return b, true, err
+}
+
+// plan checks every entry and builds the members, before anything is made.
+func (l *Launcher) plan(names []string, id string) ([]*member, error) {
+	cfg := l.Config
+	if len(names) == 0 {
+		names = cfg.SandboxNames()
+	}
+	if len(names) == 0 {
+		return nil, invalidf("%s: no [sandbox.sandboxes.NAME] entries to launch", cfg.describe())
+	}
+	names = slices.Sorted(slices.Values(names))
+	var errs []error
+	var ms []*member
+	for i, name := range names {
+		if i > 0 && names[i-1] == name {
+			continue
+		}
+		m, err := l.planMember(name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ms = append(ms, m)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if err := resolveDeps(ms); err != nil {
+		return nil, err
+	}
+	for _, m := range ms {
+		m.spec.Session = id
+		m.spec.Owner = l.Owner
+		m.spec.Labels = withLabels(m.spec.Labels, map[string]string{
+			LabelMembers: strings.Join(names, ","),
+			LabelType:    m.typ,
+		})
+	}
+	return ms, nil
+}
+
+func withLabels(base, add map[string]string) map[string]string {
+	out := maps.Clone(base)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, add)
+	return out
+}
+
+// planMember decodes one entry's initializer config and builds its Spec.
+func (l *Launcher) planMember(name string) (*member, error) {
+	cfg := l.Config
+	e, err := cfg.Entry(name)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := cfg.Spec(name)
+	if err != nil {
+		return nil, err
+	}
+	typ := cmp.Or(e.Type, name)
+	f, fallback, err := l.registry().Lookup(typ)
+	if err != nil {
+		return nil, invalidf("%s: %s.type: %v", cfg.describe(), entryKey(name), err)
+	}
+	if fallback && e.Type != "" && e.Type != name {
+		// An explicit type must name an initializer; a bare entry name
+		// without one gets the generic initializer, as in OpenSage.
+		return nil, invalidf("%s: %s.type: unknown initializer type %q (known: %s)%s", cfg.describe(), entryKey(name), e.Type,
+			strings.Join(l.registry().Names(), ", "), didYouMean(e.Type, l.registry().Names()))
+	}
+	var icfg any
+	if f.NewConfig != nil {
+		icfg = f.NewConfig()
+		if err := cfg.decodeExtra(e, icfg); err != nil {
+			return nil, err
+		}
+	}
+	init, err := f.New(icfg)
+	if err != nil {
+		return nil, invalidf("%s: %s.extra: %v", cfg.describe(), entryKey(name), stripSentinel(err))
+	}
+	m := &member{name: name, typ: typ, init: init, cfg: icfg, ready: make(chan struct{})}
+	m.timeout = cmp.Or(initializers.TimeoutOf(icfg), DefaultInitializerTimeout)
+	m.spec = mergeSpec(init.Spec(), spec, e)
+	if l.Manifest != nil {
+		if s, ok := l.Manifest.Sandboxes[name]; ok && s.Image != "" {
+			m.spec.Image = s.Image
+			m.spec.Build = nil
+		}
+	}
+	return m, nil
+}
+
+// stripSentinel drops the "invalid configuration: " prefix an initializer's
+// error carries, since the message is wrapped in one again.
+func stripSentinel(err error) string {
+	return strings.TrimPrefix(err.Error(), backend.ErrInvalidConfig.Error()+": ")
+}
+
+// mergeSpec lays the entry's Spec over the initializer's default: keys the
+// entry sets win; environment and ports are merged.
+func mergeSpec(def, entry backend.Spec, e *Entry) backend.Spec {
+	out := entry
+	if e.Image == "" && def.Image != "" && e.DockerfilePath() == "" {
+		out.Image = def.Image
+	}
+	if e.Command == nil {
+		out.Command, out.ImageCommand = def.Command, def.ImageCommand
+	}
+	out.WorkingDir = cmp.Or(entry.WorkingDir, def.WorkingDir)
+	out.User = cmp.Or(entry.User, def.User)
+	env := maps.Clone(def.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, entry.Env)
+	out.Env = env
+	ports := slices.Clone(entry.Ports)
+	for _, p := range def.Ports {
+		if !slices.ContainsFunc(ports, func(q backend.Port) bool {
+			return q.Port == p.Port && cmp.Or(q.Protocol, "tcp") == cmp.Or(p.Protocol, "tcp")
+		}) {
+			ports = append(ports, p)
+		}
+	}
+	out.Ports = ports
+	out.Volumes = append(slices.Clone(def.Volumes), entry.Volumes...)
+	out.Labels = withLabels(def.Labels, entry.Labels)
+	return out
+}
+
+// resolveDeps turns each initializer's DependsOn into entry names and
+// refuses missing required dependencies and cycles.
+func resolveDeps(ms []*member) error {
+	var errs []error
+	for _, m := range ms {
+		for _, d := range m.init.DependsOn() {
+			var found []string
+			for _, o := range ms {
+				if o != m && (o.typ == d.Name || o.name == d.Name) {
+					found = append(found, o.name)
+				}
+			}
+			if len(found) == 0 && !d.Optional {
+				errs = append(errs, invalidf("sandbox %q (type %s) depends on %s, which is not in the session (add a [sandbox.sandboxes.%s] entry, or launch it too)",
+					m.name, m.typ, d.Name, d.Name))
+			}
+			for _, f := range found {
+				if !slices.Contains(m.deps, f) {
+					m.deps = append(m.deps, f)
+				}
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	byName := map[string]*member{}
+	for _, m := range ms {
+		byName[m.name] = m
+	}
+	// Depth-first search for a cycle.
+	state := map[string]int{} // 1 visiting, 2 done
+	var visit func(n string, path []string) error
+	visit = func(n string, path []string) error {
+		switch state[n] {
+		case 1:
+			return invalidf("sandboxes depend on each other in a cycle: %s", strings.Join(append(path, n), " -> "))
+		case 2:
+			return nil
+		}
+		state[n] = 1
+		for _, d := range byName[n].deps {
+			if err := visit(d, append(path, n)); err != nil {
+				return err
+			}
+		}
+		state[n] = 2
+		return nil
+	}
+	for _, m := range ms {
+		if err := visit(m.name, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Launch launches the named entries (default: every entry) as one
+// session. On any failure everything the launch made is removed and the
+// error (a *SessionError when one sandbox failed) names the sandbox, the
+// step and the sandbox's last output lines.
+func (l *Launcher) Launch(ctx context.Context, names ...string) (*Session, error) {
+	if l.Config == nil {
+		return nil, invalidf("sandboxkit: Launcher without Config")
+	}
+	id := cmp.Or(l.ID, newSessionID())
+	ms, err := l.plan(names, id)
+	if err != nil {
+		return nil, err
+	}
+	b, owned, err := l.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{ID: id, backend: b, ownsBackend: owned, log: l.logger()}
+	ok := false
+	defer func() {
+		if !ok {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+			defer cancel()
+			if derr := s.Destroy(cctx); derr != nil {
+				s.log.Warn("removing a failed session", "session", id, "err", derr)
+			}
+		}
+	}()
+	if err := l.makeShared(ctx, s, ms); err != nil {
+		return nil, err
+	}
+	if err := l.start(ctx, s, ms); err != nil {
+		return nil, err
+	}
+	s.finish(ms)
+	ok = true
+	return s, nil
+}
+
+// progress reports one step.
+type reporter struct {
+	mu    sync.Mutex
+	f     func(SessionProgress)
+	start time.Time
+}
+
+func (r *reporter) report(p SessionProgress) {
+	if r.f == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p.Elapsed = time.Since(r.start)
+	r.f(p)
+}
+
+// start creates every sandbox concurrently, writes the env file, then
+// provisions and probes each in dependency order.
+func (l *Launcher) start(ctx context.Context, s *Session, ms []*member) error {
+	rep := &reporter{f: l.Progress, start: time.Now()}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	// Phase 1: create, all at once.
+	errs := make([]error, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Go(func() {
+			rep.report(SessionProgress{Sandbox: m.name, Step: StepCreating, Detail: m.spec.Image})
+			spec := m.spec
+			spec.Progress = func(p backend.Progress) {
+				rep.report(SessionProgress{Sandbox: m.name, Step: StepPulling, Detail: progressDetail(p), Current: p.Current, Total: p.Total})
+			}
+			sb, err := s.backend.Create(ctx, spec)
+			if err != nil {
+				errs[i] = &SessionError{Session: s.ID, Sandbox: m.name, Step: "create", Err: err}
+				rep.report(SessionProgress{Sandbox: m.name, Step: StepFailed, Err: err})
+				cancel(errs[i])
+				return
+			}
+			m.sb = sb
+			s.addMember(m)
+			rep.report(SessionProgress{Sandbox: m.name, Step: StepStarted, Detail: sb.ID()})
+		})
+	}
+	wg.Wait()
+	if err := firstError(errs); err != nil {
+		return err
+	}
+
+	// The env file, once, before anyone is provisioned.
+	if s.shared != "" {
+		if err := backend.WriteFile(ctx, ms[0].sb, s.shared+"/"+EnvFile, strings.NewReader(envFileText(s.ID, s.Env)), 0o644); err != nil {
+			return &SessionError{Session: s.ID, Sandbox: ms[0].name, Step: "write " + s.shared + "/" + EnvFile, Err: err}
+		}
+	}
+
+	// Phase 2: provision and probe, each after its dependencies are ready.
+	byName := map[string]*member{}
+	for _, m := range ms {
+		byName[m.name] = m
+	}
+	for i, m := range ms {
+		wg.Go(func() {
+			err := l.bringUp(ctx, s, m, byName, rep)
+			if err != nil {
+				errs[i] = err
+				rep.report(SessionProgress{Sandbox: m.name, Step: StepFailed, Err: err})
+				cancel(err)
+			}
+		})
+	}
+	wg.Wait()
+	return firstError(errs)
+}
+
+// firstError returns the error that caused the others: a *SessionError not
+// caused by cancellation, else the first one.
+func firstError(errs []error) error {
+	var first error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if first == nil {
+			first = err
+		}
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, errDependencyFailed) {
+			return err
+		}
+	}
+	return first
+}
+
+var errDependencyFailed = errors.New("a dependency failed")
+
+func progressDetail(p backend.Progress) string {
+	d := p.Status
+	if p.ID != "" {
+		d = p.ID + ": " + d
+	}
+	return d
+}
+
+// bringUp waits for m's dependencies, provisions it and waits for it to
+// be ready.
+func (l *Launcher) bringUp(ctx context.Context, s *Session, m *member, byName map[string]*member, rep *reporter) error {
+	fail := func(step string, err error) error {
+		return &SessionError{Session: s.ID, Sandbox: m.name, Step: step, Err: err, Logs: lastLogs(m.sb)}
+	}
+	tctx, tcancel := context.WithTimeoutCause(ctx, m.timeout,
+		fmt.Errorf("initializer_timeout_sec (%s) ran out", m.timeout))
+	defer tcancel()
+	for _, d := range m.deps {
+		rep.report(SessionProgress{Sandbox: m.name, Step: StepWaiting, Detail: "for " + d})
+		select {
+		case <-byName[d].ready:
+		case <-tctx.Done():
+			if ctx.Err() != nil {
+				return fmt.Errorf("sandbox %q: waiting for %s: %w", m.name, d, errDependencyFailed)
+			}
+			return fail("waiting for "+d, context.Cause(tctx))
+		}
+	}
+	in := &initializers.Instance{
+		Name: m.name, Type: m.typ, Session: s.ID, Sandbox: m.sb,
+		Shared: s.shared, BashTools: s.bashTools, SandboxScripts: s.scripts,
+		Env:    maps.Clone(s.Env),
+		Logger: l.logger().With("session", s.ID, "sandbox", m.name),
+		Status: func(st string) { rep.report(SessionProgress{Sandbox: m.name, Step: StepProvisioning, Detail: st}) },
+	}
+	rep.report(SessionProgress{Sandbox: m.name, Step: StepProvisioning})
+	if err := m.init.Provision(tctx, in); err != nil {
+		if tctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("%w (%v)", err, context.Cause(tctx))
+		}
+		return fail("provision", err)
+	}
+	if probe := m.init.Ready(); probe != nil {
+		rep.report(SessionProgress{Sandbox: m.name, Step: StepProbing, Detail: probe.String()})
+		if err := probe.WaitUntilReady(tctx, m.sb); err != nil {
+			return fail("ready", err)
+		}
+	}
+	if h, ok := m.init.(initializers.Handler); ok {
+		handle, err := h.Handle(tctx, in)
+		if err != nil {
+			return fail("handle", err)
+		}
+		m.handle = handle
+	}
+	// Reported before dependents are released, so progress shows the
+	// order things happened in.
+	rep.report(SessionProgress{Sandbox: m.name, Step: StepReady})
+	close(m.ready)
+	return nil
+}
+
+// lastLogs returns the last lines the sandbox wrote, when its backend can
+// read them.
+func lastLogs(sb backend.Sandbox) string {
+	if sb == nil {
+		return ""
+	}
+	lr, ok := backend.As[backend.LogReader](sb)
+	if !ok {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := lr.Logs(ctx, 20)
+	if err != nil {
+		return ""
+	}
+	return string(out)
+}
+
+// envFileText is /shared/bashrc: one export per variable, sorted, quoted
+// for sh.
+func envFileText(id string, env map[string]string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# sandboxkit session %s: service addresses as seen from inside the session.\n", id)
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		fmt.Fprintf(&b, "export %s='%s'\n", k, strings.ReplaceAll(env[k], "'", `'\''`))
+	}
+	return b.String()
+}

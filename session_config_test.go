@@ -1,0 +1,142 @@
+package sandboxkit
+
+import (
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sandboxkit/sandboxkit/initializers"
+)
+
+// TestExampleConfigInitializers: every entry of config.example.toml passes
+// the checks Launch makes before anything is made, and every key of every
+// built-in initializer's config is documented there.
+func TestExampleConfigInitializers(t *testing.T) {
+	data, err := os.ReadFile("config.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ParseConfig(data, "config.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.CheckSessionEntries(nil); err != nil {
+		t.Errorf("config.example.toml: %v", err)
+	}
+	documented := documentedKeys(string(data))
+	reg := initializers.Default()
+	for _, typ := range reg.Names() {
+		if !documented[typ] && typ != initializers.GenericType {
+			t.Errorf("initializer %s has no entry in config.example.toml", typ)
+		}
+		f, _, _ := reg.Lookup(typ)
+		for _, fld := range fieldsOf(reflect.TypeOf(f.NewConfig()).Elem()) {
+			if !documented[fld.name] {
+				t.Errorf("key %s of initializer %s is not in config.example.toml", fld.name, typ)
+			}
+		}
+	}
+}
+
+func TestMergeSpec(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`
+[sandbox]
+default_image = "base:1"
+[sandbox.sandboxes.neo4j]
+environment = { NEO4J_AUTH = "neo4j/override-it" }
+ports = { "7474" = 17474 }
+[sandbox.sandboxes.gdb_mcp]
+command = "sleep infinity"
+`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &Launcher{Config: cfg}
+	ms, err := l.plan(nil, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*member{}
+	for _, m := range ms {
+		byName[m.name] = m
+	}
+	neo := byName["neo4j"].spec
+	if neo.Image != initializers.DefaultNeo4jImage {
+		t.Errorf("neo4j image %q: the initializer's default beats default_image", neo.Image)
+	}
+	if neo.Env["NEO4J_AUTH"] != "neo4j/override-it" {
+		t.Errorf("the entry's environment must win: %v", neo.Env)
+	}
+	if len(neo.Ports) != 2 || neo.Ports[0].Port != 7474 || neo.Ports[0].HostPort != 17474 {
+		t.Errorf("ports: the entry's binding of 7474 wins, 7687 added: %+v", neo.Ports)
+	}
+	if !strings.Contains(neo.Command[2], "docker-entrypoint.sh") {
+		t.Errorf("neo4j command: %q", neo.Command)
+	}
+	gdb := byName["gdb_mcp"].spec
+	if gdb.Image != "base:1" || strings.Join(gdb.Command, " ") != "sleep infinity" {
+		t.Errorf("gdb_mcp: image %q (want default_image), command %q", gdb.Image, gdb.Command)
+	}
+	if gdb.Labels[LabelMembers] != "gdb_mcp,neo4j" || gdb.Labels[LabelType] != "gdb_mcp" || gdb.Session != "s1" {
+		t.Errorf("labels: %v, session %q", gdb.Labels, gdb.Session)
+	}
+}
+
+// Cycles among initializers' dependencies are refused before anything is
+// made.
+func TestDependencyCycle(t *testing.T) {
+	reg := initializers.NewRegistry()
+	initializers.Builtins(reg)
+	for typ, dep := range map[string]string{"a": "b", "b": "a"} {
+		reg.Register(typ, initializers.Factory{New: func(any) (initializers.Initializer, error) { return dependsOn{name: dep}, nil }})
+	}
+	cfg, err := ParseConfig([]byte("[sandbox.sandboxes.a]\n[sandbox.sandboxes.b]\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = cfg.CheckSessionEntries(reg)
+	if err == nil || !strings.Contains(err.Error(), "cycle: a -> b -> a") {
+		t.Errorf("want a cycle error, got %v", err)
+	}
+}
+
+type dependsOn struct {
+	initializers.Generic
+	name string
+}
+
+func (d dependsOn) DependsOn() []initializers.Dependency {
+	return []initializers.Dependency{{Name: d.name}}
+}
+
+// An OpenSage file passes the session checks unchanged: entries without a
+// built-in initializer (codeql, coverage, pdb_mcp) keep their own [extra]
+// keys, while a built-in initializer's keys stay strict.
+func TestOpenSageConfigInitializers(t *testing.T) {
+	cfg, err := LoadConfig("testdata/opensage.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.CheckSessionEntries(nil); err != nil {
+		t.Errorf("testdata/opensage.toml: %v", err)
+	}
+	if _, ok := cfg.Sandbox.Sandboxes["codeql"].Extra["codeql_threads"]; !ok {
+		t.Fatal("the fixture lost its codeql_threads key")
+	}
+	bad, err := ParseConfig([]byte("[sandbox.sandboxes.main.extra]\npakages = [\"requests\"]\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = bad.CheckSessionEntries(nil)
+	if err == nil || !strings.Contains(err.Error(), "sandbox.sandboxes.main.extra.pakages") {
+		t.Errorf("misspelt main key: %v, want an error naming it", err)
+	}
+	wrongType, err := ParseConfig([]byte("[sandbox.sandboxes.codeql.extra]\ninitializer_timeout_sec = \"soon\"\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wrongType.CheckSessionEntries(nil); err == nil || !strings.Contains(err.Error(), "initializer_timeout_sec") {
+		t.Errorf("a known key of the generic initializer is still type-checked: %v", err)
+	}
+}

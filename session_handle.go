@@ -1,0 +1,342 @@
+package sandboxkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/initializers"
+)
+
+// Session is a launched (or resumed) set of sandboxes. Its methods are
+// safe for concurrent use.
+type Session struct {
+	// ID names the session; every resource carries it as
+	// backend.LabelSession.
+	ID string
+	// Env is what the members publish, with addresses as seen from inside
+	// the session; also in the shared folder's bashrc.
+	Env map[string]string
+	// Warnings are things the backend could not do (no shared volumes, no
+	// session network), for the user to see.
+	Warnings []string
+
+	backend     backend.Backend
+	ownsBackend bool
+	log         *slog.Logger
+
+	// Where the shared folders are inside the sandboxes ("": not mounted).
+	shared, bashTools, scripts string
+
+	mu      sync.Mutex
+	members map[string]*Member
+	closed  bool
+}
+
+// Member is one sandbox of a session.
+type Member struct {
+	Name, Type string
+	Sandbox    backend.Sandbox
+	// Handle is the initializer's typed handle (*initializers.Neo4j,
+	// *initializers.GDBMCP, ...), nil for initializers without one. See
+	// HandleOf.
+	Handle any
+	// Env is what this member publishes to the session.
+	Env map[string]string
+	// Ports are the TCP ports it publishes to the host (see
+	// Session.Endpoint).
+	Ports []int
+}
+
+func (s *Session) addMember(m *member) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.members == nil {
+		s.members = map[string]*Member{}
+	}
+	var ports []int
+	for _, p := range m.spec.Ports {
+		if p.Protocol == "" || p.Protocol == "tcp" {
+			ports = append(ports, p.Port)
+		}
+	}
+	slices.Sort(ports)
+	s.members[m.name] = &Member{Name: m.name, Type: m.typ, Sandbox: m.sb, Env: m.env, Ports: slices.Compact(ports)}
+}
+
+// finish copies the handles of ready members into the session.
+func (s *Session) finish(ms []*member) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range ms {
+		if mm := s.members[m.name]; mm != nil {
+			mm.Handle = m.handle
+		}
+	}
+}
+
+// Backend is the backend the session's sandboxes live on.
+func (s *Session) Backend() backend.Backend { return s.backend }
+
+// Members returns the session's sandboxes, sorted by name.
+func (s *Session) Members() []*Member {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := slices.Collect(maps.Values(s.members))
+	slices.SortFunc(out, func(a, b *Member) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Member returns the named sandbox.
+func (s *Session) Member(name string) (*Member, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m := s.members[name]; m != nil {
+		return m, nil
+	}
+	return nil, fmt.Errorf("session %s: no sandbox %q (have %s): %w", s.ID, name,
+		strings.Join(slices.Sorted(maps.Keys(s.members)), ", "), backend.ErrNotFound)
+}
+
+// Sandbox returns the named sandbox's backend.Sandbox.
+func (s *Session) Sandbox(name string) (backend.Sandbox, error) {
+	m, err := s.Member(name)
+	if err != nil {
+		return nil, err
+	}
+	return m.Sandbox, nil
+}
+
+// Endpoint returns the "host:port" a host program dials for a published
+// port of the named sandbox.
+func (s *Session) Endpoint(ctx context.Context, name string, port int) (string, error) {
+	m, err := s.Member(name)
+	if err != nil {
+		return "", err
+	}
+	ep, ok := backend.As[backend.Endpointer](m.Sandbox)
+	if !ok {
+		return "", fmt.Errorf("session %s: sandbox %q: the %s backend publishes no ports: %w", s.ID, name, s.backend.Name(), errors.ErrUnsupported)
+	}
+	return ep.Endpoint(ctx, port)
+}
+
+// HandleOf returns the named member's typed handle, e.g.
+// HandleOf[*initializers.Neo4j](s, "neo4j").
+func HandleOf[T any](s *Session, name string) (T, error) {
+	var zero T
+	m, err := s.Member(name)
+	if err != nil {
+		return zero, err
+	}
+	h, ok := m.Handle.(T)
+	if !ok {
+		return zero, fmt.Errorf("session %s: sandbox %q (type %s) has a handle of type %T, not %T", s.ID, name, m.Type, m.Handle, zero)
+	}
+	return h, nil
+}
+
+// Close detaches from the session, which keeps running (Resume finds it
+// again), and closes the backend if the session opened it.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || !s.ownsBackend {
+		s.closed = true
+		return nil
+	}
+	s.closed = true
+	return s.backend.Close()
+}
+
+// Destroy removes every sandbox, volume and network of the session (also
+// ones it no longer knows about, found by label), then closes it.
+func (s *Session) Destroy(ctx context.Context) error {
+	err := DestroySession(ctx, s.backend, s.ID)
+	for _, m := range s.Members() {
+		if derr := m.Sandbox.Destroy(ctx); derr != nil {
+			err = errors.Join(err, derr)
+		}
+	}
+	return errors.Join(err, s.Close())
+}
+
+// DestroySession removes everything on b labelled with session id:
+// sandboxes first, then the volumes and networks they used. What is gone
+// already is not an error.
+func DestroySession(ctx context.Context, b backend.Backend, id string) error {
+	if id == "" {
+		return invalidf("DestroySession: empty session ID")
+	}
+	var errs []error
+	infos, err := b.List(ctx, backend.Filter{Session: id})
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, info := range infos {
+		wg.Go(func() {
+			sb, err := b.Get(ctx, info.ID)
+			if err == nil {
+				err = sb.Destroy(ctx)
+			}
+			if err != nil && !errors.Is(err, backend.ErrNotFound) {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("sandbox %s (%s): %w", info.Name, info.ID, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if vm, ok := b.(backend.VolumeManager); ok {
+		vols, err := vm.ListVolumes(ctx, backend.Filter{Session: id})
+		errs = append(errs, err)
+		for _, v := range vols {
+			if err := vm.RemoveVolume(ctx, v.Name); err != nil {
+				errs = append(errs, fmt.Errorf("volume %s: %w", v.Name, err))
+			}
+		}
+	}
+	if nm, ok := b.(backend.NetworkManager); ok {
+		nets, err := nm.ListNetworks(ctx, backend.Filter{Session: id})
+		errs = append(errs, err)
+		for _, n := range nets {
+			if err := nm.RemoveNetwork(ctx, n.Name); err != nil {
+				errs = append(errs, fmt.Errorf("network %s: %w", n.Name, err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("destroying session %s: %w", id, err)
+	}
+	return nil
+}
+
+// makeShared creates the session network and the shared volumes, where the
+// backend can, and adds them to every member's Spec.
+func (l *Launcher) makeShared(ctx context.Context, s *Session, ms []*member) error {
+	ttl := time.Duration(0)
+	for _, m := range ms {
+		ttl = max(ttl, m.spec.TTL)
+	}
+	labels := map[string]string{}
+	if l.Owner != "" {
+		labels[backend.LabelOwner] = l.Owner
+	}
+	if nm, ok := s.backend.(backend.NetworkManager); ok {
+		name, err := nm.CreateNetwork(ctx, backend.NetworkSpec{Session: s.ID, Labels: labels, TTL: ttl})
+		if err != nil {
+			return fmt.Errorf("session %s: creating the session network: %w", s.ID, err)
+		}
+		for _, m := range ms {
+			if m.spec.Network == "" {
+				m.spec.Network = name
+			} else {
+				s.Warnings = append(s.Warnings, fmt.Sprintf("sandbox %q sets network = %q, so the others cannot reach it by name", m.name, m.spec.Network))
+			}
+		}
+		applyEnv(s, ms, func(m *member) string { return m.name })
+	} else {
+		s.Warnings = append(s.Warnings, fmt.Sprintf("the %s backend has no session networks: services publish 127.0.0.1 addresses", s.backend.Name()))
+		applyEnv(s, ms, func(*member) string { return "127.0.0.1" })
+	}
+
+	vm, ok := s.backend.(backend.VolumeManager)
+	if !ok {
+		s.Warnings = append(s.Warnings, fmt.Sprintf("the %s backend has no shared volumes: no %s, %s or %s in the sandboxes",
+			s.backend.Name(), l.Config.Sandbox.Paths.Shared, l.Config.Sandbox.Paths.BashTools, l.Config.Sandbox.Paths.SandboxScripts))
+		return nil
+	}
+	paths := l.Config.Sandbox.Paths
+	for _, v := range []struct {
+		role, target, from string
+		readOnly           bool
+		set                *string
+	}{
+		{"shared", paths.Shared, l.Config.SharedDataPath(), false, &s.shared},
+		{"bash_tools", paths.BashTools, l.BashToolsDir, false, &s.bashTools},
+		{"sandbox_scripts", paths.SandboxScripts, l.SandboxScriptsDir, true, &s.scripts},
+	} {
+		if v.target == "" {
+			continue
+		}
+		name, err := vm.CreateVolume(ctx, backend.VolumeSpec{
+			Name: "sbx-" + s.ID + "-" + strings.ReplaceAll(v.role, "_", "-"), Session: s.ID,
+			Labels:   withLabels(labels, map[string]string{"sandboxkit.session.volume": v.role}),
+			FromPath: v.from, TTL: ttl,
+		})
+		if err != nil {
+			return fmt.Errorf("session %s: creating the %s volume: %w", s.ID, v.role, err)
+		}
+		*v.set = v.target
+		for _, m := range ms {
+			if slices.ContainsFunc(m.spec.Volumes, func(x backend.Volume) bool { return x.Target == v.target }) {
+				s.Warnings = append(s.Warnings, fmt.Sprintf("sandbox %q mounts %s itself, so it does not see the session's %s volume", m.name, v.target, v.role))
+				continue
+			}
+			m.spec.Volumes = append(m.spec.Volumes, backend.Volume{Type: backend.VolumeNamed, Source: name, Target: v.target, ReadOnly: v.readOnly})
+		}
+	}
+	return nil
+}
+
+// applyEnv sets each member's published environment with hostFor's
+// addresses, the session's Env, and every member's Spec.Env (the entry's
+// own environment wins).
+func applyEnv(s *Session, ms []*member, hostFor func(*member) string) {
+	env := map[string]string{"SBX_SESSION_ID": s.ID}
+	for _, m := range ms {
+		m.env = m.init.Publish(hostFor(m))
+		maps.Copy(env, m.env)
+	}
+	s.Env = env
+	for _, m := range ms {
+		merged := maps.Clone(env)
+		maps.Copy(merged, m.spec.Env)
+		m.spec.Env = merged
+	}
+}
+
+// decodeExtra decodes an entry's [extra] table strictly into an
+// initializer's config: unknown keys are errors naming the key, with a
+// did-you-mean.
+func (c *Config) decodeExtra(e *Entry, v any) error {
+	p := &parser{cfg: c}
+	data := maps.Clone(e.Extra)
+	if data == nil {
+		data = map[string]any{}
+	}
+	if _, ok := v.(initializers.OpenConfig); ok {
+		// Keys it does not know belong to other tools: leave them.
+		t := reflect.TypeOf(v)
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		maps.DeleteFunc(data, func(k string, _ any) bool {
+			_, known := fieldFor(t, k)
+			return !known
+		})
+	}
+	p.decodeStrict(data, slices.Concat(entryKey(e.Name), toml.Key{"extra"}), v, nil)
+	return p.err()
+}
+
+// CheckSessionEntries decodes every entry's initializer config and checks
+// dependencies, as Launch does before making anything, so `sbx config
+// check` can report mistakes without launching.
+func (c *Config) CheckSessionEntries(reg *initializers.Registry) error {
+	l := &Launcher{Config: c, Initializers: reg}
+	_, err := l.plan(nil, "check")
+	return err
+}
