@@ -1,0 +1,41 @@
+package sandboxkit
+
+import (
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// ServeConfig is [sandbox.serve]: settings of `sbx serve` and `sbx mcp`, the
+// server that gives agents sandboxes over MCP and HTTP (package server).
+// Zero values mean the defaults below; the server applies them.
+type ServeConfig struct {
+	// Listen is the HTTP address of sbx serve. Default "127.0.0.1:8765".
+	Listen string `toml:"listen"`
+	// APIKey is the key callers must send (Authorization: Bearer KEY).
+	// $SBX_API_KEY wins over it. Without a key the server listens only on
+	// loopback, unless started with --insecure.
+	APIKey string `toml:"api_key"`
+	// IdleTTL is how long a sandbox lives without tool calls, unless
+	// create_sandbox asks for another timeout. Default 30m.
+	IdleTTL time.Duration `toml:"idle_ttl"`
+	// MaxLifetime is the hard limit on a sandbox's life, however busy it
+	// is; it is also the backend TTL, so sbx gc reaps sandboxes a dead
+	// server left. Default 24h.
+	MaxLifetime time.Duration `toml:"max_lifetime"`
+	// OutputLimit caps the bytes of output one execute or job_output call
+	// returns (the middle of longer output is cut and marked). Default
+	// 256 KiB.
+	OutputLimit ByteSize `toml:"output_limit"`
+	// DeleteOnShutdown removes every sandbox the server knows when it
+	// stops. Default false: sandboxes are kept and resumable.
+	DeleteOnShutdown bool `toml:"delete_on_shutdown"`
+}
+
+// ParseVolumeSpec parses one "host:sandbox[:ro|rw]" volume spec as the
+// config's volumes and mount_host_paths do: "~" is expanded and a relative
+// host path resolves against dir. A host path that does not exist is no
+// error: skip says why the volume is left out.
+func ParseVolumeSpec(spec, dir string) (v backend.Volume, skip string, err error) {
+	return parseVolume(spec, dir)
+}
