@@ -106,8 +106,6 @@ default with one "main" sandbox on the local backend.`,
 		a.configCmd(),
 		a.toolsCmd(),
 		a.withBenchExec(a.benchCmd()),
-		a.serveCmd(),
-		a.mcpCmd(),
 	)
 	return root
 }
