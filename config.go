@@ -1,6 +1,7 @@
 package sandboxkit
 
 import (
+	"cmp"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -78,6 +79,11 @@ type SandboxConfig struct {
 	// Config.SharedDataPath.
 	AbsoluteSharedDataPath        string `toml:"absolute_shared_data_path"`
 	ProjectRelativeSharedDataPath string `toml:"project_relative_shared_data_path"`
+	// BashToolsPath and SandboxScriptsPath are host folders (relative to
+	// the config file's folder) whose contents fill a session's bash_tools
+	// (read-write) and sandbox_scripts (read-only) volumes.
+	BashToolsPath      string `toml:"bash_tools_path"`
+	SandboxScriptsPath string `toml:"sandbox_scripts_path"`
 	// HostSharedMemDir is a host folder mounted as the memory volume.
 	HostSharedMemDir string `toml:"host_shared_mem_dir"`
 	// MountHostPaths are volume specs (host:sandbox[:ro|rw]) added to
@@ -233,10 +239,12 @@ func (c *Config) Entry(name string) (*Entry, error) {
 // project_relative_shared_data_path resolved against the config's folder,
 // else "".
 func (c *Config) SharedDataPath() string {
-	p := c.Sandbox.AbsoluteSharedDataPath
-	if p == "" {
-		p = c.Sandbox.ProjectRelativeSharedDataPath
-	}
+	return c.HostPath(cmp.Or(c.Sandbox.AbsoluteSharedDataPath, c.Sandbox.ProjectRelativeSharedDataPath))
+}
+
+// HostPath resolves a host path written in the config: "~" expanded,
+// relative to the config file's folder ("" stays "").
+func (c *Config) HostPath(p string) string {
 	if p == "" {
 		return ""
 	}

@@ -55,7 +55,8 @@ type Launcher struct {
 	Progress func(SessionProgress)
 	// BashToolsDir and SandboxScriptsDir are host folders whose contents
 	// fill the session's bash_tools (read-write) and sandbox_scripts
-	// (read-only) volumes ("" leaves them empty).
+	// (read-only) volumes; "": [sandbox] bash_tools_path and
+	// sandbox_scripts_path, else the volumes start empty.
 	BashToolsDir, SandboxScriptsDir string
 	// Manifest, when set, starts each sandbox it lists from its checkpoint
 	// image instead of the entry's image (see Session.Checkpoint).

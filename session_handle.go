@@ -1,6 +1,7 @@
 package sandboxkit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -265,8 +266,8 @@ func (l *Launcher) makeShared(ctx context.Context, s *Session, ms []*member) err
 		set                *string
 	}{
 		{"shared", paths.Shared, l.Config.SharedDataPath(), false, &s.shared},
-		{"bash_tools", paths.BashTools, l.BashToolsDir, false, &s.bashTools},
-		{"sandbox_scripts", paths.SandboxScripts, l.SandboxScriptsDir, true, &s.scripts},
+		{"bash_tools", paths.BashTools, cmp.Or(l.BashToolsDir, l.Config.HostPath(l.Config.Sandbox.BashToolsPath)), false, &s.bashTools},
+		{"sandbox_scripts", paths.SandboxScripts, cmp.Or(l.SandboxScriptsDir, l.Config.HostPath(l.Config.Sandbox.SandboxScriptsPath)), true, &s.scripts},
 	} {
 		if v.target == "" {
 			continue

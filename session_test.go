@@ -131,7 +131,18 @@ func TestSessionMainAndGDBMCP(t *testing.T) {
 	dockertest.RequireImage(t, cli, dockertest.DebianImage)
 	dockertest.RequireImage(t, cli, gdbImage)
 	prog := crashProgram(t)
-	cfg := nativeConfig(t, `
+	// The tool and script folders come from [sandbox] keys.
+	tools := t.TempDir()
+	for p, content := range map[string]string{"bash/hello.sh": "echo hello from bash_tools\n", "scripts/readme.txt": "scripts\n"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(tools, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tools, p), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := nativeConfig(t, `bash_tools_path = "`+tools+`/bash"
+sandbox_scripts_path = "`+tools+`/scripts"
 [sandbox.sandboxes.main]
 image = "`+dockertest.DebianImage+`"
 working_dir = "/shared"
@@ -169,6 +180,12 @@ work_dir = "/shared"
 		t.Errorf("published env in main: %q", got)
 	}
 	execOut(t, main, "python3", "-c", "import socket; socket.create_connection(('gdb_mcp', 1111), 10).close()")
+	if got := execOut(t, main, "sh", "/bash_tools/hello.sh"); got != "hello from bash_tools\n" {
+		t.Errorf("/bash_tools/hello.sh printed %q", got)
+	}
+	if got := execOut(t, main, "cat", "/sandbox_scripts/readme.txt"); got != "scripts\n" {
+		t.Errorf("/sandbox_scripts/readme.txt: %q", got)
+	}
 	// /sandbox_scripts is read-only.
 	if res, err := main.Exec(ctx, backend.ExecRequest{Cmd: []string{"touch", "/sandbox_scripts/x"}}); err != nil || res.ExitCode == 0 {
 		t.Errorf("writing /sandbox_scripts: want a failure, got %v, exit %d", err, res.ExitCode)
