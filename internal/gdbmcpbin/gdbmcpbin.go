@@ -15,14 +15,9 @@
 package gdbmcpbin
 
 import (
-	"bytes"
-	"compress/gzip"
 	"embed"
-	"fmt"
-	"io"
-	"os"
-	"strings"
-	"sync"
+
+	"github.com/sandboxkit/sandboxkit/internal/embedbin"
 )
 
 //go:generate go run gen.go -o .
@@ -33,51 +28,23 @@ const EnvPath = "SBX_GDBMCP_PATH"
 //go:embed gdbmcp-linux-amd64.gz gdbmcp-linux-arm64.gz GOVERSION
 var files embed.FS
 
-var cache sync.Map // arch -> []byte
+// Set is the embedded gdbmcp binaries. (A function, not a variable: a
+// variable would keep the embedded files in every binary importing this
+// package, sbxd itself included, which could then never be rebuilt to the
+// same bytes.)
+func Set() *embedbin.Set {
+	return &embedbin.Set{Name: "gdbmcp", EnvPath: EnvPath, PathKey: "binary_path", Files: files}
+}
 
 // Arches lists the architectures (GOARCH names) with an embedded binary.
-func Arches() []string { return []string{"amd64", "arm64"} }
+func Arches() []string { return embedbin.Arches() }
 
 // GoVersion is the Go release the embedded binaries were built with.
-func GoVersion() string {
-	v, _ := files.ReadFile("GOVERSION")
-	return strings.TrimSpace(string(v))
-}
+func GoVersion() string { return Set().GoVersion() }
 
 // Embedded returns the embedded binary for linux/arch (a GOARCH name).
-func Embedded(arch string) ([]byte, error) {
-	if b, ok := cache.Load(arch); ok {
-		return b.([]byte), nil
-	}
-	gz, err := files.ReadFile("gdbmcp-linux-" + arch + ".gz")
-	if err != nil {
-		return nil, fmt.Errorf("gdbmcp: no binary for linux/%s (have %s; set %s to a static gdbmcp built for it)",
-			arch, strings.Join(Arches(), ", "), EnvPath)
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(gz))
-	if err != nil {
-		return nil, fmt.Errorf("gdbmcp: embedded binary for %s: %w", arch, err)
-	}
-	b, err := io.ReadAll(zr)
-	if err != nil {
-		return nil, fmt.Errorf("gdbmcp: embedded binary for %s: %w", arch, err)
-	}
-	cache.Store(arch, b)
-	return b, nil
-}
+func Embedded(arch string) ([]byte, error) { return Set().Embedded(arch) }
 
-// Find returns the gdbmcp binary for linux/arch: the file at path when path is
-// set, else the file named by SBX_GDBMCP_PATH when set, else the embedded one.
-func Find(path, arch string) ([]byte, error) {
-	if path == "" {
-		path = os.Getenv(EnvPath)
-	}
-	if path == "" {
-		return Embedded(arch)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("gdbmcp: %w (from binary_path or %s)", err, EnvPath)
-	}
-	return b, nil
-}
+// Find returns the gdbmcp binary for linux/arch: the file at path when path
+// is set, else the file named by SBX_GDBMCP_PATH when set, else the embedded one.
+func Find(path, arch string) ([]byte, error) { return Set().Find(path, arch) }
