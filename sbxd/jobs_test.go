@@ -50,6 +50,25 @@ func TestJobsLocal(t *testing.T) {
 		rest, _, _ := readJob(t, c, st.ID, next-5)
 		assert.Equal(t, "got \n", rest)
 	})
+	t.Run("a job that just ended is never lost", func(t *testing.T) {
+		// The background sleep keeps the output pipe open, so the agent
+		// records the exit only after its grace period: meanwhile the
+		// job's process is gone without an exit status.
+		st, err := c.StartJob(ctx, backend.ExecRequest{Shell: `sleep 5 & exit 7`}, 0)
+		require.NoError(t, err)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			cur, err := c.Job(ctx, st.ID)
+			require.NoError(t, err)
+			require.NotEqual(t, sbxd.JobLost, cur.State, "status %+v", cur)
+			if cur.State == sbxd.JobExited {
+				assert.Equal(t, 7, cur.ExitCode)
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "job still %s", cur.State)
+			time.Sleep(2 * time.Millisecond)
+		}
+	})
 	t.Run("kill", func(t *testing.T) {
 		st, err := c.StartJob(ctx, backend.ExecRequest{Shell: `sleep 60 & sleep 60; echo never`}, 0)
 		require.NoError(t, err)

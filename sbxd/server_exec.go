@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxkit/sandboxkit/internal/outpipe"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 )
 
@@ -143,20 +144,17 @@ func (s *Server) runCommand(ctx context.Context, req execRequest, stdin io.Reade
 	}
 	stdout := &streamWriter{sink: sink, stream: frameStdout, limit: req.StdoutLimit}
 	stderr := &streamWriter{sink: sink, stream: frameStderr, limit: req.StderrLimit}
-	// Pipes of our own rather than os/exec's: its WaitDelay closes them a
-	// fixed time after the command exits, losing output a slow (starved)
-	// copy has not read yet; outputPipe drains what is buffered instead.
-	outR, outW, err := os.Pipe()
+	// Pipes of our own rather than os/exec's (see package outpipe).
+	outP, err := outpipe.New(stdout)
 	if err != nil {
 		return execResult{ExitCode: -1, Error: err.Error()}
 	}
-	errR, errW, err := os.Pipe()
+	errP, err := outpipe.New(stderr)
 	if err != nil {
-		outR.Close()
-		outW.Close()
+		outP.Close()
 		return execResult{ExitCode: -1, Error: err.Error()}
 	}
-	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.Stdout, cmd.Stderr = outP.W(), errP.W()
 	// stdin through a pipe fed here: os/exec would make Wait wait for the
 	// copy from a non-file reader, and a command may exit without reading.
 	var stdinW *os.File
@@ -169,15 +167,13 @@ func (s *Server) runCommand(ctx context.Context, req execRequest, stdin io.Reade
 		defer pr.Close()
 		defer pw.Close()
 	}
-	err = cmd.Start()
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		outR.Close()
-		errR.Close()
+	if err = cmd.Start(); err != nil {
+		outP.Close()
+		errP.Close()
 		return startFailure(req.Argv[0], err, stderr)
 	}
-	outDone, errDone := copyOutput(outR, stdout), copyOutput(errR, stderr)
+	outP.Started()
+	errP.Started()
 	if stdinW != nil {
 		cmd.Stdin.(*os.File).Close()
 		go func() {
@@ -207,69 +203,13 @@ func (s *Server) runCommand(ctx context.Context, req execRequest, stdin io.Reade
 	}
 	// Background children may hold the pipes: pass their output on for
 	// waitDelay, then stop (what is buffered by then is still sent).
-	deadline := time.Now().Add(waitDelay)
-	outR.SetReadDeadline(deadline)
-	errR.SetReadDeadline(deadline)
-	<-outDone
-	<-errDone
+	outpipe.Finish(waitDelay, outP, errP)
 	res.ExitCode = exitStatus(cmd.ProcessState)
 	if res.TimedOut {
 		res.ExitCode = 124
 	}
 	res.Truncated = stdout.truncated || stderr.truncated
 	return res
-}
-
-// copyOutput copies r to dst until EOF, or until r's read deadline passes;
-// then it sends what the pipe still buffers and stops. It closes r.
-func copyOutput(r *os.File, dst io.Writer) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer r.Close()
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := r.Read(buf)
-			if n > 0 {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				drainBuffered(r, dst, buf)
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return done
-}
-
-// drainBuffered copies what a (non-blocking) pipe holds right now.
-func drainBuffered(r *os.File, dst io.Writer, buf []byte) {
-	rc, err := r.SyscallConn()
-	if err != nil {
-		return
-	}
-	// A raw read refuses to run past the deadline; the callback below
-	// never waits, so none is needed.
-	r.SetReadDeadline(time.Time{})
-	// Bounded: a background child may keep writing.
-	for range 64 {
-		var n int
-		rc.Read(func(fd uintptr) bool {
-			n, _ = syscall.Read(int(fd), buf)
-			return true
-		})
-		if n <= 0 {
-			return
-		}
-		if _, err := dst.Write(buf[:n]); err != nil {
-			return
-		}
-	}
 }
 
 // startFailure reports a command that could not start as a shell would: 127

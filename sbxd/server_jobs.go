@@ -216,6 +216,18 @@ func (t *jobTable) status(id string) (JobStatus, error) {
 	case err == nil:
 		st.State, st.ExitCode, st.Ended = JobExited, e.ExitCode, e.Ended
 	case !procfs.Alive(m.PID, m.PIDStart):
+		// This agent's watcher, when it runs, records the exit once the
+		// job's output is in (at most waitDelay after the exit): wait for
+		// it rather than call a job that just ended lost.
+		t.mu.Lock()
+		done := t.done[id]
+		t.mu.Unlock()
+		if done != nil {
+			select {
+			case <-done:
+			case <-time.After(waitDelay + time.Second):
+			}
+		}
 		// Check again: the watcher may have just written it.
 		if readJSONFile(filepath.Join(dir, "exit.json"), &e) == nil {
 			st.State, st.ExitCode, st.Ended = JobExited, e.ExitCode, e.Ended

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/outpipe"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
@@ -92,10 +93,15 @@ func (s *Sandbox) command(m *meta, argv []string, env map[string]string, workdir
 	}
 	cmd.SysProcAttr = attr
 	// A background child may keep stdout open after the command exits;
-	// stop waiting for it shortly after the command itself is done.
-	cmd.WaitDelay = 250 * time.Millisecond
+	// stop waiting for it shortly after the command itself is done (for
+	// writers that are not files; Exec uses its own pipes, see outpipe).
+	cmd.WaitDelay = outputGrace
 	return cmd, nil
 }
+
+// outputGrace is how long output of background children that keep a
+// command's stdout or stderr open is passed on after the command exits.
+const outputGrace = 250 * time.Millisecond
 
 func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.ExecResult, error) {
 	argv, err := req.Argv()
@@ -115,7 +121,18 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}
 	out := backend.NewOutputs(req)
-	cmd.Stdout, cmd.Stderr = out.Stdout, out.Stderr
+	// Pipes of our own (see package outpipe): no output is lost when the
+	// copy falls behind on a loaded machine.
+	outP, err := outpipe.New(out.Stdout)
+	if err != nil {
+		return backend.ExecResult{}, s.opErr("exec", err)
+	}
+	errP, err := outpipe.New(out.Stderr)
+	if err != nil {
+		outP.Close()
+		return backend.ExecResult{}, s.opErr("exec", err)
+	}
+	cmd.Stdout, cmd.Stderr = outP.W(), errP.W()
 	// Stdin goes through a pipe we feed ourselves: os/exec would make Wait
 	// wait for the copy from a non-file reader, so a command that exits
 	// without reading its stdin would hang until the caller closed it.
@@ -135,6 +152,13 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 
 	start := time.Now()
 	err = cmd.Start()
+	if err != nil {
+		outP.Close()
+		errP.Close()
+	} else {
+		outP.Started()
+		errP.Started()
+	}
 	if stdinW != nil {
 		cmd.Stdin.(*os.File).Close()
 		if err != nil {
@@ -190,11 +214,12 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 		killTree(cmd.Process.Pid, execID)
 		waitErr = <-done
 	}
-	res.Duration = time.Since(start)
 	if stdinW != nil {
 		// Unblocks the copy if the command exited without reading it all.
 		stdinW.Close()
 	}
+	outpipe.Finish(outputGrace, outP, errP)
+	res.Duration = time.Since(start)
 	out.Finish(&res)
 	switch {
 	case res.TimedOut:

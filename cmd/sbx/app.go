@@ -106,6 +106,8 @@ default with one "main" sandbox on the local backend.`,
 		a.configCmd(),
 		a.toolsCmd(),
 		a.withBenchExec(a.benchCmd()),
+		a.serveCmd(),
+		a.mcpCmd(),
 	)
 	return root
 }

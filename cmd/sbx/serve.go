@@ -1,0 +1,97 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/server"
+)
+
+func (a *app) serveCmd() *cobra.Command {
+	var listen string
+	var insecure bool
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve sandboxes to agents over MCP (streamable HTTP) and a JSON API",
+		Long: `Serve gives agents sandboxes on the config's backend: MCP over streamable
+HTTP at /mcp, the same tools as JSON endpoints at /tools/NAME, /health and
+/sandbox/status. Settings are in [sandbox.serve] (see config.example.toml).
+
+Each sandbox belongs to the conversation that made it (the MCP session, or the
+X-Conversation-Id header) and is removed after its idle TTL without tool calls
+or at max_lifetime. The API key is $SBX_API_KEY, else [sandbox.serve] api_key;
+without one, serve listens only on loopback unless --insecure is given.
+
+On SIGINT or SIGTERM calls in flight get a few seconds to finish; sandboxes
+are kept (a restarted serve adopts them) unless delete_on_shutdown is set.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.serve(cmd.Context(), listen, insecure)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "", "address to listen on (default [sandbox.serve] listen, else "+server.DefaultListen+")")
+	cmd.Flags().BoolVar(&insecure, "insecure", false, "allow listening on a non-loopback address without an API key")
+	return cmd
+}
+
+// newServer opens the config's backend and makes a server over it. The
+// caller closes both.
+func (a *app) newServer(ctx context.Context, edit func(*server.Options)) (*server.Server, backend.Backend, string, error) {
+	cfg, b, err := a.open(ctx)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	opts, warnings, err := server.ConfigOptions(cfg)
+	for _, w := range warnings {
+		fmt.Fprintf(a.stderr, "warning: %s\n", w)
+	}
+	if err != nil {
+		b.Close()
+		return nil, nil, "", err
+	}
+	opts.Backend, opts.Logger = b, a.logger
+	if edit != nil {
+		edit(&opts)
+	}
+	s, err := server.New(opts)
+	if err != nil {
+		b.Close()
+		return nil, nil, "", err
+	}
+	return s, b, cmp.Or(cfg.Sandbox.Serve.Listen, server.DefaultListen), nil
+}
+
+func (a *app) serve(ctx context.Context, listen string, insecure bool) error {
+	var hasKey bool
+	s, b, cfgListen, err := a.newServer(ctx, func(o *server.Options) { hasKey = o.APIKey != "" })
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	defer s.Close()
+	listen = cmp.Or(listen, cfgListen)
+	if err := server.CheckListen(listen, hasKey, insecure); err != nil {
+		return err
+	}
+	// An unreachable backend does not stop the server: /sandbox/status
+	// reports it, and calls work once the backend is back.
+	if n, err := s.Adopt(ctx, ""); err != nil {
+		fmt.Fprintf(a.stderr, "warning: %v\n", err)
+	} else if n > 0 {
+		a.logger.Info("adopted sandboxes from an earlier run", "count", n)
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stderr, "sbx serve: listening on http://%s (MCP at /mcp, backend %s)\n", ln.Addr(), b.Name())
+	if err := s.Serve(ctx, ln); err != nil {
+		return err
+	}
+	return s.Close()
+}

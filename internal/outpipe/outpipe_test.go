@@ -1,0 +1,94 @@
+package outpipe
+
+import (
+	"bytes"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is a bytes.Buffer safe for the copy goroutine and the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// slowWriter stalls the copy, as a starved goroutine would be.
+type slowWriter struct{ lockedBuffer }
+
+func (s *slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(50 * time.Millisecond)
+	return s.lockedBuffer.Write(p)
+}
+
+// Everything the command wrote before it exited arrives, even when the copy
+// is slower than the grace period (os/exec's WaitDelay would cut it).
+func TestNothingLostWhenTheCopyIsSlow(t *testing.T) {
+	var dst slowWriter
+	p, err := New(&dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Several writes, so the copy needs several slow Writes.
+	cmd := exec.Command("sh", "-c", "for i in 1 2 3 4 5 6 7 8; do echo line $i; sleep 0.01; done")
+	cmd.Stdout = p.W()
+	if err := cmd.Start(); err != nil {
+		p.Close()
+		t.Fatal(err)
+	}
+	p.Started()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	Finish(time.Millisecond, p)
+	if got := strings.Count(dst.String(), "line "); got != 8 {
+		t.Errorf("got %d lines, want 8:\n%s", got, dst.String())
+	}
+}
+
+// A background child holding the pipe does not hold Finish up past the
+// grace period.
+func TestBackgroundChildDoesNotBlock(t *testing.T) {
+	var dst lockedBuffer
+	p, err := New(&dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", "echo before; sleep 30 & echo after")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdout = p.W()
+	if err := cmd.Start(); err != nil {
+		p.Close()
+		t.Fatal(err)
+	}
+	p.Started()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { Finish(50*time.Millisecond, p); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Finish waited for the background child")
+	}
+	if got := dst.String(); got != "before\nafter\n" {
+		t.Errorf("output %q", got)
+	}
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the background sleep
+}

@@ -1,0 +1,42 @@
+// Package server gives AI agents sandboxes as a service, on whatever backend
+// the config selects: MCP over streamable HTTP (sbx serve) or stdio (sbx mcp),
+// and the same tools as plain JSON endpoints for callers without MCP.
+//
+// # Tools
+//
+// create_sandbox(type="main", timeout_minutes=30) returns a sandbox_id that
+// every other tool takes; connect_sandbox(sandbox_id) reconnects and renews;
+// list_sandboxes and delete_sandbox manage them; ls, read_file, write_file,
+// edit_file, glob, grep and execute(command, timeout) are package fileops's
+// tools with its output strings; execute(background=true) starts a job
+// followed with job_status, job_output(cursor) and job_kill. A tool's failure
+// is a result with IsError set and text starting "Error: ".
+//
+// # Rules
+//
+// A sandbox belongs to the conversation that created it: the MCP session, or
+// the X-Conversation-Id header (on the JSON API always, on MCP when sent).
+// Ownership is kept in the sandbox's labels (LabelConversation,
+// LabelInstance), so it survives a restart of the server. Another
+// conversation is told the sandbox does not exist, whatever it tries.
+//
+// A sandbox is removed after its idle TTL (Options.IdleTTL, or
+// timeout_minutes) without tool calls; every call renews it, including
+// connect_sandbox, and a call still running counts as activity. It is removed
+// at Options.MaxLifetime in any case: that is also the backend TTL it is
+// created with, so sbx gc reaps what a dead server left. The server's reaper
+// (Reap) does the removing; a call that finds its sandbox expired removes it
+// too.
+//
+// Commands run through the sandbox's sbxd agent where it starts (background
+// jobs then live in the sandbox and outlive the server), else through the
+// backend, with jobs run by the server. The tools print the same either way.
+//
+// # Lifecycle
+//
+// New makes a server over a backend; Adopt takes over the sandboxes an
+// earlier run of the same instance left, each with a fresh idle window;
+// Handler and Serve expose it over HTTP, RunStdio over a stdio transport;
+// Close cancels calls in flight and keeps the sandboxes, unless
+// Options.DeleteOnShutdown.
+package server

@@ -1,0 +1,211 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// HeaderConversation names the conversation an HTTP call belongs to. It is
+// required on the JSON API; on MCP it is optional and, when sent, replaces
+// the MCP session as the conversation, so a client that reconnects (or a
+// restarted server) keeps its sandboxes.
+const HeaderConversation = "X-Conversation-Id"
+
+// maxBodyBytes bounds a JSON API request (write_file content included).
+const maxBodyBytes = 64 << 20
+
+var conversationRE = regexp.MustCompile(`^[A-Za-z0-9._:@/+=-]{1,200}$`)
+
+// httpError is an HTTP failure of the JSON API (not a tool's own error,
+// which is a 200 with is_error set).
+type httpError struct {
+	code int
+	msg  string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// ConversationFromHeader returns the conversation a header names ("" for
+// none), or an error for a malformed one.
+func ConversationFromHeader(h http.Header) (string, error) {
+	id := h.Get(HeaderConversation)
+	if id == "" {
+		return "", nil
+	}
+	if !conversationRE.MatchString(id) {
+		return "", fmt.Errorf("%s %q: want 1 to 200 letters, digits or ._:@/+=-", HeaderConversation, id)
+	}
+	return "conv:" + id, nil
+}
+
+// Handler returns the HTTP API:
+//
+//	GET  /health          {"status":"healthy"}; needs no key
+//	GET  /sandbox/status  {"enabled":true,...}, or false and the reason
+//	GET  /tools           the tools with their JSON input schemas
+//	POST /tools/{name}    run a tool: JSON arguments in, Result out
+//	     /mcp             MCP over streamable HTTP
+//
+// Everything but /health needs the API key when one is set, as
+// "Authorization: Bearer KEY" or "X-API-Key: KEY".
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "healthy"})
+	})
+	mux.Handle("GET /sandbox/status", s.auth(http.HandlerFunc(s.serveStatus)))
+	mux.Handle("GET /tools", s.auth(http.HandlerFunc(s.serveToolList)))
+	mux.Handle("POST /tools/{name}", s.auth(http.HandlerFunc(s.serveTool)))
+
+	srv := s.MCPServer(func(req *mcp.CallToolRequest) string {
+		if req.Extra != nil {
+			if conv, err := ConversationFromHeader(req.Extra.Header); err == nil && conv != "" {
+				return conv
+			}
+		}
+		if req.Session == nil || req.Session.ID() == "" {
+			return ""
+		}
+		return "mcp:" + req.Session.ID()
+	})
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		// A session nobody used for a sandbox's whole life has nothing
+		// left to reach: close it, so vanished clients cost no memory.
+		&mcp.StreamableHTTPOptions{Logger: s.opts.Logger, SessionTimeout: s.opts.MaxLifetime})
+	checkConv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := ConversationFromHeader(r.Header); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		mcpHandler.ServeHTTP(w, r)
+	})
+	mux.Handle("/mcp", s.auth(checkConv))
+	return mux
+}
+
+// auth requires the API key, compared in constant time.
+func (s *Server) auth(next http.Handler) http.Handler {
+	if s.opts.APIKey == "" {
+		return next
+	}
+	want := sha256.Sum256([]byte(s.opts.APIKey))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("X-API-Key")
+		if h := r.Header.Get("Authorization"); key == "" && h != "" {
+			if scheme, token, ok := strings.Cut(h, " "); ok && strings.EqualFold(scheme, "Bearer") {
+				key = strings.TrimSpace(token)
+			}
+		}
+		// Hashing first makes the comparison independent of the length.
+		got := sha256.Sum256([]byte(key))
+		if key == "" || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxkit"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong API key: send Authorization: Bearer <key>")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Status reports whether the backend can be reached: enabled, or not and
+// why.
+func (s *Server) Status(ctx context.Context) (enabled bool, reason string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := s.opts.Backend.List(ctx, statusFilter(s.opts.Instance)); err != nil {
+		return false, fmt.Sprintf("the %s backend cannot be reached: %v", s.opts.Backend.Name(), err)
+	}
+	return true, ""
+}
+
+func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
+	enabled, reason := s.Status(r.Context())
+	body := map[string]any{"enabled": enabled, "backend": s.opts.Backend.Name()}
+	if !enabled {
+		body["reason"] = reason
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+type toolInfo struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	InputSchema any    `json:"input_schema"`
+}
+
+func (s *Server) serveToolList(w http.ResponseWriter, r *http.Request) {
+	var list []toolInfo
+	for _, t := range tools() {
+		schema, err := t.schema()
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		list = append(list, toolInfo{Name: t.name, Description: t.description, InputSchema: schema})
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) serveTool(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var def *toolDef
+	for _, t := range tools() {
+		if t.name == name {
+			def = &t
+			break
+		}
+	}
+	if def == nil {
+		var names []string
+		for _, t := range tools() {
+			names = append(names, t.name)
+		}
+		writeError(w, http.StatusNotFound, fmt.Sprintf("unknown tool %q (known: %s)", name, strings.Join(names, ", ")))
+		return
+	}
+	conv, err := ConversationFromHeader(r.Header)
+	if err == nil && conv == "" {
+		err = fmt.Errorf("missing %s header: name the conversation, so its sandboxes stay its own", HeaderConversation)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body: %v", err))
+		return
+	}
+	res, err := def.http(r.Context(), s, conv, body)
+	if he, ok := err.(*httpError); ok {
+		writeError(w, he.code, he.msg)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func statusFilter(instance string) backend.Filter {
+	return backend.Filter{Labels: map[string]string{LabelInstance: instance}}
+}

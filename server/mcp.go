@@ -1,0 +1,118 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxkit/sandboxkit/fileops"
+)
+
+// Implementation is how the server names itself to MCP clients.
+var Implementation = &mcp.Implementation{Name: "sandboxkit", Title: "sandboxkit sandboxes", Version: "0.1.0"}
+
+// instructions tell the model how the tools fit together.
+const instructions = `Sandboxes are isolated machines for running commands and editing files.
+Start with create_sandbox and pass the sandbox_id it returns to every other tool.
+When resuming work, call connect_sandbox with the sandbox_id from earlier in the conversation; if it is gone, create a new one.
+A sandbox is removed after a while without tool calls; delete_sandbox it when the work is done.`
+
+// sessionedVersions are the MCP protocol versions the server speaks: those
+// with sessions, since a conversation is an MCP session (protocol
+// 2026-07-28 has none; its clients fall back to an older version).
+var sessionedVersions = slices.DeleteFunc(mcp.SupportedProtocolVersions(), func(v string) bool { return v >= "2026-07-28" })
+
+// mcpRegistrar adds tools to an MCP server.
+type mcpRegistrar struct {
+	srv  *mcp.Server
+	s    *Server
+	conv func(*mcp.CallToolRequest) string
+}
+
+// MCPServer returns an MCP server with every tool. conv names the
+// conversation a call belongs to; nil means the MCP session ("mcp:ID"),
+// as over streamable HTTP.
+func (s *Server) MCPServer(conv func(*mcp.CallToolRequest) string) *mcp.Server {
+	if conv == nil {
+		conv = func(req *mcp.CallToolRequest) string {
+			if req.Session == nil || req.Session.ID() == "" {
+				return ""
+			}
+			return "mcp:" + req.Session.ID()
+		}
+	}
+	srv := mcp.NewServer(Implementation, &mcp.ServerOptions{
+		Instructions:              instructions,
+		Logger:                    s.opts.Logger,
+		SupportedProtocolVersions: sessionedVersions,
+		Capabilities:              &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+	})
+	r := &mcpRegistrar{srv: srv, s: s, conv: conv}
+	for _, t := range tools() {
+		t.register(r)
+	}
+	return srv
+}
+
+// RunStdio serves MCP on stdin and stdout until the client disconnects or
+// ctx ends; every call belongs to conversation conv.
+func (s *Server) RunStdio(ctx context.Context, conv string, t mcp.Transport) error {
+	srv := s.MCPServer(func(*mcp.CallToolRequest) string { return conv })
+	err := srv.Run(ctx, t)
+	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// defineTool makes a toolDef from a typed handler.
+func defineTool[In any](name, description string, fn func(context.Context, *Server, string, In) (Result, error)) toolDef {
+	return toolDef{
+		name: name, description: description,
+		register: func(r *mcpRegistrar) {
+			mcp.AddTool(r.srv, &mcp.Tool{Name: name, Description: description},
+				func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
+					res, err := fn(ctx, r.s, r.conv(req), in)
+					res = r.s.finish(name, res, err)
+					return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.Output}}, IsError: res.IsError}, nil, nil
+				})
+		},
+		http: func(ctx context.Context, s *Server, conv string, body []byte) (Result, error) {
+			var in In
+			if len(bytes.TrimSpace(body)) > 0 {
+				dec := json.NewDecoder(bytes.NewReader(body))
+				dec.DisallowUnknownFields()
+				if err := dec.Decode(&in); err != nil {
+					return Result{}, &httpError{code: http.StatusBadRequest, msg: fmt.Sprintf("tool %s: bad JSON arguments: %v", name, err)}
+				}
+			}
+			res, err := fn(ctx, s, conv, in)
+			return s.finish(name, res, err), nil
+		},
+		schema: func() (any, error) { return jsonschema.For[In](nil) },
+	}
+}
+
+// finish turns a tool's outcome into what the agent reads: a ToolError's
+// text, or "Error: ..." for a failure of the server or backend (logged).
+func (s *Server) finish(tool string, res Result, err error) Result {
+	if err == nil {
+		return res
+	}
+	res.IsError = true
+	if te, ok := errors.AsType[*fileops.ToolError](err); ok {
+		res.Output = te.Error()
+		return res
+	}
+	s.opts.Logger.Warn("tool call failed", "tool", tool, "err", err)
+	res.Output = "Error: " + err.Error()
+	return res
+}

@@ -1,0 +1,112 @@
+package server_test
+
+import (
+	"context"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backends/native"
+	"github.com/sandboxkit/sandboxkit/internal/dockertest"
+	"github.com/sandboxkit/sandboxkit/server"
+	"github.com/sandboxkit/sandboxkit/server/servertest"
+)
+
+const labelTestRun = "sbx-server-test-run"
+
+// nativeServer is a server on the native backend making busybox sandboxes
+// labelled for the leak check, which it registers.
+func nativeServer(t *testing.T, edit func(*server.Options)) (*server.Server, backend.Backend, string) {
+	t.Helper()
+	cli := dockertest.Client(t)
+	dockertest.RequireImage(t, cli, dockertest.BusyboxImage)
+	run := rand.Text()
+	dockertest.AssertNoLeftovers(t, cli, labelTestRun, run)
+	b, err := native.New(native.Config{PullPolicy: "never"})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	s := newServer(t, b, func(o *server.Options) {
+		o.Spec = func(typ string) (backend.Spec, error) {
+			return backend.Spec{Name: typ, Image: dockertest.BusyboxImage, Labels: map[string]string{labelTestRun: run}}, nil
+		}
+		// Whatever a test leaves, Close removes.
+		o.DeleteOnShutdown = true
+		if edit != nil {
+			edit(o)
+		}
+	})
+	return s, b, run
+}
+
+func TestNativeMCPAgentTurn(t *testing.T) {
+	for _, noAgent := range []bool{false, true} {
+		name := map[bool]string{false: "sbxd", true: "no-agent"}[noAgent]
+		t.Run(name, func(t *testing.T) {
+			s, _, _ := nativeServer(t, func(o *server.Options) { o.NoAgent = noAgent })
+			servertest.AgentTurn(t, servertest.MCP(mcpClient(t, serveHTTP(t, s)+"/mcp", nil)), "/tmp")
+		})
+	}
+}
+
+func TestNativeMCPOverStdioAgentTurn(t *testing.T) {
+	s, _, _ := nativeServer(t, nil)
+	stdioAgentTurn(t, s, "/tmp")
+}
+
+func TestNativeVolumeMounts(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "data.txt"), []byte("from the host\n"), 0o644))
+	vols, warnings, err := server.ParseVolumeMounts(dir+":/data:ro,/no/such/dir:/gone", "/")
+	require.NoError(t, err)
+	assert.Len(t, warnings, 1)
+	s, _, _ := nativeServer(t, func(o *server.Options) { o.Volumes = vols })
+	call := servertest.HTTP(serveHTTP(t, s), "", "c")
+	id := servertest.Create(t, call, nil)
+	assert.Contains(t, servertest.Must(t, call, "read_file", map[string]any{"sandbox_id": id, "path": "/data/data.txt"}), "from the host")
+	out := servertest.Must(t, call, "execute", map[string]any{"sandbox_id": id, "command": "touch /data/new; ls /gone"})
+	assert.Contains(t, out, "Read-only file system")
+	assert.NotContains(t, out, "Exit code: 0")
+	servertest.Must(t, call, "delete_sandbox", map[string]any{"sandbox_id": id})
+}
+
+func TestNativeIsolationAndRestart(t *testing.T) {
+	s1, b, _ := nativeServer(t, func(o *server.Options) { o.DeleteOnShutdown = false })
+	alice := servertest.HTTP(serveHTTP(t, s1), "", "alice")
+	id := servertest.Create(t, alice, nil)
+	servertest.Must(t, alice, "write_file", map[string]any{"sandbox_id": id, "path": "/tmp/notes", "content": "kept\n"})
+	require.NoError(t, s1.Close())
+
+	// A new server adopts the sandbox; ownership came from its labels.
+	s2 := newServer(t, b, func(o *server.Options) {
+		o.Spec = mainSpec
+		o.DeleteOnShutdown = true
+	})
+	n, err := s2.Adopt(context.Background(), "")
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	url := serveHTTP(t, s2)
+	assert.Contains(t, servertest.Fails(t, servertest.HTTP(url, "", "bob"), "read_file",
+		map[string]any{"sandbox_id": id, "path": "/tmp/notes"}), "was not found")
+	alice = servertest.HTTP(url, "", "alice")
+	servertest.Must(t, alice, "connect_sandbox", map[string]any{"sandbox_id": id})
+	assert.Contains(t, servertest.Must(t, alice, "read_file", map[string]any{"sandbox_id": id, "path": "/tmp/notes"}), "kept")
+}
+
+func TestLoadNative(t *testing.T) {
+	s, b, run := nativeServer(t, nil)
+	// Smaller than on local: 50 containers take over a minute on a loaded
+	// two-core machine.
+	convs, cmds := 10, 20
+	if testing.Short() {
+		convs, cmds = 3, 5
+	}
+	assert.Empty(t, runLoad(t, s, convs, cmds))
+	infos, err := b.List(context.Background(), backend.Filter{Labels: map[string]string{labelTestRun: run}})
+	require.NoError(t, err)
+	assert.Empty(t, infos, "leaked sandboxes")
+}

@@ -1,0 +1,199 @@
+package server
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit"
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/sbxd"
+)
+
+// Environment variables the server reads.
+const (
+	// EnvAPIKey is the API key callers must send; it wins over
+	// [sandbox.serve] api_key.
+	EnvAPIKey = "SBX_API_KEY"
+	// EnvVolumeMounts adds volumes to every sandbox: comma-separated
+	// "host:sandbox[:ro|rw]" specs, as mount_host_paths.
+	EnvVolumeMounts = "SBX_VOLUME_MOUNTS"
+)
+
+// Defaults of Options (and of [sandbox.serve]).
+const (
+	DefaultListen       = "127.0.0.1:8765"
+	DefaultIdleTTL      = 30 * time.Minute
+	DefaultMaxLifetime  = 24 * time.Hour
+	DefaultOutputLimit  = 256 << 10
+	DefaultReapInterval = 30 * time.Second
+	DefaultInstance     = "serve"
+)
+
+// Labels the server puts on the sandboxes it makes, next to the backend's
+// own. Ownership lives here, in the backend, so it survives a restart of the
+// server.
+const (
+	// LabelInstance names the server (Options.Instance) that made the
+	// sandbox; a server adopts only its own sandboxes at start.
+	LabelInstance = "sandboxkit.serve.instance"
+	// LabelConversation is the owning conversation's OwnerKey.
+	LabelConversation = "sandboxkit.serve.conversation"
+	// LabelType is the create_sandbox type (the config entry).
+	LabelType = "sandboxkit.serve.type"
+	// LabelIdleTTL is the sandbox's idle TTL in seconds.
+	LabelIdleTTL = "sandboxkit.serve.idle-ttl"
+)
+
+// Options configure a Server. Backend and Spec are required; every other
+// field has a working zero value.
+type Options struct {
+	// Backend makes and finds the sandboxes. The server does not close it.
+	Backend backend.Backend
+	// Spec returns the Spec create_sandbox uses for a type (a config
+	// entry name, such as "main").
+	Spec func(typ string) (backend.Spec, error)
+	// Types are the types create_sandbox accepts, the first one being its
+	// default. Empty: just "main".
+	Types []string
+	// Volumes are mounted into every sandbox, after the Spec's own (a
+	// target the Spec mounts already is left to the Spec).
+	Volumes []backend.Volume
+
+	// IdleTTL: a sandbox without tool calls for this long is removed.
+	IdleTTL time.Duration
+	// MaxLifetime: a sandbox is removed this long after it was made,
+	// however busy; also the backend TTL the sandbox is created with.
+	MaxLifetime time.Duration
+	// ExecuteTimeout is execute's timeout when the call gives none
+	// (fileops.DefaultExecuteTimeout when zero).
+	ExecuteTimeout time.Duration
+	// OutputLimit caps the bytes one execute or job_output call returns.
+	OutputLimit int64
+	// DeleteOnShutdown removes every sandbox the server knows in Close.
+	DeleteOnShutdown bool
+
+	// APIKey, when set, is required on every HTTP request but /health.
+	APIKey string
+	// Instance names this server in its sandboxes' labels (default
+	// "serve"). At start a server adopts the sandboxes of its instance
+	// (Adopt) and gives them a fresh idle window.
+	Instance string
+
+	// Logger receives warnings and errors (default: discard).
+	Logger *slog.Logger
+	// Now is the clock the TTLs use (default time.Now); tests inject one.
+	Now func() time.Time
+	// ReapInterval is how often the reaper looks for expired sandboxes
+	// (default 30s; negative: no reaper goroutine, call Reap yourself).
+	ReapInterval time.Duration
+	// NoAgent keeps the server from starting sbxd in sandboxes: commands
+	// and files take each backend's own path and background jobs run in
+	// the server.
+	NoAgent bool
+	// AgentOptions are passed to sbxd.Wrap.
+	AgentOptions []sbxd.Option
+}
+
+func (o *Options) setDefaults() error {
+	if o.Backend == nil {
+		return fmt.Errorf("server: Options.Backend is nil: %w", backend.ErrInvalidConfig)
+	}
+	if o.Spec == nil {
+		return fmt.Errorf("server: Options.Spec is nil: %w", backend.ErrInvalidConfig)
+	}
+	if len(o.Types) == 0 {
+		o.Types = []string{"main"}
+	}
+	o.IdleTTL = cmp.Or(o.IdleTTL, DefaultIdleTTL)
+	o.MaxLifetime = cmp.Or(o.MaxLifetime, DefaultMaxLifetime)
+	o.OutputLimit = cmp.Or(o.OutputLimit, DefaultOutputLimit)
+	o.Instance = cmp.Or(o.Instance, DefaultInstance)
+	o.ReapInterval = cmp.Or(o.ReapInterval, DefaultReapInterval)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	switch {
+	case o.IdleTTL < 0:
+		return fmt.Errorf("server: idle_ttl must be positive, got %s: %w", o.IdleTTL, backend.ErrInvalidConfig)
+	case o.MaxLifetime < 0:
+		return fmt.Errorf("server: max_lifetime must be positive, got %s: %w", o.MaxLifetime, backend.ErrInvalidConfig)
+	case o.IdleTTL > o.MaxLifetime:
+		return fmt.Errorf("server: idle_ttl (%s) is longer than max_lifetime (%s): raise max_lifetime or lower idle_ttl: %w",
+			o.IdleTTL, o.MaxLifetime, backend.ErrInvalidConfig)
+	}
+	return nil
+}
+
+// ConfigOptions returns the Options a config gives: its [sandbox.serve]
+// settings, $SBX_API_KEY, the execute timeout of [sandbox.tools], the
+// entries as types ("main" first when there is one), and the volumes of
+// $SBX_VOLUME_MOUNTS (mount_host_paths are in every entry's Spec already).
+// Volume specs whose host path is missing are skipped: warnings says so.
+// The caller sets Backend.
+func ConfigOptions(cfg *sandboxkit.Config) (opts Options, warnings []string, err error) {
+	sc := cfg.Sandbox.Serve
+	opts = Options{
+		Spec:             cfg.Spec,
+		IdleTTL:          sc.IdleTTL,
+		MaxLifetime:      sc.MaxLifetime,
+		ExecuteTimeout:   cfg.Sandbox.ExecuteTimeout,
+		OutputLimit:      int64(sc.OutputLimit),
+		DeleteOnShutdown: sc.DeleteOnShutdown,
+		APIKey:           cmp.Or(os.Getenv(EnvAPIKey), sc.APIKey),
+	}
+	types := cfg.SandboxNames()
+	if i := slices.Index(types, "main"); i > 0 {
+		types = slices.Concat([]string{"main"}, slices.Delete(slices.Clone(types), i, i+1))
+	}
+	opts.Types = types
+	opts.Volumes, warnings, err = ParseVolumeMounts(os.Getenv(EnvVolumeMounts), cfg.Dir)
+	if err != nil {
+		return opts, warnings, fmt.Errorf("$%s: %w", EnvVolumeMounts, err)
+	}
+	return opts, warnings, nil
+}
+
+// ParseVolumeMounts parses comma-separated "host:sandbox[:ro|rw]" specs
+// ("~" expanded, relative host paths against dir). Specs whose host path
+// does not exist are left out with a warning; a malformed spec is an error.
+func ParseVolumeMounts(list, dir string) (vols []backend.Volume, warnings []string, err error) {
+	targets := map[string]string{}
+	for raw := range strings.SplitSeq(list, ",") {
+		raw = strings.TrimSpace(raw)
+		if raw == "" {
+			continue
+		}
+		v, skip, err := sandboxkit.ParseVolumeSpec(raw, dir)
+		switch {
+		case err != nil:
+			return nil, warnings, fmt.Errorf("volume %q: %v: %w", raw, err, backend.ErrInvalidConfig)
+		case skip != "":
+			warnings = append(warnings, fmt.Sprintf("volume %q: %s (skipped)", raw, skip))
+		case targets[v.Target] != "":
+			return nil, warnings, fmt.Errorf("volume %q: %s is already mounted by %q: %w", raw, v.Target, targets[v.Target], backend.ErrInvalidConfig)
+		default:
+			targets[v.Target] = raw
+			vols = append(vols, v)
+		}
+	}
+	return vols, warnings, nil
+}
+
+// OwnerKey is the value of LabelConversation for a conversation ("mcp:" and
+// the MCP session ID, "conv:" and an X-Conversation-Id, ...): a hash, so
+// it suits every backend's label rules and does not show the conversation's
+// name to whoever can list the backend.
+func OwnerKey(conv string) string {
+	sum := sha256.Sum256([]byte(conv))
+	return hex.EncodeToString(sum[:16])
+}

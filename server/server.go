@@ -1,0 +1,288 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/fileops"
+	"github.com/sandboxkit/sandboxkit/sbxd"
+)
+
+// cleanupTimeout bounds destroying one sandbox (reaper, delete, shutdown).
+const cleanupTimeout = 60 * time.Second
+
+// Server holds the sandboxes of many conversations on one backend and
+// applies the rules: ownership, idle and hard TTLs, output caps. MCPServer
+// and Handler expose it to agents; its methods are what their tools call.
+// It is safe for concurrent use.
+type Server struct {
+	opts Options
+
+	// life is cancelled by Close: in-flight calls and server-side jobs end.
+	life     context.Context
+	stopLife context.CancelFunc
+	bg       sync.WaitGroup
+
+	mu     sync.Mutex
+	boxes  map[string]*box // by sandbox ID
+	closed bool
+
+	// adoptRetry, when set, is the conversation filter of an Adopt that
+	// failed; the reaper retries it.
+	adoptRetry *string
+
+	binMu sync.Mutex
+	bins  map[string][]byte // sbxd binaries by architecture
+}
+
+// box is one sandbox the server knows.
+type box struct {
+	id, conv, typ string
+	idleTTL       time.Duration
+	created       time.Time
+	hardDeadline  time.Time // zero: none
+
+	// Guarded by Server.mu.
+	lastActive time.Time
+	inflight   int
+	gone       bool
+
+	// attach is held while the sandbox is reattached and wrapped.
+	attach sync.Mutex
+	sb     backend.Sandbox // the backend's, or nil until reattached
+	agent  *sbxd.Client    // nil with NoAgent
+	tools  *fileops.Tools
+	jobs   jobRunner
+}
+
+// New returns a server over opts.Backend. It starts the reaper (see
+// Options.ReapInterval); call Adopt to take over the sandboxes an earlier
+// run of the same instance left, and Close when done.
+func New(opts Options) (*Server, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	caps := opts.Backend.Capabilities()
+	var vols []backend.Volume
+	for _, v := range opts.Volumes {
+		if (v.Type == backend.VolumeNamed && !caps.NamedVolumes) || (v.Type != backend.VolumeNamed && !caps.BindVolumes) {
+			opts.Logger.Warn("this backend cannot mount volumes: volume skipped",
+				"backend", opts.Backend.Name(), "volume", v.Source+":"+v.Target)
+			continue
+		}
+		vols = append(vols, v)
+	}
+	opts.Volumes = vols
+	life, stop := context.WithCancel(context.Background())
+	s := &Server{opts: opts, life: life, stopLife: stop, boxes: map[string]*box{}}
+	if opts.ReapInterval > 0 {
+		s.bg.Go(s.reapLoop)
+	}
+	return s, nil
+}
+
+func (s *Server) now() time.Time { return s.opts.Now() }
+
+// Adopt takes over the sandboxes of this server's instance that the backend
+// still has (from an earlier run): each gets a fresh idle window; those past
+// their hard limit are removed. conv, when set, adopts only that
+// conversation's.
+func (s *Server) Adopt(ctx context.Context, conv string) (int, error) {
+	labels := map[string]string{LabelInstance: s.opts.Instance}
+	if conv != "" {
+		labels[LabelConversation] = OwnerKey(conv)
+	}
+	infos, err := s.opts.Backend.List(ctx, backend.Filter{Labels: labels})
+	s.mu.Lock()
+	if err != nil {
+		// The reaper tries again, so sandboxes of an earlier run are
+		// reaped once the backend is back.
+		s.adoptRetry = &conv
+	} else {
+		s.adoptRetry = nil
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return 0, fmt.Errorf("adopting sandboxes: %w", err)
+	}
+	n := 0
+	for _, info := range infos {
+		if _, ok := s.register(info, nil); ok {
+			n++
+		}
+	}
+	s.Reap(ctx)
+	return n, nil
+}
+
+// register adds a sandbox the backend reported, with a fresh idle window,
+// unless it is known already. sb may be nil (reattached on first use).
+func (s *Server) register(info backend.Info, sb backend.Sandbox) (*box, bool) {
+	conv := info.Labels[LabelConversation]
+	if conv == "" || info.Labels[LabelInstance] != s.opts.Instance {
+		return nil, false
+	}
+	b := &box{
+		id: info.ID, conv: conv, typ: info.Labels[LabelType],
+		idleTTL: s.opts.IdleTTL, created: info.CreatedAt, hardDeadline: info.ExpiresAt,
+		sb: sb,
+	}
+	if secs, err := strconv.ParseInt(info.Labels[LabelIdleTTL], 10, 64); err == nil && secs > 0 {
+		b.idleTTL = time.Duration(secs) * time.Second
+	}
+	if b.hardDeadline.IsZero() && !b.created.IsZero() {
+		b.hardDeadline = b.created.Add(s.opts.MaxLifetime)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.boxes[info.ID]; ok {
+		return old, true
+	}
+	b.lastActive = s.now()
+	s.boxes[info.ID] = b
+	return b, true
+}
+
+// expiry returns when b expires if nothing happens: the earlier of its
+// idle deadline and its hard deadline. Called with s.mu held.
+func (b *box) expiry() time.Time {
+	idle := b.lastActive.Add(b.idleTTL)
+	if !b.hardDeadline.IsZero() && b.hardDeadline.Before(idle) {
+		return b.hardDeadline
+	}
+	return idle
+}
+
+// Reap removes the sandboxes whose idle TTL or hard limit has run out and
+// that no call is using, and returns their IDs.
+func (s *Server) Reap(ctx context.Context) []string {
+	now := s.now()
+	var dead []*box
+	s.mu.Lock()
+	for id, b := range s.boxes {
+		if b.inflight > 0 {
+			continue // a call in flight is activity
+		}
+		if !now.Before(b.expiry()) {
+			b.gone = true
+			delete(s.boxes, id)
+			dead = append(dead, b)
+		}
+	}
+	s.mu.Unlock()
+	var ids []string
+	for _, b := range dead {
+		s.opts.Logger.Info("removing expired sandbox", "sandbox", b.id, "conversation", b.conv)
+		if err := s.destroy(ctx, b); err != nil {
+			s.opts.Logger.Warn("removing expired sandbox failed (sbx gc will retry after its backend TTL)", "sandbox", b.id, "err", err)
+		}
+		ids = append(ids, b.id)
+	}
+	return ids
+}
+
+func (s *Server) reapLoop() {
+	t := time.NewTicker(s.opts.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.life.Done():
+			return
+		case <-t.C:
+			s.mu.Lock()
+			retry := s.adoptRetry
+			s.mu.Unlock()
+			if retry != nil {
+				if _, err := s.Adopt(s.life, *retry); err == nil {
+					s.opts.Logger.Info("adopted the sandboxes of an earlier run")
+				}
+			}
+			s.Reap(s.life)
+		}
+	}
+}
+
+// destroy removes b's sandbox, also when ctx is already cancelled.
+func (s *Server) destroy(ctx context.Context, b *box) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	b.attach.Lock()
+	defer b.attach.Unlock()
+	if b.jobs != nil {
+		b.jobs.close()
+	}
+	if b.agent != nil {
+		b.agent.Close()
+	}
+	sb := b.sb
+	if sb == nil {
+		var err error
+		sb, err = s.opts.Backend.Get(ctx, b.id)
+		if errors.Is(err, backend.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return sb.Destroy(ctx)
+}
+
+// Close stops the reaper, cancels calls still running and background jobs
+// the server itself runs, and, with DeleteOnShutdown, removes every
+// sandbox it knows. Sandboxes are otherwise kept for a later run to adopt.
+// The backend is not closed.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	boxes := make([]*box, 0, len(s.boxes))
+	for _, b := range s.boxes {
+		boxes = append(boxes, b)
+	}
+	if s.opts.DeleteOnShutdown {
+		for _, b := range boxes {
+			b.gone = true
+		}
+		s.boxes = map[string]*box{}
+	}
+	s.mu.Unlock()
+	s.stopLife()
+	s.bg.Wait()
+
+	var errs []error
+	var wg sync.WaitGroup
+	var emu sync.Mutex
+	for _, b := range boxes {
+		wg.Go(func() {
+			var err error
+			if s.opts.DeleteOnShutdown {
+				err = s.destroy(context.Background(), b)
+			} else {
+				b.attach.Lock()
+				if b.jobs != nil {
+					b.jobs.close()
+				}
+				if b.agent != nil {
+					err = b.agent.Close()
+				}
+				b.attach.Unlock()
+			}
+			if err != nil {
+				emu.Lock()
+				errs = append(errs, fmt.Errorf("sandbox %s: %w", b.id, err))
+				emu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
