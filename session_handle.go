@@ -341,3 +341,27 @@ func (c *Config) CheckSessionEntries(reg *initializers.Registry) error {
 	_, err := l.plan(nil, "check")
 	return err
 }
+
+// Standalone is for programs that make single sandboxes of an entry, not
+// sessions (sbx serve): it returns the entry's Spec as its initializer
+// makes it (no shared volumes, no session network) and a function that
+// provisions a sandbox made from that Spec (main: the pip packages), bounded
+// by the entry's initializer timeout. Dependencies and readiness probes,
+// which need a session, are not run.
+func (l *Launcher) Standalone(name string) (backend.Spec, func(context.Context, backend.Sandbox) error, error) {
+	m, err := l.planMember(name)
+	if err != nil {
+		return backend.Spec{}, nil, err
+	}
+	provision := func(ctx context.Context, sb backend.Sandbox) error {
+		ctx, cancel := context.WithTimeout(ctx, m.timeout)
+		defer cancel()
+		in := &initializers.Instance{Name: name, Type: m.typ, Sandbox: sb,
+			Logger: l.logger().With("sandbox", name), Status: func(string) {}}
+		if err := m.init.Provision(ctx, in); err != nil {
+			return fmt.Errorf("provisioning %s sandbox %s: %w", name, sb.ID(), err)
+		}
+		return nil
+	}
+	return m.spec, provision, nil
+}

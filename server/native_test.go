@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backends/native"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
@@ -109,4 +110,57 @@ func TestLoadNative(t *testing.T) {
 	infos, err := b.List(context.Background(), backend.Filter{Labels: map[string]string{labelTestRun: run}})
 	require.NoError(t, err)
 	assert.Empty(t, infos, "leaked sandboxes")
+}
+
+// create_sandbox runs the main initializer's first-boot provisioning (its
+// pip packages; pip is echo here, as there is no package index) before it
+// answers, and a failed install removes the sandbox and says why.
+func TestMainPackagesOnFirstBoot(t *testing.T) {
+	configOptions := func(t *testing.T, pip string) server.Options {
+		cfg, err := sandboxkit.ParseConfig([]byte(`
+[sandbox]
+backend = "native"
+[sandbox.sandboxes.main]
+image = "`+dockertest.BusyboxImage+`"
+[sandbox.sandboxes.main.extra]
+packages = ["requests==2.32.0", "numpy"]
+pip = "`+pip+`"
+`), "")
+		require.NoError(t, err)
+		opts, _, err := server.ConfigOptions(cfg)
+		require.NoError(t, err)
+		return opts
+	}
+	withConfig := func(from server.Options) func(*server.Options) {
+		return func(o *server.Options) {
+			labelled := o.Spec // the test's labels for the leak check
+			o.Spec = func(typ string) (backend.Spec, error) {
+				spec, err := from.Spec(typ)
+				if err != nil {
+					return spec, err
+				}
+				l, _ := labelled(typ)
+				spec.Labels = l.Labels
+				return spec, nil
+			}
+			o.Provision, o.Types = from.Provision, from.Types
+		}
+	}
+
+	s, b, _ := nativeServer(t, withConfig(configOptions(t, "echo")))
+	call := servertest.HTTP(serveHTTP(t, s), "", "pkg")
+	servertest.Must(t, call, "create_sandbox", map[string]any{"type": "main"})
+	infos, err := b.List(t.Context(), backend.Filter{Labels: map[string]string{server.LabelConversation: server.OwnerKey("conv:pkg")}})
+	require.NoError(t, err)
+	require.Len(t, infos, 1)
+	marker := servertest.Must(t, call, "read_file", map[string]any{"sandbox_id": infos[0].ID, "path": "/var/tmp/.sandboxkit-main-packages"})
+	assert.Contains(t, marker, "numpy")
+	assert.Contains(t, marker, "requests==2.32.0")
+
+	s2, b2, _ := nativeServer(t, withConfig(configOptions(t, "false")))
+	call2 := servertest.HTTP(serveHTTP(t, s2), "", "pkg-fail")
+	msg := servertest.Fails(t, call2, "create_sandbox", map[string]any{"type": "main"})
+	assert.Contains(t, msg, "pip")
+	assert.Empty(t, must(b2.List(t.Context(), backend.Filter{Labels: map[string]string{server.LabelConversation: server.OwnerKey("conv:pkg-fail")}})),
+		"a sandbox whose provisioning failed is removed")
 }

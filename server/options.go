@@ -2,6 +2,7 @@ package server
 
 import (
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -59,6 +60,10 @@ type Options struct {
 	// Spec returns the Spec create_sandbox uses for a type (a config
 	// entry name, such as "main").
 	Spec func(typ string) (backend.Spec, error)
+	// Provision, when set, prepares a new sandbox of a type before
+	// create_sandbox returns it (the main initializer's packages on first
+	// boot); an error removes the sandbox and is the call's error.
+	Provision func(ctx context.Context, typ string, sb backend.Sandbox) error
 	// Types are the types create_sandbox accepts, the first one being its
 	// default. Empty: just "main".
 	Types []string
@@ -142,8 +147,21 @@ func (o *Options) setDefaults() error {
 // The caller sets Backend.
 func ConfigOptions(cfg *sandboxkit.Config) (opts Options, warnings []string, err error) {
 	sc := cfg.Sandbox.Serve
+	// Each type is its entry as its initializer makes it, provisioned
+	// (main: pip packages) before create_sandbox answers.
+	l := &sandboxkit.Launcher{Config: cfg}
 	opts = Options{
-		Spec:             cfg.Spec,
+		Spec: func(typ string) (backend.Spec, error) {
+			spec, _, err := l.Standalone(typ)
+			return spec, err
+		},
+		Provision: func(ctx context.Context, typ string, sb backend.Sandbox) error {
+			_, provision, err := l.Standalone(typ)
+			if err != nil {
+				return err
+			}
+			return provision(ctx, sb)
+		},
 		IdleTTL:          sc.IdleTTL,
 		MaxLifetime:      sc.MaxLifetime,
 		ExecuteTimeout:   cfg.Sandbox.ExecuteTimeout,

@@ -113,6 +113,12 @@ func (s *Server) Create(ctx context.Context, conv, typ string, idle time.Duratio
 	if err != nil {
 		return SandboxInfo{}, fmt.Errorf("creating a %s sandbox: %w", typ, err)
 	}
+	if s.opts.Provision != nil {
+		if err := s.opts.Provision(ctx, typ, sb); err != nil {
+			s.destroyNew(sb)
+			return SandboxInfo{}, fmt.Errorf("creating a %s sandbox: %w", typ, err)
+		}
+	}
 	info, err := sb.Info(ctx)
 	if err != nil {
 		s.destroyNew(sb)
