@@ -88,17 +88,12 @@ func (a *app) benchCreate(ctx context.Context, o benchCreateOptions) error {
 	defer b.Close()
 	targets := []*createTarget{{cfg: cfg, b: b, imageFlag: o.image, sbxd: o.sbxd}}
 	if o.compare != "" {
-		ocfg := *cfg
-		ocfg.Sandbox.DockerHost, ocfg.Sandbox.DockerRemoteHost = "", ""
-		if err := ocfg.SetBackend(o.compare); err != nil {
-			return fmt.Errorf("--compare: %w", err)
-		}
-		ob, err := sandboxkit.Open(ctx, &ocfg, a.logger)
+		ocfg, ob, err := a.openCompare(ctx, cfg, o.compare)
 		if err != nil {
-			return fmt.Errorf("--compare %s: %w", o.compare, err)
+			return err
 		}
 		defer ob.Close()
-		targets = append(targets, &createTarget{cfg: &ocfg, b: ob, imageFlag: cmp.Or(o.compareImage, o.image)})
+		targets = append(targets, &createTarget{cfg: ocfg, b: ob, imageFlag: cmp.Or(o.compareImage, o.image)})
 	}
 	run := make([]byte, 4)
 	rand.Read(run)

@@ -144,19 +144,12 @@ func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
 	// The backend to compare with, its sandbox made from the same entry.
 	var other *sbxd.Client
 	if o.compare != "" {
-		ocfg := *cfg
-		// [sandbox] docker_host names where this backend runs (a
-		// remote); the other one gets its own table's or its default.
-		ocfg.Sandbox.DockerHost, ocfg.Sandbox.DockerRemoteHost = "", ""
-		if err := ocfg.SetBackend(o.compare); err != nil {
-			return fmt.Errorf("--compare: %w", err)
-		}
-		ob, err := sandboxkit.Open(ctx, &ocfg, a.logger)
+		ocfg, ob, err := a.openCompare(ctx, cfg, o.compare)
 		if err != nil {
-			return fmt.Errorf("--compare %s: %w", o.compare, err)
+			return err
 		}
 		defer ob.Close()
-		osb, _, err := a.benchSandbox(ctx, &ocfg, ob, o, session, logf)
+		osb, _, err := a.benchSandbox(ctx, ocfg, ob, o, session, logf)
 		if err != nil {
 			return fmt.Errorf("--compare %s: %w", o.compare, err)
 		}
@@ -241,6 +234,22 @@ func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
 	fmt.Fprintf(w, "speedup %.1fx; copy 64 MiB %.0f MB/s (write %.0f, read %.0f); agent RSS %d KiB\n",
 		rep.Speedup, rep.Copy64MiB, rep.CopyWrite, rep.CopyRead, rep.AgentRSSKi)
 	return nil
+}
+
+// openCompare opens the backend named by --compare with cfg's file. Its
+// [sandbox] docker_host names where cfg's backend runs (a remote): the
+// other one gets its own table's host or its default.
+func (a *app) openCompare(ctx context.Context, cfg *sandboxkit.Config, name string) (*sandboxkit.Config, backend.Backend, error) {
+	ocfg := *cfg
+	ocfg.Sandbox.DockerHost, ocfg.Sandbox.DockerRemoteHost = "", ""
+	if err := ocfg.SetBackend(name); err != nil {
+		return nil, nil, fmt.Errorf("--compare: %w", err)
+	}
+	ob, err := sandboxkit.Open(ctx, &ocfg, a.logger)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--compare %s: %w", name, err)
+	}
+	return &ocfg, ob, nil
 }
 
 // benchSandbox makes the benchmark's sandbox on b from the chosen entry.
