@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backends/k8s"
 	"github.com/sandboxkit/sandboxkit/backends/lite"
 	"github.com/sandboxkit/sandboxkit/backends/local"
 	"github.com/sandboxkit/sandboxkit/backends/native"
@@ -28,6 +29,10 @@ func registerBuiltins(r *Registry) {
 		Open:      openLite,
 	})
 	r.Alias("agentdocker-lite", lite.Name)
+	r.Register(k8s.Name, BackendFactory{
+		NewConfig: func() any { return new(k8s.Config) },
+		Open:      openK8s,
+	})
 	r.Register(local.Name, BackendFactory{
 		NewConfig: func() any { return new(local.Config) },
 		Open:      openLocal,
@@ -58,7 +63,7 @@ func registerBuiltins(r *Registry) {
 // are accepted without checking (with a warning) so that such config files
 // still load, and naming one as the backend fails at Open with a clear
 // message instead of at parse time.
-var plannedBackends = []string{"k8s", "nitrobox"}
+var plannedBackends = []string{"nitrobox"}
 
 // backendConfig returns the decoded [sandbox.NAME] table a factory's
 // NewConfig made (the zero config when the file has none).
@@ -351,4 +356,60 @@ func openOpenSandbox(_ context.Context, cfg *Config, backendCfg any, logger *slo
 		return nil, err
 	}
 	return opensandbox.New(c, opensandbox.WithLogger(logger))
+}
+
+// openK8s fills [sandbox.k8s] keys left empty from OpenSage's places: the
+// entries' extra.namespace / extra.k8s_context / extra.kubeconfig (or under
+// extra.k8s; one backend serves one namespace and context, so entries that
+// set one must agree) and [sandbox] tolerations.
+func openK8s(_ context.Context, cfg *Config, backendCfg any, logger *slog.Logger) (backend.Backend, error) {
+	c, err := backendConfig[k8s.Config](k8s.Name, backendCfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range []struct {
+		extra string
+		dst   *string
+	}{{"namespace", &c.Namespace}, {"k8s_context", &c.Context}, {"kubeconfig", &c.Kubeconfig}} {
+		if *a.dst == "" {
+			if *a.dst, err = agreedExtra(cfg, a.extra); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if c.Kubeconfig, err = hostPathKey("sandbox.k8s.kubeconfig", c.Kubeconfig, cfg.Dir); err != nil {
+		return nil, err
+	}
+	if c.SbxdPath, err = hostPathKey("sandbox.k8s.sbxd_path", c.SbxdPath, cfg.Dir); err != nil {
+		return nil, err
+	}
+	if len(c.Tolerations) == 0 && len(cfg.Sandbox.Tolerations) > 0 {
+		if c.Tolerations, err = k8s.TolerationsFromMaps(cfg.Sandbox.Tolerations); err != nil {
+			return nil, err
+		}
+	}
+	return k8s.New(c, logger)
+}
+
+// agreedExtra is the value the entries give extra.KEY (or extra.k8s.KEY),
+// "" when none does; entries that disagree are an error.
+func agreedExtra(cfg *Config, key string) (string, error) {
+	val, from := "", ""
+	for _, name := range cfg.SandboxNames() {
+		e := cfg.Sandbox.Sandboxes[name]
+		v, ok := e.Extra[key].(string)
+		if !ok {
+			if sub, isMap := e.Extra["k8s"].(map[string]any); isMap {
+				v, ok = sub[key].(string)
+			}
+		}
+		if !ok || v == "" {
+			continue
+		}
+		if val != "" && v != val {
+			return "", invalidf("sandbox.sandboxes.%s.extra.%s = %q differs from %q in entry %s: the k8s backend uses one %s for every entry (set it once in [sandbox.k8s])", name, key, v, val, from, key)
+		}
+		val, from = v, name
+	}
+	return val, nil
 }

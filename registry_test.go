@@ -104,9 +104,9 @@ func TestLookup(t *testing.T) {
 	require.ErrorIs(t, err, backend.ErrInvalidConfig)
 	assert.EqualError(t, err, `unknown backend "dokcer" (known: alpha, fake, local, zeta)`)
 
-	_, err = r.Lookup("k8s")
+	_, err = r.Lookup("nitrobox")
 	require.ErrorIs(t, err, backend.ErrInvalidConfig)
-	assert.EqualError(t, err, `backend "k8s" is not built into this version of sandboxkit (known: alpha, fake, local, zeta)`)
+	assert.EqualError(t, err, `backend "nitrobox" is not built into this version of sandboxkit (known: alpha, fake, local, zeta)`)
 
 	f, err := r.Lookup("agentdocker-fake")
 	require.NoError(t, err)
@@ -137,8 +137,8 @@ func TestRegistryOpen(t *testing.T) {
 		{name: "override after load uses the table decoded at load",
 			toml:     "[sandbox]\n[sandbox.fake]\nverbose = true\n",
 			override: "fake", want: "fake", wantCfg: &fakeConfig{Verbose: true}},
-		{name: "planned backend loads but does not open", toml: "[sandbox]\nbackend = \"k8s\"\n",
-			wantErr: `backend "k8s" is not built into this version of sandboxkit (known: fake, local)`},
+		{name: "planned backend loads but does not open", toml: "[sandbox]\nbackend = \"nitrobox\"\n",
+			wantErr: `backend "nitrobox" is not built into this version of sandboxkit (known: fake, local)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,9 +205,8 @@ func TestBackendTables(t *testing.T) {
 			toml:    "[sandbox.fake]\n[sandbox.fake-alias]\n",
 			wantErr: `config sandbox.toml: sandbox.fake-alias: [sandbox.fake] and [sandbox.fake-alias] both configure the fake backend (keep one)`},
 		{name: "planned backend tables are accepted unchecked",
-			toml: "[sandbox.nitrobox]\ndomian = \"x\"\n[sandbox.k8s]\nnamespace = 3\n",
+			toml: "[sandbox.nitrobox]\ndomian = \"x\"\n",
 			wantWarn: []string{
-				"sandbox.k8s: not checked: the k8s backend is not built into this version of sandboxkit",
 				"sandbox.nitrobox: not checked: the nitrobox backend is not built into this version of sandboxkit",
 			}},
 		{name: "misspelt planned backend table",
@@ -233,7 +232,7 @@ func TestBackendTables(t *testing.T) {
 }
 
 func TestDefaultRegistryOpensLocal(t *testing.T) {
-	assert.Equal(t, []string{"lite", "local", "native", "opensandbox", "remotedocker"}, Names())
+	assert.Equal(t, []string{"k8s", "lite", "local", "native", "opensandbox", "remotedocker"}, Names())
 	dir := t.TempDir()
 	cfg, err := ParseConfig([]byte("[sandbox.local]\nstate_dir = \"state\"\n"), filepath.Join(dir, "sandbox.toml"))
 	require.NoError(t, err)

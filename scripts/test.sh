@@ -31,6 +31,17 @@ if ! ./scripts/remote-harness.sh up >/dev/null; then
 	echo "scripts/test.sh: no remote harness; the remotedocker tests will skip" >&2
 fi
 
+# k8s: a one-node cluster (etcd, kube-apiserver, controller-manager, scheduler;
+# containerd + kubelet in a netns). The first run on a machine builds the
+# Kubernetes binaries (several minutes; cached in /var/cache/sandboxkit-k8s).
+if ! ./scripts/k8s-harness.sh up >/dev/null; then
+	if [ "${SBX_REQUIRE_K8S:-}" = 1 ]; then
+		echo "scripts/test.sh: k8s harness setup failed and SBX_REQUIRE_K8S=1" >&2
+		exit 1
+	fi
+	echo "scripts/test.sh: no k8s harness; the k8s tests will skip" >&2
+fi
+
 # lite: runc, overlayfs and busybox for its rootfs.
 if ! ./scripts/lite-setup.sh; then
 	if [ "${SBX_REQUIRE_LITE:-}" = 1 ]; then

@@ -1,0 +1,349 @@
+package k8s
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// Name is the backend's registry name.
+const Name = "k8s"
+
+// containerName is the name of the sandbox's container in its pod.
+const containerName = "sandbox"
+
+// Backend runs each sandbox as a Pod in one namespace. It is safe for
+// concurrent use.
+type Backend struct {
+	cfg  Config
+	log  *slog.Logger
+	rest *rest.Config
+	cs   kubernetes.Interface
+	ns   string
+	host string // the API server, for messages
+
+	payloadMu sync.Mutex
+	payloads  map[string][]byte
+
+	mu       sync.Mutex
+	forwards map[forwardKey]*forward
+	closed   bool
+}
+
+var (
+	_ backend.Backend       = (*Backend)(nil)
+	_ backend.VolumeManager = (*Backend)(nil)
+)
+
+// New opens the cluster cfg names. It checks the configuration but does not
+// contact the cluster: an unreachable API server shows at the first call,
+// as an error wrapping backend.ErrUnavailable.
+func New(cfg Config, logger *slog.Logger) (*Backend, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	rc, ns, err := cfg.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	// Exec and port-forward streams are long-lived; plain requests get
+	// their bound from the context (see Config.RequestTimeoutSec).
+	rc = rest.CopyConfig(rc)
+	rc.Timeout = 0
+	if rc.QPS == 0 {
+		rc.QPS, rc.Burst = 50, 100
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, invalid("kubeconfig", "%v", err)
+	}
+	return newBackend(cfg, logger, rc, cs, ns), nil
+}
+
+// newBackend wires a Backend around a clientset (a fake one in unit tests,
+// where rc may be nil: exec and port-forward then fail).
+func newBackend(cfg Config, logger *slog.Logger, rc *rest.Config, cs kubernetes.Interface, ns string) *Backend {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	host := "the cluster"
+	if rc != nil {
+		host = rc.Host
+	}
+	return &Backend{cfg: cfg, log: logger, rest: rc, cs: cs, ns: ns, host: host, forwards: map[forwardKey]*forward{}}
+}
+
+func (b *Backend) Name() string { return Name }
+
+// Namespace is the namespace the backend's pods live in.
+func (b *Backend) Namespace() string { return b.ns }
+
+// Capabilities: containers on the cluster's nodes (a VM per pod with a
+// gVisor or Kata runtime class, which the cluster decides). Users of exec
+// cannot be switched (the exec API has no user), pids limits are a node
+// setting, and network modes other than the cluster's are not offered.
+func (b *Backend) Capabilities() backend.Capabilities {
+	runtimes := slices.DeleteFunc(append([]string{b.cfg.RuntimeClass}, b.cfg.RuntimeClasses...), func(s string) bool { return s == "" })
+	return backend.Capabilities{
+		Isolation:      backend.IsolationContainer,
+		Images:         true,
+		BindVolumes:    true,
+		NamedVolumes:   true,
+		Ports:          true,
+		CPULimit:       true,
+		MemoryLimit:    true,
+		GPUs:           true,
+		ShmSize:        true,
+		Privileged:     true,
+		CapAdd:         true,
+		CapDrop:        true,
+		ReadOnlyRootfs: true,
+		Runtimes:       runtimes,
+		ImageCommand:   true,
+		Persistent:     true,
+	}
+}
+
+// Close stops the port forwards Endpoint started. Pods keep running.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	fws := slices.Collect(maps.Values(b.forwards))
+	b.forwards = map[forwardKey]*forward{}
+	b.closed = true
+	b.mu.Unlock()
+	for _, f := range fws {
+		f.close()
+	}
+	return nil
+}
+
+// reqCtx bounds one plain API request.
+func (b *Backend) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.cfg.requestTimeout())
+}
+
+// Create makes a pod for spec and waits for it to run.
+func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
+	if err := b.Capabilities().Check(Name, spec); err != nil {
+		return nil, b.opErr("create", "", err)
+	}
+	if spec.Image == "" {
+		return nil, b.opErr("create", "", fmt.Errorf("%w: no image (set image in the sandbox entry or [sandbox] default_image)", backend.ErrInvalidConfig))
+	}
+	id := newPodName(spec.Name)
+	pod, err := b.podFor(id, spec)
+	if err != nil {
+		return nil, b.opErr("create", "", err)
+	}
+	claims, err := b.claimsFor(ctx, spec)
+	if err != nil {
+		return nil, b.opErr("create", "", err)
+	}
+	rctx, cancel := b.reqCtx(ctx)
+	created, err := b.cs.CoreV1().Pods(b.ns).Create(rctx, pod, metav1.CreateOptions{})
+	cancel()
+	if err != nil {
+		return nil, b.opErr("create", id, err)
+	}
+	// Whatever fails from here on removes the pod.
+	fail := func(err error) (backend.Sandbox, error) {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.requestTimeout())
+		defer cancel()
+		if derr := b.deletePod(dctx, id, 0); derr != nil {
+			b.log.Warn("removing a pod that failed to start failed", "pod", id, "err", derr)
+		}
+		return nil, b.opErr("create", id, err)
+	}
+	if err := b.ownClaims(ctx, created, claims); err != nil {
+		return fail(err)
+	}
+	if b.cfg.Service && len(spec.Ports) > 0 {
+		if err := b.createService(ctx, created); err != nil {
+			return fail(err)
+		}
+	}
+	running, err := b.waitRunning(ctx, created)
+	if err != nil {
+		return fail(err)
+	}
+	sb := b.sandboxFor(running)
+	if err := sb.setUp(ctx, spec.WorkingDir == ""); err != nil {
+		return fail(err)
+	}
+	return sb, nil
+}
+
+// newPodName is a fresh pod name: "sbx-", the entry name made DNS-safe and
+// short, and 10 random hex digits.
+func newPodName(name string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(name) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		case b.Len() > 0 && !strings.HasSuffix(b.String(), "-"):
+			b.WriteByte('-')
+		}
+	}
+	safe := strings.Trim(b.String(), "-")
+	if len(safe) > 30 {
+		safe = strings.TrimRight(safe[:30], "-")
+	}
+	if safe != "" {
+		safe += "-"
+	}
+	return "sbx-" + safe + randomHex(5)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Get reattaches to a sandbox by ID (its pod's name).
+func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
+	pod, err := b.getPod(ctx, id)
+	if err != nil {
+		return nil, b.opErr("get", id, err)
+	}
+	return b.sandboxFor(pod), nil
+}
+
+// getPod fetches a sandbox's pod; pods that are not sandboxkit's, and pods
+// being deleted, are not found.
+func (b *Backend) getPod(ctx context.Context, id string) (*corev1.Pod, error) {
+	if len(validation.IsDNS1123Subdomain(id)) > 0 {
+		return nil, fmt.Errorf("%w: %q is not a pod name, so no sandbox of the k8s backend", backend.ErrNotFound, id)
+	}
+	rctx, cancel := b.reqCtx(ctx)
+	defer cancel()
+	pod, err := b.cs.CoreV1().Pods(b.ns).Get(rctx, id, metav1.GetOptions{})
+	if err != nil {
+		return nil, b.translate(err)
+	}
+	if pod.Labels[backend.LabelBackend] != Name {
+		return nil, fmt.Errorf("%w: pod %s/%s was not made by sandboxkit", backend.ErrNotFound, b.ns, id)
+	}
+	if pod.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("%w: pod %s/%s is being deleted", backend.ErrNotFound, b.ns, id)
+	}
+	return pod, nil
+}
+
+// List returns the sandboxes matching filter, sorted by ID. Pods being
+// deleted are left out.
+func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {
+	rctx, cancel := b.reqCtx(ctx)
+	defer cancel()
+	pods, err := b.cs.CoreV1().Pods(b.ns).List(rctx, metav1.ListOptions{LabelSelector: selector(filter)})
+	if err != nil {
+		return nil, b.opErr("list", "", err)
+	}
+	infos := []backend.Info{}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		info := infoOf(pod)
+		if filter.Match(info) {
+			infos = append(infos, info)
+		}
+	}
+	slices.SortFunc(infos, func(a, b backend.Info) int { return strings.Compare(a.ID, b.ID) })
+	return infos, nil
+}
+
+// infoOf describes a sandbox from its pod.
+func infoOf(pod *corev1.Pod) backend.Info {
+	all := labelsOf(pod.ObjectMeta)
+	info := backend.Info{
+		ID:        pod.Name,
+		Backend:   Name,
+		Name:      all[backend.LabelName],
+		Session:   all[backend.LabelSession],
+		Owner:     all[backend.LabelOwner],
+		Labels:    all,
+		CreatedAt: pod.CreationTimestamp.Time,
+		ExpiresAt: expiresAt(all),
+		State:     stateOf(pod),
+		WorkDir:   pod.Annotations[annotationWorkDir],
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == containerName {
+			info.Image = c.Image
+			if info.WorkDir == "" {
+				info.WorkDir = c.WorkingDir
+			}
+		}
+	}
+	if info.WorkDir == "" {
+		info.WorkDir = "/"
+	}
+	return info
+}
+
+func stateOf(pod *corev1.Pod) backend.State {
+	if pod.DeletionTimestamp != nil {
+		return backend.StateExited
+	}
+	switch pod.Status.Phase {
+	case corev1.PodPending:
+		return backend.StateCreating
+	case corev1.PodRunning:
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.Name == containerName && cs.State.Running == nil {
+				return backend.StateExited
+			}
+		}
+		return backend.StateRunning
+	case corev1.PodSucceeded, corev1.PodFailed:
+		return backend.StateExited
+	}
+	return backend.StateUnknown
+}
+
+// deletePod deletes a pod with a grace period in seconds; a pod that is
+// gone is not an error.
+func (b *Backend) deletePod(ctx context.Context, name string, grace int64) error {
+	policy := metav1.DeletePropagationBackground
+	err := b.cs.CoreV1().Pods(b.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace, PropagationPolicy: &policy})
+	err = b.translate(err)
+	if errors.Is(err, backend.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// subresourceURL is the URL of a pod's exec or portforward subresource.
+func (b *Backend) subresourceURL(pod, sub string, params *corev1.PodExecOptions) (*url.URL, error) {
+	if b.rest == nil {
+		return nil, fmt.Errorf("%w: no REST config (a fake clientset)", errors.ErrUnsupported)
+	}
+	req := b.cs.CoreV1().RESTClient().Post().Namespace(b.ns).Resource("pods").Name(pod).SubResource(sub)
+	if params != nil {
+		req = req.VersionedParams(params, parameterCodec)
+	}
+	return req.URL(), nil
+}
+
+// now is the clock, for TTL labels.
+var now = time.Now

@@ -1,0 +1,91 @@
+package k8s
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// Kubernetes label values are at most 63 characters of [A-Za-z0-9-_.], so
+// sandboxkit's labels cannot all be Kubernetes labels as they are
+// (expires-at is an RFC 3339 time, owner is "host:pid:start", users may write
+// anything). The whole map is therefore kept in one annotation, which is what
+// Info and List read; every pair that is a valid Kubernetes label is also set
+// as one, so List filters on the server and kubectl -l works.
+const (
+	// annotationLabels holds the sandbox's labels as a JSON object.
+	annotationLabels = "sandboxkit.io/labels"
+	// annotationWorkDir is the working directory Exec starts in (the image's
+	// WORKDIR as found at Create, when the entry sets none).
+	annotationWorkDir = "sandboxkit.io/workdir"
+	// annotationSbxd records that sbxd was put in the pod at sbxdPath.
+	annotationSbxd = "sandboxkit.io/sbxd"
+)
+
+// podLabels returns the Kubernetes labels for a sandboxkit label map: the
+// pairs Kubernetes accepts as they are.
+func podLabels(all map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range all {
+		if validLabel(k, v) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func validLabel(k, v string) bool {
+	return len(validation.IsQualifiedName(k)) == 0 && len(validation.IsValidLabelValue(v)) == 0
+}
+
+// encodeLabels is the annotation value for a label map.
+func encodeLabels(all map[string]string) string {
+	b, _ := json.Marshal(all) // a map[string]string always encodes
+	return string(b)
+}
+
+// labelsOf returns a resource's sandboxkit labels: the annotation when
+// present (it has every label), else its Kubernetes labels.
+func labelsOf(meta metav1.ObjectMeta) map[string]string {
+	if s, ok := meta.Annotations[annotationLabels]; ok {
+		var all map[string]string
+		if json.Unmarshal([]byte(s), &all) == nil {
+			return all
+		}
+	}
+	return maps.Clone(meta.Labels)
+}
+
+// selector is the server-side part of filter: every condition Kubernetes
+// can express, and always the backend label. What it cannot express is
+// checked with Filter.Match on the results.
+func selector(filter backend.Filter) string {
+	want := map[string]string{backend.LabelBackend: Name}
+	if filter.Session != "" {
+		want[backend.LabelSession] = filter.Session
+	}
+	if filter.Name != "" {
+		want[backend.LabelName] = filter.Name
+	}
+	maps.Copy(want, filter.Labels)
+	sel := labels.Set{}
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if validLabel(k, want[k]) {
+			sel[k] = want[k]
+		}
+	}
+	return sel.String()
+}
+
+// expiresAt parses the expires-at label (zero when absent or malformed).
+func expiresAt(all map[string]string) time.Time {
+	t, _ := time.Parse(time.RFC3339, all[backend.LabelExpiresAt])
+	return t
+}

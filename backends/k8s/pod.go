@@ -1,0 +1,346 @@
+package k8s
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// sbxdDir is where Create puts sbxd in a pod: an emptyDir volume, so it
+// works with a read-only root file system and any image.
+const (
+	sbxdDir  = "/.sbx"
+	sbxdPath = sbxdDir + "/sbxd"
+)
+
+// keepAlive is the main process of a pod whose entry has no command: it
+// waits for Create to put sbxd in place, then becomes sbxd init, which
+// reaps the orphans of killed commands and ends at SIGTERM. Until then the
+// shell ends at SIGTERM itself, so deleting the pod never waits for its
+// grace period.
+const keepAlive = `trap 'exit 0' TERM INT
+while [ ! -x ` + sbxdPath + ` ]; do sleep 1 & wait $!; done
+exec ` + sbxdPath + ` init`
+
+// GPUResource is the extended resource a Spec's gpus asks for.
+const GPUResource corev1.ResourceName = "nvidia.com/gpu"
+
+// podFor builds the pod of a sandbox.
+func (b *Backend) podFor(id string, spec backend.Spec) (*corev1.Pod, error) {
+	all := maps.Clone(spec.Labels)
+	if all == nil {
+		all = map[string]string{}
+	}
+	maps.Copy(all, map[string]string{
+		backend.LabelID:      id,
+		backend.LabelBackend: Name,
+		backend.LabelName:    spec.Name,
+		backend.LabelSession: spec.Session,
+	})
+	if spec.TTL > 0 {
+		all[backend.LabelExpiresAt] = now().Add(spec.TTL).UTC().Format(time.RFC3339)
+	}
+	if spec.Owner != "" {
+		all[backend.LabelOwner] = spec.Owner
+	}
+	annotations := map[string]string{annotationLabels: encodeLabels(all)}
+	if spec.WorkingDir != "" {
+		if !path.IsAbs(spec.WorkingDir) {
+			return nil, fmt.Errorf("%w: working_dir %q: want an absolute path", backend.ErrInvalidConfig, spec.WorkingDir)
+		}
+		annotations[annotationWorkDir] = path.Clean(spec.WorkingDir)
+	}
+
+	c := corev1.Container{
+		Name:            containerName,
+		Image:           spec.Image,
+		ImagePullPolicy: corev1.PullPolicy(b.cfg.ImagePullPolicy),
+		WorkingDir:      spec.WorkingDir,
+		VolumeMounts:    []corev1.VolumeMount{{Name: "sbx", MountPath: sbxdDir}},
+	}
+	switch {
+	case spec.ImageCommand:
+	case spec.Command != nil:
+		c.Command = spec.Command
+	default:
+		c.Command = []string{"/bin/sh", "-c", keepAlive}
+	}
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
+		c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: spec.Env[k]})
+	}
+	for _, p := range spec.Ports {
+		proto := corev1.ProtocolTCP
+		switch strings.ToLower(p.Protocol) {
+		case "", "tcp":
+		case "udp":
+			proto = corev1.ProtocolUDP
+		default:
+			return nil, fmt.Errorf("%w: port %d: protocol %q: want tcp or udp", backend.ErrInvalidConfig, p.Port, p.Protocol)
+		}
+		if p.Port <= 0 || p.Port > 65535 {
+			return nil, fmt.Errorf("%w: port %d out of range", backend.ErrInvalidConfig, p.Port)
+		}
+		c.Ports = append(c.Ports, corev1.ContainerPort{ContainerPort: int32(p.Port), Protocol: proto})
+	}
+	res, err := resourcesFor(spec.Resources)
+	if err != nil {
+		return nil, err
+	}
+	c.Resources = res
+	sc, err := securityFor(spec)
+	if err != nil {
+		return nil, err
+	}
+	if b.cfg.RunAsUser > 0 {
+		uid := b.cfg.RunAsUser
+		sc.RunAsUser = &uid
+	}
+	if b.cfg.RunAsGroup > 0 {
+		gid := b.cfg.RunAsGroup
+		sc.RunAsGroup = &gid
+	}
+	c.SecurityContext = sc
+
+	volumes := []corev1.Volume{{Name: "sbx", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	for i, v := range spec.Volumes {
+		name := "vol-" + strconv.Itoa(i)
+		if !path.IsAbs(v.Target) {
+			return nil, fmt.Errorf("%w: volume %q: the target must be an absolute path", backend.ErrInvalidConfig, v.Source+":"+v.Target)
+		}
+		var src corev1.VolumeSource
+		switch v.Type {
+		case backend.VolumeNamed:
+			claim, err := claimName(v.Source)
+			if err != nil {
+				return nil, err
+			}
+			src.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: v.ReadOnly}
+		default:
+			if !path.IsAbs(v.Source) {
+				return nil, fmt.Errorf("%w: volume %q: a bind source must be an absolute path on the node", backend.ErrInvalidConfig, v.Source+":"+v.Target)
+			}
+			src.HostPath = &corev1.HostPathVolumeSource{Path: v.Source}
+		}
+		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: src})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: v.Target, ReadOnly: v.ReadOnly})
+	}
+	if spec.Resources.ShmBytes > 0 {
+		size := resource.NewQuantity(spec.Resources.ShmBytes, resource.BinarySI)
+		volumes = append(volumes, corev1.Volume{Name: "shm", VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: size}}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "shm", MountPath: "/dev/shm"})
+	}
+
+	grace := b.cfg.deleteGrace()
+	no := false
+	ps := corev1.PodSpec{
+		Containers:                    []corev1.Container{c},
+		Volumes:                       volumes,
+		RestartPolicy:                 corev1.RestartPolicyNever,
+		TerminationGracePeriodSeconds: &grace,
+		EnableServiceLinks:            &no,
+		NodeSelector:                  maps.Clone(b.cfg.NodeSelector),
+		Tolerations:                   b.cfg.tolerations(),
+		ServiceAccountName:            b.cfg.ServiceAccount,
+	}
+	if b.cfg.ServiceAccount == "" {
+		// Untrusted code gets no API token unless a service account is
+		// configured on purpose.
+		ps.AutomountServiceAccountToken = &no
+	}
+	for _, s := range b.cfg.ImagePullSecrets {
+		ps.ImagePullSecrets = append(ps.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
+	}
+	if rc := cmpOr(spec.Runtime, b.cfg.RuntimeClass); rc != "" {
+		ps.RuntimeClassName = &rc
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        id,
+			Namespace:   b.ns,
+			Labels:      podLabels(all),
+			Annotations: annotations,
+		},
+		Spec: ps,
+	}, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func resourcesFor(r backend.Resources) (corev1.ResourceRequirements, error) {
+	limits := corev1.ResourceList{}
+	if r.CPUs < 0 || r.MemoryBytes < 0 {
+		return corev1.ResourceRequirements{}, fmt.Errorf("%w: cpus and mem_limit must not be negative", backend.ErrInvalidConfig)
+	}
+	if r.CPUs > 0 {
+		limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(r.CPUs*1000+0.5), resource.DecimalSI)
+	}
+	if r.MemoryBytes > 0 {
+		limits[corev1.ResourceMemory] = *resource.NewQuantity(r.MemoryBytes, resource.BinarySI)
+	}
+	if r.GPUs != "" {
+		n, err := strconv.Atoi(r.GPUs)
+		if err != nil || n <= 0 {
+			return corev1.ResourceRequirements{}, fmt.Errorf("%w: the k8s backend cannot honour gpus %q: Kubernetes schedules a number of GPUs (write gpus = \"1\"), not \"all\" or device IDs",
+				errors.ErrUnsupported, r.GPUs)
+		}
+		limits[GPUResource] = *resource.NewQuantity(int64(n), resource.DecimalSI)
+	}
+	if len(limits) == 0 {
+		return corev1.ResourceRequirements{}, nil
+	}
+	// Requests default to the limits, so a sandbox gets what it is
+	// allowed (Guaranteed QoS when both CPU and memory are set).
+	return corev1.ResourceRequirements{Limits: limits}, nil
+}
+
+// securityFor is the container's security context: no privilege
+// escalation (setuid programs) unless the entry is privileged.
+func securityFor(spec backend.Spec) (*corev1.SecurityContext, error) {
+	escalate := spec.Privileged
+	sc := &corev1.SecurityContext{AllowPrivilegeEscalation: &escalate}
+	if spec.Privileged {
+		yes := true
+		sc.Privileged = &yes
+	}
+	if spec.ReadOnlyRootfs {
+		yes := true
+		sc.ReadOnlyRootFilesystem = &yes
+	}
+	if len(spec.CapAdd) > 0 || len(spec.CapDrop) > 0 {
+		sc.Capabilities = &corev1.Capabilities{}
+		for _, c := range spec.CapAdd {
+			sc.Capabilities.Add = append(sc.Capabilities.Add, corev1.Capability(capName(c)))
+		}
+		for _, c := range spec.CapDrop {
+			sc.Capabilities.Drop = append(sc.Capabilities.Drop, corev1.Capability(capName(c)))
+		}
+	}
+	return sc, nil
+}
+
+// capName turns Docker's spelling (CAP_NET_ADMIN, net_admin) into
+// Kubernetes' (NET_ADMIN).
+func capName(c string) string {
+	return strings.TrimPrefix(strings.ToUpper(c), "CAP_")
+}
+
+// claimName is the PersistentVolumeClaim of a named volume.
+func claimName(source string) (string, error) {
+	if msgs := validation.IsDNS1123Subdomain(source); len(msgs) > 0 {
+		return "", fmt.Errorf("%w: volume %q: a named volume of the k8s backend is a PersistentVolumeClaim name (lower case letters, digits, '-' and '.'): %s",
+			backend.ErrInvalidConfig, source, msgs[0])
+	}
+	return source, nil
+}
+
+// claimsFor makes the claims of spec's named volumes that do not exist yet
+// and returns the names of those it made: they belong to the sandbox and go
+// with its pod (see ownClaims). Existing claims (a session's shared
+// volumes, made by CreateVolume) are used as they are.
+func (b *Backend) claimsFor(ctx context.Context, spec backend.Spec) ([]string, error) {
+	var made []string
+	for _, v := range spec.Volumes {
+		if v.Type != backend.VolumeNamed {
+			continue
+		}
+		name, err := claimName(v.Source)
+		if err != nil {
+			return nil, err
+		}
+		err = b.createClaim(ctx, name, map[string]string{
+			backend.LabelBackend: Name,
+			backend.LabelSession: spec.Session,
+			labelVolume:          name,
+		})
+		switch {
+		case errors.Is(err, backend.ErrAlreadyExists):
+		case err != nil:
+			b.deleteClaims(context.WithoutCancel(ctx), made)
+			return nil, fmt.Errorf("volume %q: %w", v.Source+":"+v.Target, err)
+		default:
+			made = append(made, name)
+		}
+	}
+	return made, nil
+}
+
+// ownClaims makes the pod the owner of the claims Create made for it, so
+// deleting the pod deletes them (Kubernetes' garbage collector).
+func (b *Backend) ownClaims(ctx context.Context, pod *corev1.Pod, claims []string) error {
+	for _, name := range claims {
+		patch := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%q,"uid":%q}]}}`, pod.Name, pod.UID)
+		rctx, cancel := b.reqCtx(ctx)
+		_, err := b.cs.CoreV1().PersistentVolumeClaims(b.ns).Patch(rctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		cancel()
+		if err != nil {
+			b.deleteClaims(context.WithoutCancel(ctx), claims)
+			return fmt.Errorf("claim %s: %w", name, b.translate(err))
+		}
+	}
+	return nil
+}
+
+func (b *Backend) deleteClaims(ctx context.Context, names []string) {
+	for _, name := range names {
+		rctx, cancel := b.reqCtx(ctx)
+		err := b.cs.CoreV1().PersistentVolumeClaims(b.ns).Delete(rctx, name, metav1.DeleteOptions{})
+		cancel()
+		if err := b.translate(err); err != nil && !errors.Is(err, backend.ErrNotFound) {
+			b.log.Warn("removing a volume claim failed", "claim", name, "err", err)
+		}
+	}
+}
+
+// createService makes the ClusterIP Service of a pod with ports: named as
+// the pod, selecting it by sandboxkit.id, owned by it (so it goes with the
+// pod).
+func (b *Backend) createService(ctx context.Context, pod *corev1.Pod) error {
+	yes := true
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      pod.Name,
+			Namespace: b.ns,
+			Labels:    map[string]string{backend.LabelID: pod.Name, backend.LabelBackend: Name},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, BlockOwnerDeletion: &yes,
+			}},
+		},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{backend.LabelID: pod.Name}},
+	}
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{
+				Name:     strings.ToLower(string(p.Protocol)) + "-" + strconv.Itoa(int(p.ContainerPort)),
+				Protocol: p.Protocol,
+				Port:     p.ContainerPort,
+			})
+		}
+	}
+	rctx, cancel := b.reqCtx(ctx)
+	defer cancel()
+	_, err := b.cs.CoreV1().Services(b.ns).Create(rctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("service %s: %w", pod.Name, b.translate(err))
+	}
+	return nil
+}

@@ -1,0 +1,486 @@
+package k8s
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
+)
+
+// Sandbox is one pod. It is safe for concurrent use.
+type Sandbox struct {
+	b       *Backend
+	id      string
+	workDir string
+	// sbxd: the pod has sbxd at sbxdPath, which wraps every command so a
+	// timeout or cancel can kill its process tree.
+	sbxd      bool
+	ports     []int // declared TCP container ports
+	destroyed atomic.Bool
+}
+
+var (
+	_ backend.Sandbox    = (*Sandbox)(nil)
+	_ backend.Attacher   = (*Sandbox)(nil)
+	_ backend.Endpointer = (*Sandbox)(nil)
+	_ backend.Renewer    = (*Sandbox)(nil)
+)
+
+// envExecID is the marker sbxd exec puts on a command's processes.
+const envExecID = "SBX_EXEC_ID"
+
+func (b *Backend) sandboxFor(pod *corev1.Pod) *Sandbox {
+	s := &Sandbox{b: b, id: pod.Name, workDir: infoOf(pod).WorkDir, sbxd: pod.Annotations[annotationSbxd] == sbxdPath}
+	for _, c := range pod.Spec.Containers {
+		if c.Name != containerName {
+			continue
+		}
+		for _, p := range c.Ports {
+			if p.Protocol == "" || p.Protocol == corev1.ProtocolTCP {
+				s.ports = append(s.ports, int(p.ContainerPort))
+			}
+		}
+	}
+	return s
+}
+
+func (s *Sandbox) ID() string { return s.id }
+
+// SbxdPath is where sbxd is in the pod (sbxd.AgentPather), so sbxd.Wrap
+// starts the copy Create put there instead of injecting another.
+func (s *Sandbox) SbxdPath() string { return sbxdPath }
+
+func (s *Sandbox) opErr(op string, err error) error { return s.b.opErr(op, s.id, err) }
+
+func (s *Sandbox) Info(ctx context.Context) (backend.Info, error) {
+	pod, err := s.b.getPod(ctx, s.id)
+	if err != nil {
+		return backend.Info{}, s.opErr("info", err)
+	}
+	return infoOf(pod), nil
+}
+
+// resolve makes a sandbox path absolute against the working directory.
+func (s *Sandbox) resolve(name string) string {
+	if path.IsAbs(name) {
+		return path.Clean(name)
+	}
+	return path.Join(s.workDir, name)
+}
+
+// gone is the error of calls on a sandbox this handle destroyed.
+func (s *Sandbox) gone() error {
+	return fmt.Errorf("%w: sandbox %s was destroyed", backend.ErrNotFound, s.id)
+}
+
+// command is the argv run in the pod for req: argv with req's environment
+// and working directory, under sbxd exec when the pod has sbxd.
+func (s *Sandbox) command(req backend.ExecRequest, argv []string, execID string, timeout time.Duration) ([]string, error) {
+	if req.User != "" {
+		return nil, fmt.Errorf("%w: the k8s backend cannot run a command as user %q (the exec API runs it as the container's user; set it for the whole pod instead)",
+			errors.ErrUnsupported, req.User)
+	}
+	if err := checkEnv(req.Env); err != nil {
+		return nil, fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err)
+	}
+	dir := ""
+	if req.WorkDir != "" {
+		dir = s.resolve(req.WorkDir)
+	}
+	cmd := withEnv(argv, req.Env, dir)
+	if !s.sbxd {
+		return cmd, nil
+	}
+	w := []string{sbxdPath, "exec", "--id", execID}
+	if timeout > 0 {
+		w = append(w, "--timeout", timeout.String())
+	}
+	return append(append(w, "--"), cmd...), nil
+}
+
+// Exec runs req under sbxd exec, which owns the timeout and kills the
+// command's process tree inside the pod; cancelling ctx runs sbxd kill in a
+// second exec (the exec API itself cannot kill).
+func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.ExecResult, error) {
+	if s.destroyed.Load() {
+		return backend.ExecResult{}, s.opErr("exec", s.gone())
+	}
+	argv, err := req.Argv()
+	if err != nil {
+		return backend.ExecResult{}, s.opErr("exec", err)
+	}
+	execID := randomHex(8)
+	cmd, err := s.command(req, argv, execID, req.Timeout)
+	if err != nil {
+		return backend.ExecResult{}, s.opErr("exec", err)
+	}
+	start := time.Now()
+	out := backend.NewOutputs(req)
+	g := &gate{}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type outcome struct {
+		code int
+		err  error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		code, err := s.b.stream(sctx, s.id, cmd, req.Stdin, g.writer(out.Stdout), g.writer(out.Stderr))
+		done <- outcome{code, err}
+	}()
+
+	// sbxd ends the command at req.Timeout; this later deadline only
+	// guards against a wrapper that cannot (a frozen node). Without sbxd it
+	// is the timeout itself.
+	var backstop <-chan time.Time
+	if req.Timeout > 0 {
+		d := req.Timeout + 30*time.Second
+		if !s.sbxd {
+			d = req.Timeout
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		backstop = t.C
+	}
+	var res backend.ExecResult
+	var o outcome
+	var ctxErr error
+	select {
+	case o = <-done:
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+		cancel()
+		<-done
+		s.kill(execID)
+	case <-backstop:
+		res.TimedOut = true
+		cancel()
+		<-done
+		s.kill(execID)
+	}
+	g.close()
+	res.Duration = time.Since(start)
+	out.Finish(&res)
+	switch {
+	case ctxErr != nil:
+		res.ExitCode = -1
+		return res, s.opErr("exec", ctxErr)
+	case res.TimedOut:
+		res.ExitCode = backend.TimeoutExitCode
+		return res, nil
+	case o.err != nil:
+		return res, s.opErr("exec", s.explain(ctx, o.err))
+	}
+	res.ExitCode = o.code
+	// sbxd exits 124 only when its timer fired (or the command itself
+	// exits 124 at or after the deadline, which is indistinguishable).
+	res.TimedOut = req.Timeout > 0 && o.code == backend.TimeoutExitCode && res.Duration >= req.Timeout
+	return res, nil
+}
+
+// explain turns a failed exec stream into ErrNotFound when the pod is gone
+// (deleted behind our back, or destroyed through this handle).
+func (s *Sandbox) explain(ctx context.Context, err error) error {
+	if s.destroyed.Load() {
+		return s.gone()
+	}
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, gerr := s.b.getPod(gctx, s.id); errors.Is(gerr, backend.ErrNotFound) {
+		return fmt.Errorf("%w: pod %s/%s is gone (deleted outside sandboxkit?): %v", backend.ErrNotFound, s.b.ns, s.id, err)
+	}
+	return err
+}
+
+// kill runs sbxd kill for a command's marker in a second exec, detached
+// from the caller's context (which is usually what was cancelled).
+func (s *Sandbox) kill(execID string) {
+	if !s.sbxd {
+		s.b.log.Warn("no sbxd in the pod: the command cannot be killed and keeps running in it",
+			"sandbox", s.id, "exec", execID)
+		return
+	}
+	if s.destroyed.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stderr strings.Builder
+	code, err := s.b.stream(ctx, s.id, []string{sbxdPath, "kill", execID}, nil, io.Discard, &stderr)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("sbxd kill exited %d: %s", code, strings.TrimSpace(stderr.String()))
+	}
+	if err != nil {
+		s.b.log.Warn("killing a command in a sandbox failed", "sandbox", s.id, "exec", execID, "err", err)
+	}
+}
+
+// Destroy deletes the pod with the configured grace period, and with it
+// the claims Create made for it. It does not wait for the pod's processes
+// to end: the pod is not found from then on. Destroying a sandbox that is
+// gone is not an error.
+func (s *Sandbox) Destroy(ctx context.Context) error {
+	s.destroyed.Store(true)
+	s.b.stopForwards(s.id)
+	rctx, cancel := s.b.reqCtx(ctx)
+	defer cancel()
+	return s.opErr("destroy", s.b.deletePod(rctx, s.id, s.b.cfg.deleteGrace()))
+}
+
+// Renew moves the sandbox's expiry to ttl from now.
+func (s *Sandbox) Renew(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	pod, err := s.b.getPod(ctx, s.id)
+	if err != nil {
+		return time.Time{}, s.opErr("renew", err)
+	}
+	exp := now().Add(ttl).UTC().Truncate(time.Second)
+	all := labelsOf(pod.ObjectMeta)
+	all[backend.LabelExpiresAt] = exp.Format(time.RFC3339)
+	if err := s.b.patchAnnotations(ctx, pod, map[string]string{annotationLabels: encodeLabels(all)}); err != nil {
+		return time.Time{}, s.opErr("renew", err)
+	}
+	return exp, nil
+}
+
+// patchAnnotations sets annotations on pod, failing if it changed since it
+// was read (another Renew at the same time).
+func (b *Backend) patchAnnotations(ctx context.Context, pod *corev1.Pod, ann map[string]string) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations":     ann,
+		"resourceVersion": pod.ResourceVersion,
+	}})
+	rctx, cancel := b.reqCtx(ctx)
+	defer cancel()
+	_, err := b.cs.CoreV1().Pods(b.ns).Patch(rctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return b.translate(err)
+}
+
+// injectScript reports the node's architecture and the container's working
+// directory, then stores the sbxd binary it reads from stdin. (Sending it
+// gzipped for gunzip in the pod was measured no faster here: busybox's
+// gunzip costs what the smaller transfer saves.)
+//
+// The size comes first, so a transfer cut short never leaves a truncated
+// binary for the pod's main process to exec.
+const injectScript = `uname -m 2>/dev/null || echo unknown
+pwd
+read -r n
+mkdir -p ` + sbxdDir + ` && cat > ` + sbxdDir + `/.sbxd.tmp &&
+[ "$(wc -c < ` + sbxdDir + `/.sbxd.tmp)" -eq "$n" ] &&
+chmod 755 ` + sbxdDir + `/.sbxd.tmp && mv -f ` + sbxdDir + `/.sbxd.tmp ` + sbxdPath
+
+// setUp puts sbxd in the pod and records what Get needs to know later
+// (sbxd is there; the image's working directory when findWorkDir). Without
+// a shell in the image there is no sbxd: commands then run as plain execs,
+// which a timeout or cancel cannot kill inside the pod.
+func (s *Sandbox) setUp(ctx context.Context, findWorkDir bool) error {
+	arch, wd, err := s.inject(ctx)
+	if err != nil {
+		s.b.log.Warn("putting sbxd in the pod failed; timeouts and cancels will not kill commands inside it",
+			"sandbox", s.id, "arch", arch, "err", err)
+		if findWorkDir {
+			if err := s.probeWorkDir(ctx); err != nil {
+				s.b.log.Debug("finding the image's working directory failed; using /", "sandbox", s.id, "err", err)
+			}
+		}
+		return nil
+	}
+	ann := map[string]string{annotationSbxd: sbxdPath}
+	if findWorkDir && path.IsAbs(wd) {
+		ann[annotationWorkDir] = wd
+		s.workDir = wd
+	}
+	pod, err := s.b.getPod(ctx, s.id)
+	if err != nil {
+		return err
+	}
+	if err := s.b.patchAnnotations(ctx, pod, ann); err != nil {
+		return err
+	}
+	s.sbxd = true
+	return nil
+}
+
+// inject streams the sbxd binary for the node's architecture into the pod.
+func (s *Sandbox) inject(ctx context.Context) (arch, workDir string, err error) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	var stderr lockedBuffer
+	done := make(chan error, 1)
+	var code int
+	go func() {
+		var err error
+		code, err = s.b.stream(ctx, s.id, []string{"/bin/sh", "-c", injectScript}, inR, outW, &stderr)
+		outW.Close()
+		inR.Close()
+		done <- err
+	}()
+	lines := bufio.NewReader(outR)
+	arch, _ = lines.ReadString('\n')
+	workDir, _ = lines.ReadString('\n')
+	arch, workDir = strings.TrimSpace(arch), strings.TrimSpace(workDir)
+	go io.Copy(io.Discard, lines)
+	var bin []byte
+	if arch != "" {
+		bin, err = s.b.sbxdBinary(sbxdbin.NormalizeArch(arch))
+	} else {
+		err = errors.New("no reply from the pod's shell")
+	}
+	if err == nil {
+		_, err = fmt.Fprintf(inW, "%d\n", len(bin))
+	}
+	if err == nil {
+		_, err = inW.Write(bin)
+	}
+	inW.CloseWithError(err)
+	if serr := <-done; err == nil {
+		err = serr
+	}
+	if err == nil && code != 0 {
+		err = fmt.Errorf("the copy exited %d: %s", code, strings.TrimSpace(stderr.String()))
+	}
+	return arch, workDir, err
+}
+
+// probeWorkDir finds the container's working directory with pwd and
+// records it on the pod.
+func (s *Sandbox) probeWorkDir(ctx context.Context) error {
+	var out strings.Builder
+	code, err := s.b.stream(ctx, s.id, []string{"pwd"}, nil, &out, io.Discard)
+	if err != nil {
+		return err
+	}
+	wd := strings.TrimSpace(out.String())
+	if code != 0 || !path.IsAbs(wd) {
+		return fmt.Errorf("pwd exited %d with %q", code, wd)
+	}
+	pod, err := s.b.getPod(ctx, s.id)
+	if err != nil {
+		return err
+	}
+	s.workDir = wd
+	return s.b.patchAnnotations(ctx, pod, map[string]string{annotationWorkDir: wd})
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Attach starts a long-lived command (how sbxd's stream mode is started)
+// with its stdin and stdout connected to the caller.
+func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest) (backend.Process, error) {
+	if s.destroyed.Load() {
+		return nil, s.opErr("attach", s.gone())
+	}
+	argv, err := req.Argv()
+	if err != nil {
+		return nil, s.opErr("attach", err)
+	}
+	execID := randomHex(8)
+	cmd, err := s.command(req, argv, execID, 0)
+	if err != nil {
+		return nil, s.opErr("attach", err)
+	}
+	stderr := req.Stderr
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p := &process{s: s, execID: execID, stdin: inW, stdout: outR, cancel: cancel, done: make(chan struct{})}
+	g := &gate{}
+	go func() {
+		code, err := s.b.stream(sctx, s.id, cmd, inR, g.writer(outW), g.writer(stderr))
+		g.close()
+		if err != nil {
+			err = s.explain(sctx, err)
+		}
+		outW.CloseWithError(err)
+		inR.Close()
+		p.code = code
+		if err != nil {
+			p.err = s.opErr("attach", err)
+		}
+		close(p.done)
+	}()
+	stop := context.AfterFunc(ctx, func() { p.Kill() })
+	go func() { <-p.done; stop(); cancel() }()
+	return p, nil
+}
+
+type process struct {
+	s      *Sandbox
+	execID string
+	stdin  *io.PipeWriter
+	stdout io.Reader
+	cancel context.CancelFunc
+
+	done     chan struct{}
+	code     int
+	err      error
+	killOnce sync.Once
+}
+
+func (p *process) Stdin() io.WriteCloser { return p.stdin }
+func (p *process) Stdout() io.Reader     { return p.stdout }
+
+func (p *process) Wait() (int, error) {
+	<-p.done
+	return p.code, p.err
+}
+
+// Kill ends the process tree with sbxd kill, then drops the stream (which
+// alone would leave the process running in the pod).
+func (p *process) Kill() error {
+	p.killOnce.Do(func() {
+		p.s.kill(p.execID)
+		p.cancel()
+	})
+	return nil
+}
+
+// sbxdBinary is the sbxd binary for arch, found once per backend.
+func (b *Backend) sbxdBinary(arch string) ([]byte, error) {
+	b.payloadMu.Lock()
+	defer b.payloadMu.Unlock()
+	if p, ok := b.payloads[arch]; ok {
+		return p, nil
+	}
+	bin, err := sbxdbin.Find(b.cfg.SbxdPath, arch)
+	if err != nil {
+		return nil, err
+	}
+	if b.payloads == nil {
+		b.payloads = map[string][]byte{}
+	}
+	b.payloads[arch] = bin
+	return bin, nil
+}

@@ -1,0 +1,127 @@
+package k8s
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// labelVolume marks the PersistentVolumeClaims the backend makes with
+// their name.
+const labelVolume = "sandboxkit.volume"
+
+// createClaim makes a PersistentVolumeClaim with the configured storage
+// class, size and access mode.
+func (b *Backend) createClaim(ctx context.Context, name string, all map[string]string) error {
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Namespace:   b.ns,
+			Labels:      podLabels(all),
+			Annotations: map[string]string{annotationLabels: encodeLabels(all)},
+		},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{b.cfg.volumeAccessMode()},
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: b.cfg.volumeSize()},
+			},
+		},
+	}
+	if b.cfg.StorageClass != "" {
+		sc := b.cfg.StorageClass
+		pvc.Spec.StorageClassName = &sc
+	}
+	rctx, cancel := b.reqCtx(ctx)
+	defer cancel()
+	_, err := b.cs.CoreV1().PersistentVolumeClaims(b.ns).Create(rctx, pvc, metav1.CreateOptions{})
+	return b.translate(err)
+}
+
+// CreateVolume makes a PersistentVolumeClaim several sandboxes of a
+// session can mount (on one node with ReadWriteOnce, the default; see
+// Config.VolumeAccessMode). Filling it from a host path is not offered: the
+// host is not a node.
+func (b *Backend) CreateVolume(ctx context.Context, spec backend.VolumeSpec) (string, error) {
+	if spec.FromPath != "" {
+		return "", b.opErr("create volume", "", fmt.Errorf("%w: the k8s backend cannot fill a volume from the host path %q (the host is not a cluster node); copy the files into a sandbox instead",
+			errors.ErrUnsupported, spec.FromPath))
+	}
+	name := spec.Name
+	if name == "" {
+		name = "sbx-vol-" + randomHex(5)
+	}
+	if _, err := claimName(name); err != nil {
+		return "", b.opErr("create volume", "", err)
+	}
+	all := maps.Clone(spec.Labels)
+	if all == nil {
+		all = map[string]string{}
+	}
+	maps.Copy(all, map[string]string{
+		backend.LabelBackend: Name,
+		backend.LabelSession: spec.Session,
+		labelVolume:          name,
+	})
+	if spec.TTL > 0 {
+		all[backend.LabelExpiresAt] = now().Add(spec.TTL).UTC().Format(time.RFC3339)
+	}
+	if err := b.createClaim(ctx, name, all); err != nil {
+		return "", b.opErr("create volume", "", fmt.Errorf("claim %s: %w", name, err))
+	}
+	return name, nil
+}
+
+// RemoveVolume deletes a claim the backend made; one that is gone is not
+// an error.
+func (b *Backend) RemoveVolume(ctx context.Context, name string) error {
+	rctx, cancel := b.reqCtx(ctx)
+	defer cancel()
+	err := b.translate(b.cs.CoreV1().PersistentVolumeClaims(b.ns).Delete(rctx, name, metav1.DeleteOptions{}))
+	if err == nil || errors.Is(err, backend.ErrNotFound) {
+		return nil
+	}
+	return b.opErr("remove volume", "", err)
+}
+
+// ListVolumes lists the claims the backend made that match filter.
+func (b *Backend) ListVolumes(ctx context.Context, filter backend.Filter) ([]backend.VolumeInfo, error) {
+	filter.Name = ""
+	rctx, cancel := b.reqCtx(ctx)
+	defer cancel()
+	pvcs, err := b.cs.CoreV1().PersistentVolumeClaims(b.ns).List(rctx, metav1.ListOptions{LabelSelector: selector(filter)})
+	if err != nil {
+		return nil, b.opErr("list volumes", "", err)
+	}
+	out := []backend.VolumeInfo{}
+	for _, pvc := range pvcs.Items {
+		if pvc.DeletionTimestamp != nil {
+			continue
+		}
+		all := labelsOf(pvc.ObjectMeta)
+		if _, ok := all[labelVolume]; !ok {
+			continue
+		}
+		info := backend.Info{Session: all[backend.LabelSession], Labels: all}
+		if !filter.Match(info) {
+			continue
+		}
+		out = append(out, backend.VolumeInfo{
+			Name:      pvc.Name,
+			Session:   all[backend.LabelSession],
+			Labels:    all,
+			CreatedAt: pvc.CreationTimestamp.Time,
+			ExpiresAt: expiresAt(all),
+		})
+	}
+	slices.SortFunc(out, func(a, c backend.VolumeInfo) int { return strings.Compare(a.Name, c.Name) })
+	return out, nil
+}

@@ -1,0 +1,196 @@
+package k8s
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// fatalWaiting are reasons a container waits for that do not go away by
+// waiting (the kubelet only backs off and retries).
+var fatalWaiting = []string{
+	"ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
+	"CreateContainerConfigError", "CreateContainerError", "RunContainerError", "CrashLoopBackOff",
+}
+
+// errStartFailed wraps the reasons a pod did not reach Running.
+var errStartFailed = errors.New("pod did not start")
+
+// waitRunning waits, within the start timeout, for pod's sandbox container
+// to run. A failure reports the pod's own reason (ImagePullBackOff,
+// Unschedulable, OOMKilled, ...) and its recent events.
+func (b *Backend) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.startTimeout())
+	defer cancel()
+	last := pod
+	for {
+		w, err := b.cs.CoreV1().Pods(b.ns).Watch(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name).String(),
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, b.startTimeoutErr(ctx, last)
+			}
+			return nil, b.translate(err)
+		}
+		// The pod may have changed before the watch began.
+		if p, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
+			last = p
+		} else if err := b.translate(err); errors.Is(err, backend.ErrNotFound) {
+			w.Stop()
+			return nil, fmt.Errorf("%w: pod %s was deleted while starting", backend.ErrNotFound, pod.Name)
+		}
+		done, err := b.checkStarted(ctx, last)
+		if done || err != nil {
+			w.Stop()
+			return last, err
+		}
+	events:
+		for {
+			var ev watch.Event
+			var ok bool
+			select {
+			case ev, ok = <-w.ResultChan():
+			case <-ctx.Done():
+			}
+			if !ok {
+				break // the watch ended, or ctx: watch again or give up
+			}
+			if ev.Type == watch.Deleted {
+				w.Stop()
+				return nil, fmt.Errorf("%w: pod %s was deleted while starting", backend.ErrNotFound, pod.Name)
+			}
+			p, isPod := ev.Object.(*corev1.Pod)
+			if !isPod {
+				break events // an error event: watch again
+			}
+			last = p
+			if done, err := b.checkStarted(ctx, last); done || err != nil {
+				w.Stop()
+				return last, err
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return nil, b.startTimeoutErr(ctx, last)
+		}
+	}
+}
+
+// checkStarted reports whether pod runs, or an error when it never will.
+func (b *Backend) checkStarted(ctx context.Context, pod *corev1.Pod) (bool, error) {
+	if pod.DeletionTimestamp != nil {
+		return false, fmt.Errorf("%w: pod %s is being deleted", errStartFailed, pod.Name)
+	}
+	st := containerStatus(pod)
+	switch {
+	case st != nil && st.State.Running != nil:
+		return true, nil
+	case st != nil && st.State.Terminated != nil:
+		t := st.State.Terminated
+		return false, fmt.Errorf("%w: the container exited (reason %s, exit code %d%s) before Create returned; a sandbox needs a main process that keeps running%s",
+			errStartFailed, t.Reason, t.ExitCode, suffix(": ", t.Message), b.eventSummary(ctx, pod))
+	case st != nil && st.State.Waiting != nil && slices.Contains(fatalWaiting, st.State.Waiting.Reason):
+		w := st.State.Waiting
+		return false, fmt.Errorf("%w: %s%s%s%s", errStartFailed, w.Reason, suffix(": ", w.Message), hint(w.Reason), b.eventSummary(ctx, pod))
+	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+		return false, fmt.Errorf("%w: pod phase %s%s%s", errStartFailed, pod.Status.Phase, suffix(": ", pod.Status.Message), b.eventSummary(ctx, pod))
+	}
+	return false, nil
+}
+
+func hint(reason string) string {
+	switch reason {
+	case "ImagePullBackOff", "ErrImageNeverPull":
+		return " (check the image name, that the nodes can pull it (image_pull_secrets), or for images loaded on the nodes by hand image_pull_policy = \"IfNotPresent\")"
+	case "RunContainerError", "CreateContainerError":
+		return " (an entry without command needs /bin/sh in the image; give it a command otherwise)"
+	}
+	return ""
+}
+
+func suffix(sep, s string) string {
+	if s == "" {
+		return ""
+	}
+	return sep + s
+}
+
+func containerStatus(pod *corev1.Pod) *corev1.ContainerStatus {
+	for i := range pod.Status.ContainerStatuses {
+		if pod.Status.ContainerStatuses[i].Name == containerName {
+			return &pod.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+// startTimeoutErr explains why a pod is not running when the start timeout
+// (or the caller's context) ran out.
+func (b *Backend) startTimeoutErr(ctx context.Context, pod *corev1.Pod) error {
+	var why []string
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
+			why = append(why, "not scheduled: "+c.Reason+suffix(": ", c.Message))
+		}
+	}
+	if st := containerStatus(pod); st != nil && st.State.Waiting != nil {
+		why = append(why, "container waiting: "+st.State.Waiting.Reason+suffix(": ", st.State.Waiting.Message))
+	}
+	if len(why) == 0 {
+		why = append(why, "phase "+string(pod.Status.Phase))
+	}
+	// The events are fetched on a context of their own: ctx is done.
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.requestTimeout())
+	defer cancel()
+	err := fmt.Errorf("%w: pod %s is not running after %v (%s)%s", errStartFailed, pod.Name,
+		b.cfg.startTimeout(), strings.Join(why, "; "), b.eventSummary(ectx, pod))
+	if cerr := context.Cause(ctx); cerr != nil && !errors.Is(cerr, context.DeadlineExceeded) {
+		return errors.Join(err, cerr)
+	}
+	return err
+}
+
+// eventSummary lists the pod's latest events as "; events: ...", or "".
+func (b *Backend) eventSummary(ctx context.Context, pod *corev1.Pod) string {
+	rctx, cancel := b.reqCtx(ctx)
+	defer cancel()
+	evs, err := b.cs.CoreV1().Events(b.ns).List(rctx, metav1.ListOptions{
+		FieldSelector: fields.AndSelectors(
+			fields.OneTermEqualSelector("involvedObject.name", pod.Name),
+			fields.OneTermEqualSelector("involvedObject.kind", "Pod"),
+		).String(),
+	})
+	if err != nil || len(evs.Items) == 0 {
+		return ""
+	}
+	items := evs.Items
+	slices.SortStableFunc(items, func(a, c corev1.Event) int { return eventTime(a).Time.Compare(eventTime(c).Time) })
+	if len(items) > 6 {
+		items = items[len(items)-6:]
+	}
+	var parts []string
+	for _, e := range items {
+		parts = append(parts, fmt.Sprintf("%s %s: %s", e.Type, e.Reason, strings.TrimSpace(e.Message)))
+	}
+	return "; events: " + strings.Join(parts, " | ")
+}
+
+func eventTime(e corev1.Event) metav1.Time {
+	switch {
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp
+	case !e.EventTime.IsZero():
+		return metav1.Time{Time: e.EventTime.Time}
+	}
+	return e.CreationTimestamp
+}
