@@ -7,8 +7,6 @@ package dockertest
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +17,8 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
+
+	"github.com/sandboxkit/sandboxkit/internal/harness"
 )
 
 // Images built by scripts/docker-setup.sh; no registry is involved.
@@ -37,19 +37,12 @@ const (
 const EnvRequire = "SBX_REQUIRE_DOCKER"
 
 // Required reports whether SBX_REQUIRE_DOCKER asks for Docker.
-func Required() bool {
-	v := os.Getenv(EnvRequire)
-	return v != "" && v != "0" && v != "false"
-}
+func Required() bool { return harness.Required(EnvRequire) }
 
 // unavailable skips t, or fails it when Docker is required.
 func unavailable(t testing.TB, format string, args ...any) {
 	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if Required() {
-		t.Fatalf("%s (%s=1 makes this a failure)", msg, EnvRequire)
-	}
-	t.Skip(msg)
+	harness.Unavailable(t, EnvRequire, format, args...)
 }
 
 // Client returns a client for the daemon DOCKER_HOST names (default: the

@@ -10,14 +10,10 @@
 package k8stest
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +23,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandboxkit/sandboxkit/internal/harness"
 )
 
 // EnvRequire makes the k8s tests fail instead of skipping when the cluster
@@ -48,18 +46,11 @@ const (
 )
 
 // Required reports whether SBX_REQUIRE_K8S asks for the cluster.
-func Required() bool {
-	v := os.Getenv(EnvRequire)
-	return v != "" && v != "0" && v != "false"
-}
+func Required() bool { return harness.Required(EnvRequire) }
 
 func unavailable(t testing.TB, format string, args ...any) {
 	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if Required() {
-		t.Fatalf("%s (%s=1 makes this a failure)", msg, EnvRequire)
-	}
-	t.Skip(msg)
+	harness.Unavailable(t, EnvRequire, format, args...)
 }
 
 // Cluster is the harness cluster, as its environment file describes it.
@@ -107,14 +98,8 @@ func setUp() (*Cluster, error) {
 			}
 		}
 		var err error
-		if script, err = harnessScript(); err != nil {
+		if script, err = harness.Up("k8s-harness.sh", 30*time.Minute); err != nil {
 			return nil, err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, script, "up").CombinedOutput()
-		if err != nil {
-			return nil, fmt.Errorf("%s up: %v\n%s", script, err, out)
 		}
 	}
 	c, err := readEnv(envFile)
@@ -125,37 +110,10 @@ func setUp() (*Cluster, error) {
 	return c, nil
 }
 
-// harnessScript finds scripts/k8s-harness.sh above the working directory
-// (the test's package directory).
-func harnessScript() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		p := filepath.Join(dir, "scripts", "k8s-harness.sh")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("scripts/k8s-harness.sh not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
 func readEnv(path string) (*Cluster, error) {
-	data, err := os.ReadFile(path)
+	env, err := harness.ReadEnv(path, "k8s-harness.sh")
 	if err != nil {
-		return nil, fmt.Errorf("reading the harness environment: %v (run scripts/k8s-harness.sh up)", err)
-	}
-	env := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			env[k] = v
-		}
+		return nil, err
 	}
 	c := &Cluster{
 		Kubeconfig:       env["SBX_K8S_KUBECONFIG"],

@@ -10,8 +10,6 @@
 package remotetest
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -24,6 +22,8 @@ import (
 	"time"
 
 	"github.com/docker/docker/client"
+
+	"github.com/sandboxkit/sandboxkit/internal/harness"
 )
 
 // EnvRequire makes the remotedocker tests fail instead of skipping when the
@@ -36,18 +36,11 @@ const EnvFile = "SBX_REMOTE_ENV"
 const defaultEnvFile = "/run/sandboxkit-remote/env"
 
 // Required reports whether SBX_REQUIRE_REMOTE asks for the harness.
-func Required() bool {
-	v := os.Getenv(EnvRequire)
-	return v != "" && v != "0" && v != "false"
-}
+func Required() bool { return harness.Required(EnvRequire) }
 
 func unavailable(t testing.TB, format string, args ...any) {
 	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if Required() {
-		t.Fatalf("%s (%s=1 makes this a failure)", msg, EnvRequire)
-	}
-	t.Skip(msg)
+	harness.Unavailable(t, EnvRequire, format, args...)
 }
 
 // Host is the harness's remote host, as its environment file describes it.
@@ -104,52 +97,17 @@ func setUp() (*Host, error) {
 				return nil, fmt.Errorf("needs %s on PATH", tool)
 			}
 		}
-		script, err := harnessScript()
-		if err != nil {
+		if _, err := harness.Up("remote-harness.sh", 10*time.Minute); err != nil {
 			return nil, err
-		}
-		// Idempotent and quick when the harness is up already.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, script, "up").CombinedOutput()
-		if err != nil {
-			return nil, fmt.Errorf("%s up: %v\n%s", script, err, out)
 		}
 	}
 	return readEnv(envFile)
 }
 
-// harnessScript finds scripts/remote-harness.sh above the working
-// directory (the test's package directory).
-func harnessScript() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		p := filepath.Join(dir, "scripts", "remote-harness.sh")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("scripts/remote-harness.sh not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
 func readEnv(path string) (*Host, error) {
-	data, err := os.ReadFile(path)
+	env, err := harness.ReadEnv(path, "remote-harness.sh")
 	if err != nil {
-		return nil, fmt.Errorf("reading the harness environment: %v (run scripts/remote-harness.sh up)", err)
-	}
-	env := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			env[k] = v
-		}
+		return nil, err
 	}
 	port, err := strconv.Atoi(env["SBX_REMOTE_SSH_PORT"])
 	if err != nil {
