@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -234,22 +233,10 @@ func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
 }
 
 func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {
-	ids, err := statedir.IDs(b.dir)
+	out, err := statedir.List(b.dir, filter, (*meta).info)
 	if err != nil {
 		return nil, &backend.OpError{Op: "list", Backend: Name, Err: err}
 	}
-	var out []backend.Info
-	for _, id := range ids {
-		m, err := readMeta(filepath.Join(b.dir, id))
-		if err != nil {
-			// Being created or destroyed right now, or damaged: skip.
-			continue
-		}
-		if info := m.info(); filter.Match(info) {
-			out = append(out, info)
-		}
-	}
-	slices.SortFunc(out, func(a, b backend.Info) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 

@@ -13,6 +13,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 )
@@ -101,4 +103,27 @@ func IDs(root string) ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// List reads the record (of type M) of every sandbox under root and returns
+// info of those whose Info matches filter, sorted by ID. Records that cannot
+// be read (a sandbox being created or destroyed right now, or damaged) are
+// skipped.
+func List[M any](root string, filter backend.Filter, info func(*M) backend.Info) ([]backend.Info, error) {
+	ids, err := IDs(root)
+	if err != nil {
+		return nil, err
+	}
+	var out []backend.Info
+	for _, id := range ids {
+		var m M
+		if err := ReadMeta(filepath.Join(root, id), &m); err != nil {
+			continue
+		}
+		if i := info(&m); filter.Match(i) {
+			out = append(out, i)
+		}
+	}
+	slices.SortFunc(out, func(a, b backend.Info) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
 }

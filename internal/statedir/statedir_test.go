@@ -43,3 +43,34 @@ func TestIDsAndRecords(t *testing.T) {
 		t.Errorf("atomic write left temporary files: %v", leftovers)
 	}
 }
+
+// List returns the matching records sorted by ID and skips ones it cannot
+// read.
+func TestList(t *testing.T) {
+	type rec struct{ ID, Name string }
+	info := func(r *rec) backend.Info { return backend.Info{ID: r.ID, Name: r.Name} }
+	root := t.TempDir()
+	for _, r := range []rec{{"bbbbbbbbbbbb", "web"}, {"aaaaaaaaaaaa", "web"}, {"cccccccccccc", "db"}} {
+		if err := WriteMeta(filepath.Join(root, r.ID), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	damaged := filepath.Join(root, "dddddddddddd")
+	if err := os.MkdirAll(damaged, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(damaged, MetaFile), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := List(root, backend.Filter{Name: "web"}, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].ID != "aaaaaaaaaaaa" || got[1].ID != "bbbbbbbbbbbb" {
+		t.Errorf("List(name=web) = %+v", got)
+	}
+	all, err := List(root, backend.Filter{}, info)
+	if err != nil || len(all) != 3 {
+		t.Errorf("List(all) = %+v, %v; want the 3 readable records", all, err)
+	}
+}
