@@ -48,8 +48,11 @@ type view struct {
 	roots  map[string]*os.Root
 }
 
-func newView(m *meta, dir string) *view {
-	v := &view{mounts: []viewMount{{target: "/", source: rootfsDir(dir), readOnly: m.ReadOnly}}}
+func newView(m *meta, dir string) *view { return newViewGen(m, dir, m.Gen) }
+
+// newViewGen is newView on generation gen's root file system.
+func newViewGen(m *meta, dir string, gen int) *view {
+	v := &view{mounts: []viewMount{{target: "/", source: rootfsDir(dir, gen), readOnly: m.ReadOnly}}}
 	for _, vol := range m.Volumes {
 		v.mounts = append(v.mounts, viewMount{target: path.Clean(vol.Target), source: vol.Source, readOnly: vol.ReadOnly})
 	}

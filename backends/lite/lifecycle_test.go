@@ -22,24 +22,118 @@ func TestReset(t *testing.T) {
 	spec.WorkingDir = "/work"
 	sb := create(t, b, spec)
 	ctx := t.Context()
-	mustExec(t, sb, "echo changed > /work/new; rm /bin/cat; sleep 1000 & echo started")
-	before, _ := readMeta(sb.dir)
 
-	start := time.Now()
-	if err := sb.Reset(ctx); err != nil {
-		t.Fatalf("Reset: %v", err)
+	// The first Reset runs the container again in place; it leaves a
+	// standby, which the later ones start instead.
+	for round := range 3 {
+		mustExec(t, sb, "echo changed > /work/new; rm /bin/cat; sleep 1000 & echo started")
+		before, _ := readMeta(sb.dir)
+		start := time.Now()
+		if err := sb.Reset(ctx); err != nil {
+			t.Fatalf("Reset %d: %v", round, err)
+		}
+		t.Logf("Reset %d took %v", round, time.Since(start))
+		after, _ := readMeta(sb.dir)
+		wantGen := max(round, 0)
+		if after.Gen != wantGen {
+			t.Errorf("Reset %d: generation %d, want %d (in place first, then the standby)", round, after.Gen, wantGen)
+		}
+		out := mustExec(t, sb, `ls /work; [ -e /bin/cat ] && echo cat-back; cat /proc/[0-9]*/comm | grep -c '^sleep$' || true; pwd`)
+		if out != "cat-back\n0\n/work\n" {
+			t.Errorf("after Reset %d: %q, want an empty /work, /bin/cat back, no sleep (only grep matches) and the working folder", round, out)
+		}
+		if after.InitPID == before.InitPID {
+			t.Errorf("the container's first process is the same after Reset %d (pid %d)", round, after.InitPID)
+		}
+		if info, err := sb.Info(ctx); err != nil || info.State != backend.StateRunning || info.Name != "reset" {
+			t.Errorf("Info after Reset %d = %+v, %v", round, info, err)
+		}
+		if st, err := b.runtime.state(ctx, after.ContainerID); st != "running" {
+			t.Errorf("after Reset %d the runtime reports the container %q, %v; want running", round, st, err)
+		}
+		// Files through the host side reach the new generation's layer.
+		if err := sb.WriteFile(ctx, "/work/host", strings.NewReader("from the host"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out := mustExec(t, sb, "cat /work/host"); out != "from the host" {
+			t.Errorf("after Reset %d a host-side write reads back as %q", round, out)
+		}
+
+		b.bg.Wait() // the old generation goes and a standby comes
+		m, _ := readMeta(sb.dir)
+		if !m.Standby.ready() || m.Standby.Gen != m.Gen+1 || len(m.Retired) != 0 {
+			t.Fatalf("after Reset %d and its background work: standby %+v, retired %v; want a ready standby of generation %d", round, m.Standby, m.Retired, m.Gen+1)
+		}
+		if st, err := b.runtime.state(ctx, containerID(sb.id, m.Standby.Gen)); st != "created" {
+			t.Errorf("standby container state %q, %v; want created", st, err)
+		}
+		if round > 0 {
+			old := before.Gen
+			if st, _ := b.runtime.state(ctx, containerID(sb.id, old)); st != "" {
+				t.Errorf("generation %d's container is left (%s)", old, st)
+			}
+			if dirs := cgroupDirs(cgroupName(sb.id, old)); len(dirs) > 0 {
+				t.Errorf("generation %d's cgroups are left: %v", old, dirs)
+			}
+			if _, err := os.Stat(upperDir(sb.dir, old)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("generation %d's writable layer is left: %v", old, err)
+			}
+		}
 	}
-	t.Logf("Reset took %v", time.Since(start))
-	out := mustExec(t, sb, `ls /work; [ -e /bin/cat ] && echo cat-back; cat /proc/[0-9]*/comm | grep -c '^sleep$' || true; pwd`)
-	if out != "cat-back\n0\n/work\n" {
-		t.Errorf("after Reset: %q, want an empty /work, /bin/cat back, no sleep (only grep matches) and the working folder", out)
+	mounts, _ := mountsUnder(sb.dir)
+	if len(mounts) != 2 {
+		t.Errorf("mounts under the sandbox = %v; want the running and the standby root", mounts)
+	}
+
+	// Destroy removes the standby too: container, cgroup and mount.
+	m, _ := readMeta(sb.dir)
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, gen := range []int{m.Gen, m.Standby.Gen} {
+		if st, _ := b.runtime.state(ctx, containerID(sb.id, gen)); st != "" {
+			t.Errorf("after Destroy generation %d's container is left (%s)", gen, st)
+		}
+		if dirs := cgroupDirs(cgroupName(sb.id, gen)); len(dirs) > 0 {
+			t.Errorf("after Destroy generation %d's cgroups are left: %v", gen, dirs)
+		}
+	}
+	if mounts, _ := mountsUnder(sb.dir); len(mounts) > 0 {
+		t.Errorf("after Destroy mounts are left: %v", mounts)
+	}
+}
+
+// TestResetStandbyGone: a standby killed from outside is not used; Reset
+// falls back to resetting in place and makes a new one.
+func TestResetStandbyGone(t *testing.T) {
+	e := newTestEnv(t)
+	b := e.open(t)
+	sb := create(t, b, e.spec("standby-gone"))
+	ctx := t.Context()
+	if err := sb.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.bg.Wait()
+	m, _ := readMeta(sb.dir)
+	if !m.Standby.ready() {
+		t.Fatalf("no standby after a Reset: %+v", m.Standby)
+	}
+	syscall.Kill(m.Standby.InitPID, syscall.SIGKILL)
+	killInit(m.Standby.InitPID, m.Standby.InitStart)
+	mustExec(t, sb, "echo x > /left")
+	if err := sb.Reset(ctx); err != nil {
+		t.Fatalf("Reset with a dead standby: %v", err)
 	}
 	after, _ := readMeta(sb.dir)
-	if after.InitPID == before.InitPID {
-		t.Errorf("the container's first process is the same after Reset (pid %d)", after.InitPID)
+	if after.Gen != m.Gen {
+		t.Errorf("generation %d after a Reset with a dead standby, want %d (in place)", after.Gen, m.Gen)
 	}
-	if info, err := sb.Info(ctx); err != nil || info.State != backend.StateRunning || info.Name != "reset" {
-		t.Errorf("Info after Reset = %+v, %v", info, err)
+	if out := mustExec(t, sb, "ls /left 2>/dev/null; echo ok"); out != "ok\n" {
+		t.Errorf("after Reset: %q, want /left gone", out)
+	}
+	b.bg.Wait()
+	if m, _ := readMeta(sb.dir); !m.Standby.ready() {
+		t.Errorf("no new standby after the fallback Reset: %+v", m.Standby)
 	}
 }
 
@@ -90,20 +184,15 @@ func TestDestroyAfterCrash(t *testing.T) {
 		// and a mounted overlay, no container.
 		id, _ := statedir.NewID()
 		dir := filepath.Join(b.dir, id)
-		m := &meta{ID: id, Name: "half", ContainerID: containerPrefix + id, Runtime: b.runtime.path,
+		m := &meta{ID: id, Name: "half", ContainerID: containerID(id, 0), Runtime: b.runtime.path,
 			RuntimeRoot: b.runtime.root, Lower: busyboxRootfs(t), CreatedAt: time.Now()}
-		for _, d := range []string{rootfsDir(dir), workDir(dir)} {
-			if err := os.MkdirAll(d, 0o700); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := makeUpper(m.Lower, dir); err != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
 		if err := writeMeta(dir, m); err != nil {
 			t.Fatal(err)
 		}
-		if err := mountOverlay(m.Lower, dir); err != nil {
+		if err := makeRootfs(m.Lower, dir, 0); err != nil {
 			t.Fatal(err)
 		}
 		infos, err := b.List(t.Context(), backend.Filter{Name: "half"})

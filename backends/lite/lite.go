@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -61,7 +62,13 @@ type Backend struct {
 	metaMu sync.Mutex
 	// sbxLocks serialise Reset and Destroy of one sandbox in this process.
 	sbxLocks sync.Map // id -> *sync.Mutex
+	// bg counts background work (Reset's standby containers), which Close
+	// waits for.
+	bg sync.WaitGroup
 }
+
+// background runs f in a goroutine that Close waits for.
+func (b *Backend) background(f func()) { b.bg.Go(f) }
 
 var _ backend.Backend = (*Backend)(nil)
 
@@ -166,9 +173,12 @@ func (b *Backend) Runtime() (path, root string) { return b.runtime.path, b.runti
 
 func (b *Backend) Name() string { return Name }
 
-// Close releases nothing: the backend holds no connections. Sandboxes keep
-// running.
-func (b *Backend) Close() error { return nil }
+// Close waits for background work (see Sandbox.Reset); the backend holds
+// no connections. Sandboxes keep running.
+func (b *Backend) Close() error {
+	b.bg.Wait()
+	return nil
+}
 
 func (b *Backend) Capabilities() backend.Capabilities {
 	iso := backend.IsolationContainer
@@ -232,6 +242,27 @@ type meta struct {
 	// Agent: sbxd init also runs the agent, listening on the socket
 	// agentSocketPath gives (see Sandbox.DialAgent).
 	Agent bool `json:"agent,omitempty"`
+	// Gen is the generation of the running container (ContainerID,
+	// InitPID). Standby is a created, not yet started container of the
+	// next generation that Reset starts instead of making one; Retired
+	// are generations whose leftovers are still to be removed.
+	Gen     int      `json:"gen,omitempty"`
+	Standby *standby `json:"standby,omitempty"`
+	Retired []int    `json:"retired,omitempty"`
+}
+
+// standby is a container made with the runtime's create and not started:
+// its namespaces, cgroup and mounts are ready, its first process waits.
+type standby struct {
+	Gen int `json:"gen"`
+	// InitPID and InitStart are 0 until the container is created.
+	InitPID   int    `json:"init_pid,omitempty"`
+	InitStart uint64 `json:"init_start,omitempty"`
+}
+
+// ready reports whether the standby can be started.
+func (sb *standby) ready() bool {
+	return sb != nil && sb.InitPID != 0 && procfs.Alive(sb.InitPID, sb.InitStart)
 }
 
 // agentHostDir is the host side of the sandbox's agentDir.
@@ -282,10 +313,25 @@ func (m *meta) runtime() *ociRuntime {
 }
 
 // Folders and files of one sandbox, under <state>/<id>.
-func bundleDir(dir string) string { return filepath.Join(dir, "bundle") }
-func rootfsDir(dir string) string { return filepath.Join(dir, "bundle", "rootfs") }
-func upperDir(dir string) string  { return filepath.Join(dir, "upper") }
-func workDir(dir string) string   { return filepath.Join(dir, "work") }
+// A sandbox's container, bundle, writable layer and cgroup belong to a
+// generation: 0 from Create, one more for each standby container that
+// Reset prepares (see Sandbox.Reset). Generation 0 has the plain names.
+func genSuffix(gen int) string {
+	if gen == 0 {
+		return ""
+	}
+	return "." + strconv.Itoa(gen)
+}
+
+func bundleDir(dir string, gen int) string { return filepath.Join(dir, "bundle"+genSuffix(gen)) }
+func rootfsDir(dir string, gen int) string { return filepath.Join(bundleDir(dir, gen), "rootfs") }
+func upperDir(dir string, gen int) string  { return filepath.Join(dir, "upper"+genSuffix(gen)) }
+func workDir(dir string, gen int) string   { return filepath.Join(dir, "work"+genSuffix(gen)) }
+
+// containerID is the runtime's ID of sandbox id's container of generation
+// gen; cgroupName is its cgroup under cgroupParent.
+func containerID(id string, gen int) string { return containerPrefix + id + genSuffix(gen) }
+func cgroupName(id string, gen int) string  { return id + genSuffix(gen) }
 
 func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
 	createErr := func(err error) error { return &backend.OpError{Op: "create", Backend: Name, Err: err} }
@@ -330,7 +376,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		ID: id, Name: spec.Name, Session: spec.Session, Image: ref, ImageDigest: img.config.Digest,
 		Owner: spec.Owner, Labels: maps.Clone(spec.Labels),
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
-		Runtime:   rt.path, RuntimeRoot: rt.root, ContainerID: containerPrefix + id,
+		Runtime:   rt.path, RuntimeRoot: rt.root, ContainerID: containerID(id, 0),
 		Lower: img.rootfs, Network: network, ReadOnly: spec.ReadOnlyRootfs, Volumes: spec.Volumes,
 	}
 	if spec.TTL > 0 {
@@ -346,20 +392,15 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		}
 		return nil, createErr(err)
 	}
-	for _, d := range []string{rootfsDir(dir), workDir(dir)} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return fail(err)
-		}
-	}
-	if err := makeUpper(m.Lower, dir); err != nil {
-		return fail(err)
-	}
 	// The meta file comes first, so that a crash from here on leaves a
 	// sandbox that List shows and Destroy removes.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fail(err)
+	}
 	if err := writeMeta(dir, m); err != nil {
 		return fail(err)
 	}
-	if err := mountOverlay(m.Lower, dir); err != nil {
+	if err := makeRootfs(m.Lower, dir, 0); err != nil {
 		return fail(err)
 	}
 	in, err := b.prepare(m, spec, img, dir)
@@ -370,11 +411,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err != nil {
 		return fail(err)
 	}
-	data, err := json.MarshalIndent(ociSpec, "", "  ")
-	if err != nil {
-		return fail(err)
-	}
-	if err := os.WriteFile(filepath.Join(bundleDir(dir), "config.json"), data, 0o600); err != nil {
+	if err := writeConfig(bundleDir(dir, 0), ociSpec); err != nil {
 		return fail(err)
 	}
 	if err := sb.start(ctx, m); err != nil {
@@ -502,8 +539,20 @@ func writeMeta(dir string, m *meta) error { return statedir.WriteMeta(dir, m) }
 
 // processTemplate reads the process of a sandbox's OCI config: what every
 // exec starts from.
-func processTemplate(dir string) (*specs.Process, error) {
-	data, err := os.ReadFile(filepath.Join(bundleDir(dir), "config.json"))
+func processTemplate(bundle string) (*specs.Process, error) {
+	s, err := readConfig(bundle)
+	if err != nil {
+		return nil, err
+	}
+	if s.Process == nil {
+		return nil, errors.New("the sandbox's OCI config has no process")
+	}
+	return s.Process, nil
+}
+
+// readConfig reads a bundle's OCI config.
+func readConfig(bundle string) (*specs.Spec, error) {
+	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, backend.ErrNotFound
@@ -514,8 +563,14 @@ func processTemplate(dir string) (*specs.Process, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, err
 	}
-	if s.Process == nil {
-		return nil, errors.New("the sandbox's OCI config has no process")
+	return &s, nil
+}
+
+// writeConfig writes a bundle's OCI config.
+func writeConfig(bundle string, s *specs.Spec) error {
+	data, err := json.Marshal(s)
+	if err != nil {
+		return err
 	}
-	return s.Process, nil
+	return os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600)
 }

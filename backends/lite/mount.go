@@ -12,26 +12,40 @@ import (
 // mountOverlay mounts the sandbox's root file system: lower (the unpacked
 // image, never written) under the sandbox's own upper layer, at
 // bundle/rootfs.
-func mountOverlay(lower, dir string) error {
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upperDir(dir), workDir(dir))
-	if strings.ContainsAny(lower+upperDir(dir), ",:") {
+func mountOverlay(lower, dir string, gen int) error {
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upperDir(dir, gen), workDir(dir, gen))
+	if strings.ContainsAny(lower+upperDir(dir, gen), ",:") {
 		return fmt.Errorf("overlay: paths may not contain ',' or ':' (%s)", opts)
 	}
-	if err := syscall.Mount("overlay", rootfsDir(dir), "overlay", 0, opts); err != nil {
+	if err := syscall.Mount("overlay", rootfsDir(dir, gen), "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mounting the overlay root file system (%s): %w", opts, err)
 	}
 	return nil
 }
 
+// makeRootfs makes generation gen's empty writable layer, its overlay's
+// work folder and mount point, and mounts the overlay there.
+func makeRootfs(lower, dir string, gen int) error {
+	for _, d := range []string{rootfsDir(dir, gen), workDir(dir, gen)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := makeUpper(lower, dir, gen); err != nil {
+		return err
+	}
+	return mountOverlay(lower, dir, gen)
+}
+
 // makeUpper makes the sandbox's upper layer with the mode and owner of the
 // image's root folder: the overlay's root takes them from the upper layer,
 // and a 0700 root would lock every user but root out of the sandbox.
-func makeUpper(lower, dir string) error {
+func makeUpper(lower, dir string, gen int) error {
 	fi, err := os.Stat(lower)
 	if err != nil {
 		return err
 	}
-	up := upperDir(dir)
+	up := upperDir(dir, gen)
 	if err := os.Mkdir(up, fi.Mode().Perm()); err != nil {
 		return err
 	}

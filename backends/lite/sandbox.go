@@ -53,7 +53,13 @@ func (s *Sandbox) ID() string { return s.id }
 func (s *Sandbox) Dir() string { return s.dir }
 
 // RootFS is the host path of the sandbox's merged root file system.
-func (s *Sandbox) RootFS() string { return rootfsDir(s.dir) }
+func (s *Sandbox) RootFS() string {
+	gen := 0
+	if m, err := s.meta(); err == nil {
+		gen = m.Gen
+	}
+	return rootfsDir(s.dir, gen)
+}
 
 func (s *Sandbox) opErr(op string, err error) error {
 	return backend.WrapOp(op, Name, s.id, err)
@@ -77,46 +83,85 @@ func (s *Sandbox) lock() func() {
 	return mu.Unlock
 }
 
-// start runs the container of a prepared bundle and records its first
-// process in the meta file.
+// start runs the container of the prepared bundle of generation m.Gen and
+// records its first process.
 func (s *Sandbox) start(ctx context.Context, m *meta) error {
-	pid, err := m.runtime().start(ctx, m.ContainerID, bundleDir(s.dir), filepath.Join(s.dir, "main.log"))
+	pid, err := m.runtime().launch(ctx, "run", m.ContainerID, bundleDir(s.dir, m.Gen), filepath.Join(s.dir, "main.log"))
 	if err != nil {
 		return err
 	}
 	start, _ := procfs.StartTime(pid)
+	return s.update(m, func(cur *meta) {
+		cur.InitPID, cur.InitStart, cur.Paused = pid, start, false
+	})
+}
+
+// update applies f to the meta file's current content and to m (whose
+// other fields may be older: a Renew or Pause may have happened since m
+// was read) and writes the file.
+func (s *Sandbox) update(m *meta, f func(*meta)) error {
 	s.b.metaMu.Lock()
 	defer s.b.metaMu.Unlock()
-	if cur, err := s.meta(); err == nil {
-		m.ExpiresAt = cur.ExpiresAt // a Renew meanwhile
+	cur, err := s.meta()
+	if err != nil {
+		cur = m
 	}
-	m.InitPID, m.InitStart, m.Paused = pid, start, false
-	return writeMeta(s.dir, m)
+	f(cur)
+	if cur != m {
+		f(m)
+		m.ExpiresAt, m.Paused, m.Labels = cur.ExpiresAt, cur.Paused, cur.Labels
+	}
+	return writeMeta(s.dir, cur)
 }
 
-// stop removes the container and unmounts the root file system.
+// stop removes the running container and its cgroup and unmounts its root
+// file system.
 func (s *Sandbox) stop(ctx context.Context, m *meta) error {
-	killInit(m)
-	if err := m.runtime().remove(ctx, m.ContainerID); err != nil {
-		return err
-	}
-	if err := removeCgroups(s.id); err != nil {
-		return err
-	}
-	return unmount(rootfsDir(s.dir))
+	killInit(m.InitPID, m.InitStart)
+	return s.removeGen(ctx, m, m.Gen)
 }
 
-// killInit kills the container's first process from the host, which ends
+// removeGen removes the container of generation gen, its cgroup and its
+// root file system's mount. Its folders are left.
+func (s *Sandbox) removeGen(ctx context.Context, m *meta, gen int) error {
+	if err := m.runtime().remove(ctx, containerID(s.id, gen)); err != nil {
+		return err
+	}
+	if err := removeCgroups(cgroupName(s.id, gen)); err != nil {
+		return err
+	}
+	return unmount(rootfsDir(s.dir, gen))
+}
+
+// dropGen removes generation gen and its folders (the writable layer is
+// renamed away first and deleted in the background when background is
+// set: a large one takes a while).
+func (s *Sandbox) dropGen(ctx context.Context, m *meta, gen int) error {
+	if sb := m.Standby; sb != nil && sb.Gen == gen {
+		killInit(sb.InitPID, sb.InitStart)
+	}
+	if err := s.removeGen(ctx, m, gen); err != nil {
+		return err
+	}
+	for _, d := range []string{bundleDir(s.dir, gen), upperDir(s.dir, gen), workDir(s.dir, gen)} {
+		if err := os.RemoveAll(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// killInit kills a container's first process from the host, which ends
 // every process in its PID namespace, and waits until it is gone. runc's
 // own delete --force waits 100 ms before it first looks; this takes about
 // a millisecond.
-func killInit(m *meta) {
-	if m.InitPID == 0 || !procfs.Alive(m.InitPID, m.InitStart) {
+func killInit(pid int, start uint64) {
+	if pid == 0 || !procfs.Alive(pid, start) {
 		return
 	}
-	syscall.Kill(m.InitPID, syscall.SIGKILL)
+	syscall.Kill(pid, syscall.SIGKILL)
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
-		if !procfs.Alive(m.InitPID, m.InitStart) {
+		if !procfs.Alive(pid, start) {
 			return
 		}
 		time.Sleep(500 * time.Microsecond)
@@ -128,6 +173,15 @@ func killInit(m *meta) {
 func (s *Sandbox) teardown(ctx context.Context, m *meta) error {
 	if err := s.stop(ctx, m); err != nil {
 		return err
+	}
+	others := slices.Clone(m.Retired)
+	if m.Standby != nil {
+		others = append(others, m.Standby.Gen)
+	}
+	for _, gen := range others {
+		if err := s.dropGen(ctx, m, gen); err != nil {
+			return err
+		}
 	}
 	// Only once nothing is mounted: removing through a mounted overlay
 	// would be slow, and through a bind mount would reach the host.
@@ -153,7 +207,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		}
 		// The folder without its meta file: an earlier Destroy stopped
 		// half-way. Finish it with the default runtime.
-		m = &meta{ContainerID: containerPrefix + s.id, Runtime: s.b.runtime.path, RuntimeRoot: s.b.runtime.root}
+		m = &meta{ContainerID: containerID(s.id, 0), Runtime: s.b.runtime.path, RuntimeRoot: s.b.runtime.root}
 	case err != nil:
 		return s.opErr("destroy", err)
 	}
@@ -164,53 +218,164 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	return nil
 }
 
-// Reset brings the sandbox back to its image: it stops the container
-// (ending every process in it), throws the overlay's upper layer away,
-// mounts a fresh one and starts the container again with the same ID,
-// config and labels. Files written since Create (or the last Reset) are
-// gone; bind volumes are untouched. Commands running during a Reset fail.
+// Reset brings the sandbox back to its image: every process in it ends,
+// the overlay's upper layer is thrown away and the container starts again
+// from the same config, with the same ID and labels. Files written since
+// Create (or the last Reset) are gone; bind volumes are untouched.
+// Commands running during a Reset fail.
+//
+// The first Reset stops the container, mounts a fresh layer and runs the
+// container again (as long as a Create). It then leaves a standby: a
+// container of the next generation on a fresh layer, made with the
+// runtime's create but not started, prepared in the background. Later
+// Resets kill the running container and start the standby, which takes a
+// runtime start instead of a whole run, and the old generation is removed
+// and a new standby made in the background. A sandbox that has been reset
+// thus holds a second overlay mount and a waiting runtime process;
+// Destroy removes them too, also after a crash. Backend.Close waits for
+// background work.
 func (s *Sandbox) Reset(ctx context.Context) error {
 	defer s.lock()()
 	m, err := s.meta()
 	if err != nil {
 		return s.opErr("reset", err)
 	}
-	if err := s.stop(ctx, m); err != nil {
+	if !m.Paused && m.Standby.ready() {
+		err := s.switchToStandby(ctx, m)
+		if err == nil {
+			s.b.background(s.prepareStandby)
+			return nil
+		}
+		s.b.log.Debug("starting the standby container failed; resetting in place", "sandbox", s.id, "err", err)
+	}
+	if err := s.resetInPlace(ctx, m); err != nil {
 		return s.opErr("reset", err)
+	}
+	s.b.background(s.prepareStandby)
+	return nil
+}
+
+// switchToStandby ends the running container and starts the standby in
+// its place; the old generation is retired.
+func (s *Sandbox) switchToStandby(ctx context.Context, m *meta) error {
+	sb := m.Standby
+	killInit(m.InitPID, m.InitStart)
+	id := containerID(s.id, sb.Gen)
+	if err := m.runtime().startCreated(ctx, id); err != nil {
+		return err
+	}
+	old := m.Gen
+	return s.update(m, func(cur *meta) {
+		cur.Gen, cur.ContainerID, cur.InitPID, cur.InitStart, cur.Paused = sb.Gen, id, sb.InitPID, sb.InitStart, false
+		cur.Standby = nil
+		cur.Retired = append(cur.Retired, old)
+	})
+}
+
+// resetInPlace stops the container, swaps its writable layer for an empty
+// one and runs it again. A standby is dropped first.
+func (s *Sandbox) resetInPlace(ctx context.Context, m *meta) error {
+	if sb := m.Standby; sb != nil {
+		if err := s.dropGen(ctx, m, sb.Gen); err != nil {
+			return err
+		}
+		if err := s.update(m, func(cur *meta) { cur.Standby = nil }); err != nil {
+			return err
+		}
+	}
+	if err := s.stop(ctx, m); err != nil {
+		return err
 	}
 	// Rename, then delete: the sandbox is usable again before a large
 	// upper layer is gone.
 	trash := filepath.Join(s.dir, fmt.Sprintf("trash-%d", time.Now().UnixNano()))
 	if err := os.Mkdir(trash, 0o700); err != nil {
-		return s.opErr("reset", err)
+		return err
 	}
-	for _, d := range []string{upperDir(s.dir), workDir(s.dir)} {
+	for _, d := range []string{upperDir(s.dir, m.Gen), workDir(s.dir, m.Gen)} {
 		if err := os.Rename(d, filepath.Join(trash, filepath.Base(d))); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return s.opErr("reset", err)
+			return err
 		}
 	}
-	if err := os.Mkdir(workDir(s.dir), 0o700); err != nil {
-		return s.opErr("reset", err)
+	s.b.background(func() { os.RemoveAll(trash) })
+	if err := makeRootfs(m.Lower, s.dir, m.Gen); err != nil {
+		return err
 	}
-	if err := makeUpper(m.Lower, s.dir); err != nil {
-		return s.opErr("reset", err)
+	v := newView(m, s.dir)
+	err := v.mkdirAll(m.WorkDir)
+	v.close()
+	if err != nil {
+		return err
 	}
-	go os.RemoveAll(trash)
-	if err := mountOverlay(m.Lower, s.dir); err != nil {
-		return s.opErr("reset", err)
-	}
-	if err := newView(m, s.dir).mkdirAll(m.WorkDir); err != nil {
-		return s.opErr("reset", err)
-	}
-	if err := s.start(ctx, m); err != nil {
-		return s.opErr("reset", err)
-	}
-	return nil
+	return s.start(ctx, m)
 }
 
-// template returns the process of the sandbox's OCI config.
-func (s *Sandbox) template() (*specs.Process, error) {
-	s.tmplOnce.Do(func() { s.tmpl, s.tmplErr = processTemplate(s.dir) })
+// prepareStandby removes retired generations and makes a standby
+// container of the next generation, unless the sandbox is gone, stopped or
+// has one. It runs in the background after a Reset.
+func (s *Sandbox) prepareStandby() {
+	defer s.lock()()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m, err := s.meta()
+	if err != nil {
+		return // destroyed meanwhile
+	}
+	for _, gen := range m.Retired {
+		if err := s.dropGen(ctx, m, gen); err != nil {
+			s.b.log.Warn("removing an old generation of a reset sandbox", "sandbox", s.id, "generation", gen, "err", err)
+			return
+		}
+	}
+	if err := s.update(m, func(cur *meta) { cur.Retired = nil }); err != nil {
+		return
+	}
+	if m.Standby != nil || m.InitPID == 0 || !procfs.Alive(m.InitPID, m.InitStart) {
+		return
+	}
+	if err := s.makeStandby(ctx, m); err != nil {
+		s.b.log.Warn("preparing a standby container for the next reset", "sandbox", s.id, "err", err)
+	}
+}
+
+// makeStandby makes generation m.Gen+1's container with the runtime's
+// create: the running generation's config with its own root file system
+// and cgroup. The meta file names it before anything exists, so that
+// Destroy finds whatever a crash leaves.
+func (s *Sandbox) makeStandby(ctx context.Context, m *meta) error {
+	gen := m.Gen + 1
+	if err := s.update(m, func(cur *meta) { cur.Standby = &standby{Gen: gen} }); err != nil {
+		return err
+	}
+	cfg, err := readConfig(bundleDir(s.dir, m.Gen))
+	if err != nil {
+		return err
+	}
+	if err := makeRootfs(m.Lower, s.dir, gen); err != nil {
+		return err
+	}
+	v := newViewGen(m, s.dir, gen)
+	err = v.mkdirAll(m.WorkDir)
+	v.close()
+	if err != nil {
+		return err
+	}
+	cfg.Linux.CgroupsPath = "/" + cgroupParent + "/" + cgroupName(s.id, gen)
+	if err := writeConfig(bundleDir(s.dir, gen), cfg); err != nil {
+		return err
+	}
+	pid, err := m.runtime().launch(ctx, "create", containerID(s.id, gen), bundleDir(s.dir, gen), filepath.Join(s.dir, "main.log"))
+	if err != nil {
+		return err
+	}
+	start, _ := procfs.StartTime(pid)
+	return s.update(m, func(cur *meta) { cur.Standby = &standby{Gen: gen, InitPID: pid, InitStart: start} })
+}
+
+// template returns the process of the sandbox's OCI config (the same in
+// every generation).
+func (s *Sandbox) template(m *meta) (*specs.Process, error) {
+	s.tmplOnce.Do(func() { s.tmpl, s.tmplErr = processTemplate(bundleDir(s.dir, m.Gen)) })
 	return s.tmpl, s.tmplErr
 }
 
@@ -218,7 +383,7 @@ func (s *Sandbox) template() (*specs.Process, error) {
 // the marker execID, in the sandbox's environment plus env, as the
 // sandbox's user or user.
 func (s *Sandbox) execProcess(m *meta, argv []string, env map[string]string, workdir, user, execID string, timeout time.Duration) (*specs.Process, error) {
-	tmpl, err := s.template()
+	tmpl, err := s.template(m)
 	if err != nil {
 		return nil, err
 	}
@@ -549,7 +714,7 @@ func (s *Sandbox) DialAgent(ctx context.Context) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var d net.Dialer
-	for delay := 500 * time.Microsecond; ; delay = min(2*delay, 20*time.Millisecond) {
+	for delay := 200 * time.Microsecond; ; delay = min(2*delay, time.Millisecond) {
 		conn, err := d.DialContext(ctx, "unix", p)
 		if err == nil {
 			return conn, nil
