@@ -33,8 +33,9 @@ type Config struct {
 	// ("dir:/srv/rootfs/ubuntu", "docker-archive:/srv/ubuntu.tar", ...), so
 	// an OpenSage config naming "ubuntu:20.04" runs without a registry.
 	Images map[string]string `toml:"images"`
-	// Rootless is "auto" (default: rootful as root, rootless otherwise),
-	// "force" or "off".
+	// Rootless is "auto" (default: rootful as root, rootless in a user
+	// namespace otherwise), "force" (rootless only: refuse to run as root)
+	// or "off" (rootful only).
 	Rootless string `toml:"rootless"`
 	// Network is the network of an entry that names none: "none" (default,
 	// a new network namespace with only loopback) or "host".

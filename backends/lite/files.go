@@ -50,9 +50,20 @@ type view struct {
 
 func newView(m *meta, dir string) *view { return newViewGen(m, dir, m.Gen) }
 
-// newViewGen is newView on generation gen's root file system.
+// newViewGen is newView on generation gen's root file system: its host
+// mount point, or for a rootless sandbox (mounted only in its own
+// namespaces) the root its running first process sees.
 func newViewGen(m *meta, dir string, gen int) *view {
-	v := &view{mounts: []viewMount{{target: "/", source: rootfsDir(dir, gen), readOnly: m.ReadOnly}}}
+	root := rootfsDir(dir, gen)
+	if m.Rootless && gen == m.Gen {
+		root = procRoot(m.InitPID)
+	}
+	return newViewAt(m, root)
+}
+
+// newViewAt is a view whose root file system is the host folder root.
+func newViewAt(m *meta, root string) *view {
+	v := &view{mounts: []viewMount{{target: "/", source: root, readOnly: m.ReadOnly}}}
 	for _, vol := range m.Volumes {
 		v.mounts = append(v.mounts, viewMount{target: path.Clean(vol.Target), source: vol.Source, readOnly: vol.ReadOnly})
 	}
@@ -281,7 +292,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, src io.Reader, per
 	if rel == "." {
 		return &fs.PathError{Op: "write", Path: name, Err: syscall.EISDIR}
 	}
-	uid, gid := int(m.UID), int(m.GID)
+	uid, gid := m.hostOwner()
 	if fi, err := r.Stat(rel); err == nil {
 		if fi.IsDir() {
 			return &fs.PathError{Op: "write", Path: name, Err: syscall.EISDIR}
@@ -293,7 +304,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, src io.Reader, per
 	dir := path.Dir(rel)
 	if dir != "." {
 		if _, err := r.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-			if err := mkdirAllOwned(r, dir, int(m.UID), int(m.GID)); err != nil {
+			if err := mkdirAllOwned(r, dir, uid, gid); err != nil {
 				return s.pathErr("write", name, err)
 			}
 		}

@@ -459,7 +459,7 @@ func untar(r io.Reader, dst string, skipped *[]string) error {
 			if err := root.Symlink(hdr.Linkname, name); err != nil {
 				return err
 			}
-			if err := root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {
+			if err := lchown(root, name, hdr.Uid, hdr.Gid); err != nil {
 				return err
 			}
 			continue
@@ -477,7 +477,7 @@ func untar(r io.Reader, dst string, skipped *[]string) error {
 			continue
 		}
 		// chown before chmod: chown clears setuid and setgid bits.
-		if err := root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {
+		if err := lchown(root, name, hdr.Uid, hdr.Gid); err != nil {
 			return err
 		}
 		if err := root.Chmod(name, mode); err != nil {
@@ -489,6 +489,15 @@ func untar(r io.Reader, dst string, skipped *[]string) error {
 			}
 		}
 	}
+}
+
+// lchown sets the owner of an unpacked file. Only root may; a rootless
+// backend's images belong to its user (see userNS).
+func lchown(root *os.Root, name string, uid, gid int) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	return root.Lchown(name, uid, gid)
 }
 
 func removeNonDir(root *os.Root, name string) {

@@ -192,7 +192,7 @@ func TestDestroyAfterCrash(t *testing.T) {
 		if err := writeMeta(dir, m); err != nil {
 			t.Fatal(err)
 		}
-		if err := makeRootfs(m.Lower, dir, 0); err != nil {
+		if err := b.makeRootfs(m, dir, 0); err != nil {
 			t.Fatal(err)
 		}
 		infos, err := b.List(t.Context(), backend.Filter{Name: "half"})

@@ -56,7 +56,8 @@ type Backend struct {
 	runtime  *ociRuntime
 	runtimes []string // names Spec.Runtime may pick
 	images   *imageStore
-	sbxd     string // host path of the sbxd binary bind-mounted into sandboxes
+	sbxd     string  // host path of the sbxd binary bind-mounted into sandboxes
+	userns   *userNS // rootless: the tools that make user namespaces; nil as root
 
 	// metaMu serialises read-modify-write of meta files (Renew, Pause).
 	metaMu sync.Mutex
@@ -83,10 +84,11 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, openErr(err)
 	}
-	if err := checkPrivileges(cfg.Rootless); err != nil {
+	var err error
+	if b.userns, err = checkPrivileges(cfg.Rootless); err != nil {
 		return nil, openErr(err)
 	}
-	rt, err := lookRuntime(cfg.Runtime, cfg.RuntimeRoot)
+	rt, err := b.lookRuntime(cfg.Runtime, cfg.RuntimeRoot)
 	if err != nil {
 		return nil, openErr(fmt.Errorf("%w: %v", backend.ErrUnavailable, err))
 	}
@@ -94,7 +96,7 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 	b.runtimes = []string{rt.name}
 	for _, n := range []string{"runc", "crun", "runsc"} {
 		if n != rt.name {
-			if _, err := lookRuntime(n, ""); err == nil {
+			if _, err := b.lookRuntime(n, ""); err == nil {
 				b.runtimes = append(b.runtimes, n)
 			}
 		}
@@ -131,20 +133,40 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 	return b, nil
 }
 
-// checkPrivileges refuses what this version cannot do: it runs sandboxes
-// as root only.
-func checkPrivileges(mode string) error {
+// checkPrivileges picks rootful (root) or rootless (any other user; see
+// userNS) operation and checks that the host allows the latter. It
+// returns nil for rootful operation.
+func checkPrivileges(mode string) (*userNS, error) {
 	euid := os.Geteuid()
 	switch {
-	case mode == RootlessForce:
-		return fmt.Errorf("%w: the lite backend cannot run rootless yet ([sandbox.lite] rootless = \"force\"): rootless sandboxes need an overlay mounted inside a user namespace and /etc/subuid ranges, which this version does not set up; run as root or set rootless = \"auto\"",
-			errUnsupported)
-	case euid != 0 && mode == RootlessOff:
-		return fmt.Errorf("%w: the lite backend runs as root (uid 0) and this process runs as uid %d with rootless = \"off\"", backend.ErrUnavailable, euid)
-	case euid != 0:
-		return fmt.Errorf("%w: the lite backend needs root (uid 0) to mount overlays and create cgroups; this process runs as uid %d and rootless operation is not implemented yet (use the local backend, or run as root)", backend.ErrUnavailable, euid)
+	case euid == 0 && mode == RootlessForce:
+		return nil, fmt.Errorf("%w: [sandbox.lite] rootless = \"force\" and this process is root: rootless sandboxes are for a regular user (run as one, or set rootless = \"auto\")", backend.ErrInvalidConfig)
+	case euid == 0:
+		return nil, nil
+	case mode == RootlessOff:
+		return nil, fmt.Errorf("%w: [sandbox.lite] rootless = \"off\" needs root (uid 0) and this process runs as uid %d (set rootless = \"auto\", or run as root)", backend.ErrUnavailable, euid)
 	}
-	return nil
+	u, err := probeUserNS()
+	if err != nil {
+		return nil, fmt.Errorf("%w: the lite backend runs as root, or rootless in a user namespace, and this host does not allow the latter for uid %d: %v", backend.ErrUnavailable, euid, err)
+	}
+	return u, nil
+}
+
+// lookRuntime finds a runtime; its state root defaults to a folder of this
+// user when rootless ($XDG_RUNTIME_DIR/sandboxkit/lite/<name>, else
+// <tmp>/sandboxkit-lite-<uid>/<name>).
+func (b *Backend) lookRuntime(nameOrPath, root string) (*ociRuntime, error) {
+	rt, err := lookRuntime(nameOrPath, root)
+	if err != nil || root != "" || b.userns == nil {
+		return rt, err
+	}
+	if xdg := os.Getenv("XDG_RUNTIME_DIR"); xdg != "" {
+		rt.root = filepath.Join(xdg, "sandboxkit", "lite", rt.name)
+	} else {
+		rt.root = filepath.Join(os.TempDir(), fmt.Sprintf("sandboxkit-lite-%d", b.userns.uid), rt.name)
+	}
+	return rt, nil
 }
 
 // installSbxd writes the sbxd binary once under dir/bin, named by its
@@ -185,17 +207,18 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	if b.runtime.name == "runsc" {
 		iso = backend.IsolationVM
 	}
+	rootful := b.userns == nil
 	return backend.Capabilities{
 		Isolation:        iso,
 		Images:           true,
 		NetworkModes:     []string{NetworkHost, NetworkNone},
 		BindVolumes:      true,
-		User:             true,
-		CPULimit:         true,
-		MemoryLimit:      true,
-		PidsLimit:        true,
+		User:             rootful,
+		CPULimit:         rootful,
+		MemoryLimit:      rootful,
+		PidsLimit:        rootful,
 		ShmSize:          true,
-		Privileged:       true,
+		Privileged:       rootful,
 		CapAdd:           true,
 		CapDrop:          true,
 		SecurityOpt:      true,
@@ -242,6 +265,9 @@ type meta struct {
 	// Agent: sbxd init also runs the agent, listening on the socket
 	// agentSocketPath gives (see Sandbox.DialAgent).
 	Agent bool `json:"agent,omitempty"`
+	// Rootless: the sandbox runs in a user namespace of its own (see
+	// userNS).
+	Rootless bool `json:"rootless,omitempty"`
 	// Gen is the generation of the running container (ContainerID,
 	// InitPID). Standby is a created, not yet started container of the
 	// next generation that Reset starts instead of making one; Retired
@@ -249,6 +275,15 @@ type meta struct {
 	Gen     int      `json:"gen,omitempty"`
 	Standby *standby `json:"standby,omitempty"`
 	Retired []int    `json:"retired,omitempty"`
+}
+
+// hostOwner is the host uid and gid of the sandbox's user: its own IDs,
+// or for a rootless sandbox (root inside) this process's.
+func (m *meta) hostOwner() (int, int) {
+	if m.Rootless {
+		return os.Geteuid(), os.Getegid()
+	}
+	return int(m.UID), int(m.GID)
 }
 
 // standby is a container made with the runtime's create and not started:
@@ -341,7 +376,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	rt := b.runtime
 	if spec.Runtime != "" && spec.Runtime != rt.name {
 		var err error
-		if rt, err = lookRuntime(spec.Runtime, ""); err != nil {
+		if rt, err = b.lookRuntime(spec.Runtime, ""); err != nil {
 			return nil, createErr(fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err))
 		}
 	}
@@ -361,6 +396,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err != nil {
 		return nil, createErr(err)
 	}
+	if b.userns != nil {
+		if err := b.userns.checkImage(ref, img.rootfs); err != nil {
+			return nil, createErr(fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err))
+		}
+	}
 	if spec.ImageCommand && len(img.config.Entrypoint)+len(img.config.Cmd) == 0 {
 		return nil, createErr(fmt.Errorf("%w: command = \"\" runs the image's own command, and image %q has none", backend.ErrInvalidConfig, ref))
 	}
@@ -378,6 +418,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
 		Runtime:   rt.path, RuntimeRoot: rt.root, ContainerID: containerID(id, 0),
 		Lower: img.rootfs, Network: network, ReadOnly: spec.ReadOnlyRootfs, Volumes: spec.Volumes,
+		Rootless: b.userns != nil,
 	}
 	if spec.TTL > 0 {
 		m.ExpiresAt = m.CreatedAt.Add(spec.TTL)
@@ -400,7 +441,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err := writeMeta(dir, m); err != nil {
 		return fail(err)
 	}
-	if err := makeRootfs(m.Lower, dir, 0); err != nil {
+	if err := b.makeRootfs(m, dir, 0); err != nil {
 		return fail(err)
 	}
 	in, err := b.prepare(m, spec, img, dir)
@@ -410,6 +451,9 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	ociSpec, err := buildSpec(in)
 	if err != nil {
 		return fail(err)
+	}
+	if m.Rootless {
+		rootlessSpec(ociSpec)
 	}
 	if err := writeConfig(bundleDir(dir, 0), ociSpec); err != nil {
 		return fail(err)
@@ -425,7 +469,10 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 // file system, writes /etc/hosts and /etc/hostname, and assembles what the
 // OCI config is made from.
 func (b *Backend) prepare(m *meta, spec backend.Spec, img *image, dir string) (bundleInput, error) {
-	v := newView(m, dir)
+	// Nothing is written yet, so the image shows what the sandbox will.
+	// (A rootless sandbox's overlay is mounted only in its namespaces.)
+	v := newViewAt(m, m.Lower)
+	defer v.close()
 	userSpec := spec.User
 	if userSpec == "" {
 		userSpec = img.config.User
@@ -433,6 +480,9 @@ func (b *Backend) prepare(m *meta, spec backend.Spec, img *image, dir string) (b
 	user, home, err := lookupUser(v, userSpec)
 	if err != nil {
 		return bundleInput{}, err
+	}
+	if m.Rootless && (user.UID != 0 || user.GID != 0) {
+		return bundleInput{}, fmt.Errorf("%w: the image runs as user %q (uid %d), and a rootless sandbox maps only root; set user = \"root\" in the sandbox entry", backend.ErrInvalidConfig, userSpec, user.UID)
 	}
 	m.UID, m.GID = user.UID, user.GID
 	wd := spec.WorkingDir
@@ -446,9 +496,15 @@ func (b *Backend) prepare(m *meta, spec backend.Spec, img *image, dir string) (b
 		return bundleInput{}, fmt.Errorf("%w: working_dir %q: want an absolute path inside the sandbox", backend.ErrInvalidConfig, wd)
 	}
 	m.WorkDir = path.Clean(wd)
-	// Docker makes a missing working directory; so does lite.
-	if err := v.mkdirAll(m.WorkDir); err != nil {
-		return bundleInput{}, fmt.Errorf("working_dir %q: %w", spec.WorkingDir, err)
+	// Docker makes a missing working directory; so does lite (rootless:
+	// the runtime does, as it makes a missing cwd).
+	if !m.Rootless {
+		w := newView(m, dir)
+		err := w.mkdirAll(m.WorkDir)
+		w.close()
+		if err != nil {
+			return bundleInput{}, fmt.Errorf("working_dir %q: %w", spec.WorkingDir, err)
+		}
 	}
 	// The agent starts with the sandbox when it can run commands as any
 	// user (root) and its socket's host path fits a socket address.
@@ -487,8 +543,12 @@ func (b *Backend) prepare(m *meta, spec backend.Spec, img *image, dir string) (b
 	if err := os.WriteFile(hostname, []byte(m.ID+"\n"), 0o644); err != nil {
 		return bundleInput{}, err
 	}
+	pids := b.cfg.pidsLimit()
+	if m.Rootless {
+		pids = 0 // no cgroup
+	}
 	return bundleInput{
-		id: m.ID, spec: spec, image: &img.config, network: m.Network, pids: b.cfg.pidsLimit(),
+		id: m.ID, spec: spec, image: &img.config, network: m.Network, pids: pids,
 		user: user, env: processEnv(envLayers...), cwd: m.WorkDir, args: args,
 		sbxdPath: b.sbxd, hosts: hosts, hostname: hostname, agentDir: agentHost,
 	}, nil

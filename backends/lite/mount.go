@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"syscall"
+
+	"github.com/sandboxkit/sandboxkit/backend"
 )
 
 // mountOverlay mounts the sandbox's root file system: lower (the unpacked
@@ -24,17 +26,34 @@ func mountOverlay(lower, dir string, gen int) error {
 }
 
 // makeRootfs makes generation gen's empty writable layer, its overlay's
-// work folder and mount point, and mounts the overlay there.
-func makeRootfs(lower, dir string, gen int) error {
+// work folder and mount point, and mounts the overlay there (rootless: the
+// runtime's launch mounts it, in the sandbox's namespaces).
+func (b *Backend) makeRootfs(m *meta, dir string, gen int) error {
 	for _, d := range []string{rootfsDir(dir, gen), workDir(dir, gen)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
 	}
-	if err := makeUpper(lower, dir, gen); err != nil {
+	if err := makeUpper(m.Lower, dir, gen); err != nil {
 		return err
 	}
-	return mountOverlay(lower, dir, gen)
+	if m.Rootless {
+		return nil
+	}
+	return mountOverlay(m.Lower, dir, gen)
+}
+
+// launchPrefix is the command line prefix of the runtime's run or create
+// of generation gen (see ociRuntime.commandIn): none for a rootful
+// sandbox, the user namespace's for a rootless one.
+func (b *Backend) launchPrefix(m *meta, dir string, gen int) ([]string, error) {
+	if !m.Rootless {
+		return nil, nil
+	}
+	if b.userns == nil {
+		return nil, fmt.Errorf("%w: the sandbox is rootless and this process is root", backend.ErrUnavailable)
+	}
+	return b.userns.launchPrefix(m.Lower, dir, gen), nil
 }
 
 // makeUpper makes the sandbox's upper layer with the mode and owner of the

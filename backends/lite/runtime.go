@@ -63,7 +63,14 @@ func lookRuntime(nameOrPath, root string) (*ociRuntime, error) {
 
 // command returns the runtime invoked with args after its global options.
 func (r *ociRuntime) command(ctx context.Context, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, r.path, append([]string{"--root", r.root}, args...)...)
+	return r.commandIn(ctx, nil, args...)
+}
+
+// commandIn is command run by the command line prefix (nil: none), e.g.
+// one that enters a user namespace first.
+func (r *ociRuntime) commandIn(ctx context.Context, prefix []string, args ...string) *exec.Cmd {
+	argv := append(append(slices.Clone(prefix), r.path, "--root", r.root), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
 }
@@ -113,8 +120,8 @@ func notExist(err error) bool {
 // launch makes container id from bundle with verb "run" (created and
 // started, detached) or "create" (created; the runtime's start runs it),
 // with its stdout and stderr appended to logPath, and returns the host PID
-// of its first process.
-func (r *ociRuntime) launch(ctx context.Context, verb, id, bundle, logPath string) (int, error) {
+// of its first process. prefix runs the runtime (see commandIn).
+func (r *ociRuntime) launch(ctx context.Context, prefix []string, verb, id, bundle, logPath string) (int, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, err
@@ -126,7 +133,7 @@ func (r *ociRuntime) launch(ctx context.Context, verb, id, bundle, logPath strin
 	if verb == "run" {
 		args = slices.Insert(args, 1, "--detach")
 	}
-	cmd := r.command(ctx, args...)
+	cmd := r.commandIn(ctx, prefix, args...)
 	// The container's first process keeps these: a file, never a pipe we
 	// would have to drain.
 	cmd.Stdout, cmd.Stderr = logf, logf

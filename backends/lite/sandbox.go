@@ -86,7 +86,11 @@ func (s *Sandbox) lock() func() {
 // start runs the container of the prepared bundle of generation m.Gen and
 // records its first process.
 func (s *Sandbox) start(ctx context.Context, m *meta) error {
-	pid, err := m.runtime().launch(ctx, "run", m.ContainerID, bundleDir(s.dir, m.Gen), filepath.Join(s.dir, "main.log"))
+	prefix, err := s.b.launchPrefix(m, s.dir, m.Gen)
+	if err != nil {
+		return err
+	}
+	pid, err := m.runtime().launch(ctx, prefix, "run", m.ContainerID, bundleDir(s.dir, m.Gen), filepath.Join(s.dir, "main.log"))
 	if err != nil {
 		return err
 	}
@@ -127,6 +131,9 @@ func (s *Sandbox) removeGen(ctx context.Context, m *meta, gen int) error {
 	if err := m.runtime().remove(ctx, containerID(s.id, gen)); err != nil {
 		return err
 	}
+	if m.Rootless { // no cgroup; mounted only in the sandbox's namespaces
+		return nil
+	}
 	if err := removeCgroups(cgroupName(s.id, gen)); err != nil {
 		return err
 	}
@@ -144,7 +151,7 @@ func (s *Sandbox) dropGen(ctx context.Context, m *meta, gen int) error {
 		return err
 	}
 	for _, d := range []string{bundleDir(s.dir, gen), upperDir(s.dir, gen), workDir(s.dir, gen)} {
-		if err := os.RemoveAll(d); err != nil {
+		if err := removeTree(d); err != nil {
 			return err
 		}
 	}
@@ -191,7 +198,7 @@ func (s *Sandbox) teardown(ctx context.Context, m *meta) error {
 	if err := os.Remove(filepath.Join(s.dir, "meta.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return os.RemoveAll(s.dir)
+	return removeTree(s.dir)
 }
 
 // Destroy removes the container, unmounts and deletes the sandbox's folder.
@@ -297,15 +304,17 @@ func (s *Sandbox) resetInPlace(ctx context.Context, m *meta) error {
 			return err
 		}
 	}
-	s.b.background(func() { os.RemoveAll(trash) })
-	if err := makeRootfs(m.Lower, s.dir, m.Gen); err != nil {
+	s.b.background(func() { removeTree(trash) })
+	if err := s.b.makeRootfs(m, s.dir, m.Gen); err != nil {
 		return err
 	}
-	v := newView(m, s.dir)
-	err := v.mkdirAll(m.WorkDir)
-	v.close()
-	if err != nil {
-		return err
+	if !m.Rootless {
+		v := newView(m, s.dir)
+		err := v.mkdirAll(m.WorkDir)
+		v.close()
+		if err != nil {
+			return err
+		}
 	}
 	return s.start(ctx, m)
 }
@@ -351,20 +360,26 @@ func (s *Sandbox) makeStandby(ctx context.Context, m *meta) error {
 	if err != nil {
 		return err
 	}
-	if err := makeRootfs(m.Lower, s.dir, gen); err != nil {
+	if err := s.b.makeRootfs(m, s.dir, gen); err != nil {
 		return err
 	}
-	v := newViewGen(m, s.dir, gen)
-	err = v.mkdirAll(m.WorkDir)
-	v.close()
-	if err != nil {
-		return err
+	if !m.Rootless { // rootless: the runtime makes it (see makeWorkDir)
+		v := newViewGen(m, s.dir, gen)
+		err = v.mkdirAll(m.WorkDir)
+		v.close()
+		if err != nil {
+			return err
+		}
+		cfg.Linux.CgroupsPath = "/" + cgroupParent + "/" + cgroupName(s.id, gen)
 	}
-	cfg.Linux.CgroupsPath = "/" + cgroupParent + "/" + cgroupName(s.id, gen)
 	if err := writeConfig(bundleDir(s.dir, gen), cfg); err != nil {
 		return err
 	}
-	pid, err := m.runtime().launch(ctx, "create", containerID(s.id, gen), bundleDir(s.dir, gen), filepath.Join(s.dir, "main.log"))
+	prefix, err := s.b.launchPrefix(m, s.dir, gen)
+	if err != nil {
+		return err
+	}
+	pid, err := m.runtime().launch(ctx, prefix, "create", containerID(s.id, gen), bundleDir(s.dir, gen), filepath.Join(s.dir, "main.log"))
 	if err != nil {
 		return err
 	}
@@ -416,6 +431,9 @@ func (s *Sandbox) execProcess(m *meta, argv []string, env map[string]string, wor
 		if err != nil {
 			return nil, err
 		}
+		if m.Rootless && (u.UID != 0 || u.GID != 0) {
+			return nil, fmt.Errorf("%w: a rootless sandbox runs commands as root only (user %q is uid %d)", errUnsupported, user, u.UID)
+		}
 		p.User = u
 	}
 	return &p, nil
@@ -439,7 +457,15 @@ func (s *Sandbox) runtimeExec(m *meta, p *specs.Process, execID string) (*exec.C
 		cleanup()
 		return nil, "", nil, err
 	}
-	cmd := m.runtime().command(context.Background(), "--log", logFile, "--log-format", "json", "exec", "--process", pfile, m.ContainerID)
+	var prefix []string
+	if m.Rootless {
+		if s.b.userns == nil {
+			cleanup()
+			return nil, "", nil, fmt.Errorf("%w: the sandbox is rootless and this process is root", backend.ErrUnavailable)
+		}
+		prefix = s.b.userns.execPrefix(m.InitPID)
+	}
+	cmd := m.runtime().commandIn(context.Background(), prefix, "--log", logFile, "--log-format", "json", "exec", "--process", pfile, m.ContainerID)
 	// Output of background children that outlive the command is passed on
 	// by sbxd for its grace period; then stop waiting for the pipes.
 	cmd.WaitDelay = 2 * time.Second
@@ -669,7 +695,17 @@ func (s *Sandbox) setPaused(ctx context.Context, paused bool) error {
 	if err != nil {
 		return s.opErr(op, err)
 	}
-	if _, err := m.runtime().run(ctx, verb, m.ContainerID); err != nil {
+	if m.Rootless {
+		// No cgroup to freeze: stop (or continue) every process of the
+		// sandbox's PID namespace instead.
+		sig := syscall.SIGCONT
+		if paused {
+			sig = syscall.SIGSTOP
+		}
+		if err := signalPIDNamespace(m.InitPID, sig); err != nil {
+			return s.opErr(op, err)
+		}
+	} else if _, err := m.runtime().run(ctx, verb, m.ContainerID); err != nil {
 		return s.opErr(op, err)
 	}
 	m.Paused = paused
