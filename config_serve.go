@@ -30,6 +30,11 @@ type ServeConfig struct {
 	// DeleteOnShutdown removes every sandbox the server knows when it
 	// stops. Default false: sandboxes are kept and resumable.
 	DeleteOnShutdown bool `toml:"delete_on_shutdown"`
+	// Instance names the server in its sandboxes' labels: a server adopts
+	// the sandboxes of its own instance at start and leaves others alone,
+	// so two servers on one backend need different names. Default
+	// "serve".
+	Instance string `toml:"instance"`
 }
 
 // ParseVolumeSpec parses one "host:sandbox[:ro|rw]" volume spec as the

@@ -135,8 +135,26 @@ func (o *Options) setDefaults() error {
 	case o.IdleTTL > o.MaxLifetime:
 		return fmt.Errorf("server: idle_ttl (%s) is longer than max_lifetime (%s): raise max_lifetime or lower idle_ttl: %w",
 			o.IdleTTL, o.MaxLifetime, backend.ErrInvalidConfig)
+	case !validInstance(o.Instance):
+		return fmt.Errorf("server: instance %q: want 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (it is a label value on every backend): %w",
+			o.Instance, backend.ErrInvalidConfig)
 	}
 	return nil
+}
+
+// validInstance reports whether s is a label value every backend takes
+// (Kubernetes' rules are the strictest).
+func validInstance(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !alnum(c) && c != '-' && c != '_' && c != '.' {
+			return false
+		}
+	}
+	return alnum(s[0]) && alnum(s[len(s)-1])
 }
 
 // ConfigOptions returns the Options a config gives: its [sandbox.serve]
@@ -168,6 +186,7 @@ func ConfigOptions(cfg *sandboxkit.Config) (opts Options, warnings []string, err
 		OutputLimit:      int64(sc.OutputLimit),
 		DeleteOnShutdown: sc.DeleteOnShutdown,
 		APIKey:           cmp.Or(os.Getenv(EnvAPIKey), sc.APIKey),
+		Instance:         sc.Instance,
 	}
 	types := cfg.SandboxNames()
 	if i := slices.Index(types, "main"); i > 0 {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxkit/sandboxkit"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -219,4 +221,35 @@ func TestAdoptRetried(t *testing.T) {
 	require.Len(t, must(b.List(context.Background(), backend.Filter{})), 1)
 	up.Store(true)
 	waitFor(t, func() bool { return len(must(b.List(context.Background(), backend.Filter{}))) == 0 })
+}
+
+// TestInstancesKeepApart: two servers on one backend with different
+// instance names neither adopt nor reap each other's sandboxes.
+func TestInstancesKeepApart(t *testing.T) {
+	b, c := localBackend(t), newClock()
+	named := func(name string) *server.Server {
+		s := newServer(t, b, func(o *server.Options) {
+			o.Instance, o.Now, o.ReapInterval = name, c.Now, time.Hour
+		})
+		return s
+	}
+	a, other := named("agents-a"), named("agents-b")
+	idA := servertest.Create(t, servertest.HTTP(serveHTTP(t, a), "", "alice"), map[string]any{"timeout_minutes": 10})
+	n, err := other.Adopt(context.Background(), "")
+	require.NoError(t, err)
+	assert.Zero(t, n, "a server adopted another instance's sandbox")
+	c.Add(11 * time.Minute)
+	assert.Empty(t, other.Reap(context.Background()), "a server reaped another instance's sandbox")
+	assert.True(t, alive(t, b, idA))
+	assert.Equal(t, []string{idA}, a.Reap(context.Background()))
+
+	cfg, err := sandboxkit.ParseConfig([]byte("[sandbox]\nbackend = \"local\"\n[sandbox.serve]\ninstance = \"agents-a\"\n"), "")
+	require.NoError(t, err)
+	opts, _, err := server.ConfigOptions(cfg)
+	require.NoError(t, err)
+	assert.Equal(t, "agents-a", opts.Instance, "[sandbox.serve] instance")
+
+	_, err = server.New(server.Options{Backend: b, Spec: mainSpec, Instance: "bad name"})
+	require.ErrorIs(t, err, backend.ErrInvalidConfig)
+	assert.ErrorContains(t, err, `instance "bad name"`)
 }
