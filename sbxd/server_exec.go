@@ -267,6 +267,14 @@ func (s *Server) command(argv []string, env map[string]string, dir, userName, id
 	return cmd, nil
 }
 
+// LookupUser resolves a user for a command as docker exec --user does
+// ("name", "uid", "name:group" or "uid:gid", names from the sandbox's
+// /etc/passwd and /etc/group), returning its credential and home
+// directory; `sbxd exec --user` uses it. It fails, wrapping
+// errors.ErrUnsupported, when the caller is not root and the user is
+// another one.
+func LookupUser(spec string) (*syscall.Credential, string, error) { return lookupUser(spec) }
+
 // lookupUser resolves "name", "uid", "name:group" or "uid:gid" as docker
 // exec --user does.
 func lookupUser(spec string) (*syscall.Credential, string, error) {

@@ -15,7 +15,7 @@
 //	    --agent it also starts `sbxd serve --listen SOCKET`, so clients on
 //	    the host can dial the agent instead of starting one.
 //
-//	sbxd exec [--id ID] [--timeout DURATION] [--grace DURATION] -- ARGV...
+//	sbxd exec [--id ID] [--timeout DURATION] [--grace DURATION] [--user USER] -- ARGV...
 //	    Runs ARGV in a process group of its own with SBX_EXEC_ID=ID in its
 //	    environment, forwards SIGTERM/SIGINT/SIGHUP/SIGQUIT to the group, and
 //	    exits with ARGV's status (128+N when killed by signal N, 127 when the
@@ -24,7 +24,10 @@
 //	    (children that called setsid too) with SIGKILL and exits 124, like
 //	    timeout(1). After ARGV exits, output of background children that
 //	    still hold its stdout/stderr is passed on for --grace (default
-//	    250ms), then sbxd exits so the caller's stream ends.
+//	    250ms), then sbxd exits so the caller's stream ends. --user runs
+//	    ARGV as another user (resolved in the sandbox's /etc/passwd, HOME
+//	    set to theirs; needs root): how backends whose exec API has no user
+//	    (Kubernetes) switch users. A user that cannot be had exits 125.
 //
 //	sbxd ls DIR
 //	    Lists DIR without following symlinks, one line per entry:
@@ -32,6 +35,11 @@
 //	    so sandboxes without a shell or find can list directories. Exit
 //	    code 102: DIR does not exist; 104: permission denied; 105: not a
 //	    directory (the codes of package backend's fallback scripts).
+//
+//	sbxd dial HOST:PORT TIMEOUT
+//	    Exits 0 when a TCP connection to HOST:PORT opens within TIMEOUT,
+//	    else 1: how a backend checks from inside a sandbox that a network
+//	    it cut off (k8s: network = "none") really is.
 //
 //	sbxd kill ID
 //	    Kills every process whose environment carries SBX_EXEC_ID=ID: how a
@@ -48,6 +56,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -55,6 +64,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
+	"github.com/sandboxkit/sandboxkit/sbxd"
 )
 
 // EnvExecID is the marker every process of one wrapped command carries.
@@ -96,10 +106,15 @@ func main() {
 			usage("sbxd ls DIR")
 		}
 		os.Exit(lsMain(os.Args[2]))
+	case "dial":
+		if len(os.Args) != 4 {
+			usage("sbxd dial HOST:PORT TIMEOUT")
+		}
+		os.Exit(dialMain(os.Args[2], os.Args[3]))
 	case "version":
 		fmt.Println("sbxd 1")
 	default:
-		usage("sbxd init|exec|serve|ls|kill|version")
+		usage("sbxd init|exec|serve|ls|kill|dial|version")
 	}
 }
 
@@ -184,12 +199,13 @@ func execMain(args []string) int {
 	id := fl.String("id", "", "marker value for SBX_EXEC_ID")
 	timeout := fl.Duration("timeout", 0, "kill the command's process tree after this long and exit 124")
 	grace := fl.Duration("grace", 250*time.Millisecond, "how long to pass on background output after the command exits")
+	userSpec := fl.String("user", "", "run ARGV as this user: name, uid, name:group or uid:gid (needs root)")
 	if err := fl.Parse(args); err != nil {
 		return exitUsageError
 	}
 	argv := fl.Args()
 	if len(argv) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: sbxd exec [--id ID] [--timeout D] -- ARGV...")
+		fmt.Fprintln(os.Stderr, "usage: sbxd exec [--id ID] [--timeout D] [--user USER] -- ARGV...")
 		return exitUsageError
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -203,6 +219,17 @@ func execMain(args []string) int {
 	cmd.Stdin = os.Stdin
 	cmd.Stdout, cmd.Stderr = struct{ io.Writer }{os.Stdout}, struct{ io.Writer }{os.Stderr}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if *userSpec != "" {
+		cred, home, err := sbxd.LookupUser(*userSpec)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "sbxd exec: %v\n", err)
+			return exitUsageError
+		}
+		cmd.SysProcAttr.Credential = cred
+		if home != "" {
+			cmd.Env = append(cmd.Env, "HOME="+home)
+		}
+	}
 	cmd.WaitDelay = *grace
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, forwarded...)
@@ -293,6 +320,23 @@ func lsMain(dir string) int {
 		}
 		fmt.Fprintf(w, "%x %d %d %s\n", st.Mode, st.Size, st.Mtim.Sec, name)
 	}
+	return 0
+}
+
+// dialMain is `sbxd dial HOST:PORT TIMEOUT`: exit 0 when a TCP connection
+// to HOST:PORT opens within TIMEOUT, 1 when it does not. Backends use it
+// to check from inside a sandbox that its network is really cut off.
+func dialMain(addr, timeout string) int {
+	d, err := time.ParseDuration(timeout)
+	if err != nil {
+		usage("sbxd dial HOST:PORT TIMEOUT (a duration such as 2s)")
+	}
+	conn, err := net.DialTimeout("tcp", addr, d)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sbxd dial:", err)
+		return 1
+	}
+	conn.Close()
 	return 0
 }
 

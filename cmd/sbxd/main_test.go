@@ -5,6 +5,7 @@ package main_test
 import (
 	"bufio"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,6 +72,41 @@ func TestExecExitCodes(t *testing.T) {
 				t.Errorf("got code %d, out %q; want %d, %q", code, out, c.code, c.out)
 			}
 		})
+	}
+}
+
+// --user switches to a user from /etc/passwd (needs root); a user that
+// cannot be had exits 125 with a message naming it.
+func TestExecUser(t *testing.T) {
+	out, errOut, code := run(t, "exec", "--user", "no-such-user-xyz", "--", "true")
+	if code != 125 || !strings.Contains(errOut, "no-such-user-xyz") {
+		t.Errorf("unknown user: code %d, stderr %q; want 125 naming the user", code, errOut)
+	}
+	if os.Getuid() != 0 {
+		out, errOut, code = run(t, "exec", "--user", "0", "--", "id", "-u")
+		if code != 125 || !strings.Contains(errOut, "root") {
+			t.Errorf("switching to root as uid %d: code %d, stderr %q; want 125 saying it needs root", os.Getuid(), code, errOut)
+		}
+		return
+	}
+	out, errOut, code = run(t, "exec", "--user", "65534:65534", "--", "sh", "-c", "id -u; id -g")
+	if code != 0 || out != "65534\n65534\n" {
+		t.Errorf("--user 65534:65534: code %d, out %q, stderr %q", code, out, errOut)
+	}
+}
+
+func TestDial(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if _, errOut, code := run(t, "dial", addr, "5s"); code != 0 {
+		t.Errorf("dial to a listener: code %d, stderr %q; want 0", code, errOut)
+	}
+	l.Close()
+	if _, errOut, code := run(t, "dial", addr, "5s"); code != 1 || errOut == "" {
+		t.Errorf("dial to a closed port: code %d, stderr %q; want 1 with a message", code, errOut)
 	}
 }
 
