@@ -30,10 +30,11 @@ import (
 // Dockerfile's folder as the build context and image (else
 // DefaultBuildImage) as the tag. container_id, or pod_name, becomes
 // Spec.Existing: the sandbox attaches to that container instead of making
-// one.
+// one; with pod_name, container_name picks the pod's container
+// ("POD/CONTAINER").
 //
 // Options that backend.Spec cannot carry yet (devices, platform,
-// docker_args, host_gateway, container_name) give an error wrapping
+// docker_args, host_gateway, container_name without pod_name) give an error wrapping
 // errors.ErrUnsupported rather than being dropped.
 func (c *Config) Spec(name string) (backend.Spec, error) {
 	e, err := c.Entry(name)
@@ -73,7 +74,7 @@ func unsupportedOptions(e *Entry) []string {
 			opts = append(opts, key)
 		}
 	}
-	add(e.ContainerName != "", "container_name")
+	add(e.ContainerName != "" && e.PodName == "", "container_name")
 	add(e.Platform != "", "platform")
 	add(len(e.Devices) > 0, "devices")
 	add(len(e.DockerArgs) > 0, "docker_args")
@@ -238,6 +239,8 @@ func (c *Config) buildSpec(e *Entry, loading bool) (spec backend.Spec, warnings,
 		fail(key.String(), "container_id and pod_name are set; use one")
 	case e.ContainerID != "":
 		spec.Existing, existingKey = e.ContainerID, "container_id"
+	case e.PodName != "" && e.ContainerName != "":
+		spec.Existing, existingKey = e.PodName+"/"+e.ContainerName, "pod_name"
 	case e.PodName != "":
 		spec.Existing, existingKey = e.PodName, "pod_name"
 	}

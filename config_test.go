@@ -844,11 +844,18 @@ container_id = "f00dfeed"
 image = "ignored:1"
 [sandbox.sandboxes.pod]
 pod_name = "agent-0"
+[sandbox.sandboxes.sidecar]
+pod_name = "agent-0"
+container_name = "tools"
 `)
 	assert.Equal(t, "f00dfeed", mustSpec(t, cfg, "main").Existing)
 	assert.Equal(t, "agent-0", mustSpec(t, cfg, "pod").Existing)
+	assert.Equal(t, "agent-0/tools", mustSpec(t, cfg, "sidecar").Existing)
+	_, err := mustParse(t, "[sandbox.sandboxes.lone]\ncontainer_name = \"tools\"\n").Spec("lone")
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+	assert.ErrorContains(t, err, "container_name")
 
-	_, err := parse(t, "[sandbox.sandboxes.both]\ncontainer_id = \"a\"\npod_name = \"b\"\n")
+	_, err = parse(t, "[sandbox.sandboxes.both]\ncontainer_id = \"a\"\npod_name = \"b\"\n")
 	require.ErrorIs(t, err, backend.ErrInvalidConfig)
 	assert.ErrorContains(t, err, "sandbox.sandboxes.both: container_id and pod_name are set; use one")
 	_, err = parse(t, "[sandbox.sandboxes.built]\ncontainer_id = \"a\"\nproject_relative_dockerfile_path = \"Dockerfile\"\n")

@@ -21,7 +21,10 @@
 #   10.248.0.1           this machine's end of a /30 veth: the apiserver
 #                        listens here (:6443, TLS, client certificates)
 #   10.248.0.2           the node's address (kubelet :10250)
-#   10.248.1.0/24        pod addresses (CNI bridge inside the namespace)
+#   10.248.1.0/24        pod addresses (CNI bridge inside the namespace; a
+#                        default route via the bridge lets pods reach the
+#                        node's addresses, as on real clusters; the bridge
+#                        plugin does not enforce NetworkPolicies)
 #   10.248.128.0/24      service addresses (no kube-proxy: never routed)
 # Only addresses inside the namespace are used; nothing leaves this machine.
 #
@@ -347,6 +350,7 @@ EOF
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$POD_CIDR"}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
         "dataDir": "$RUN/cni/ipam"
       }
     }

@@ -1,6 +1,8 @@
 package k8s_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -208,6 +210,99 @@ func BenchmarkExec(b *testing.B) {
 				base = append(base, time.Since(start))
 			}
 			report(b, ours, base)
+		})
+	}
+}
+
+// BenchmarkCopy64MiB: 64 MiB in and back out of a running sandbox, through
+// tar over exec (Archiver: sbx cp, tree copies), cat over exec
+// (FileSystem) and the sbxd agent's stream (bulk bypass off). Reports MB/s
+// of both directions together.
+//
+//	go test -run '^$' -bench Copy64MiB -benchtime 3x ./backends/k8s/
+func BenchmarkCopy64MiB(b *testing.B) {
+	kb, _ := benchSetUp(b)
+	ctx := context.Background()
+	sb, err := kb.Create(ctx, spec("bench-copy", k8stest.BusyboxImage))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { sb.Destroy(context.Background()) })
+	data := bigFile(64 << 20)
+	var tarball bytes.Buffer
+	tw := tar.NewWriter(&tarball)
+	tw.WriteHeader(&tar.Header{Name: "big.bin", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data)), ModTime: time.Now()})
+	tw.Write(data)
+	tw.Close()
+	// The agent starts once, outside the measured loops.
+	c, err := sbxd.Wrap(ctx, sb, sbxd.WithBulkThreshold(-1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	if _, err := c.Agent(ctx); err != nil {
+		b.Fatal(err)
+	}
+	check := func(b *testing.B, n int64, err error) {
+		if err != nil || n != int64(len(data)) {
+			b.Fatalf("copied %d bytes of %d: %v", n, len(data), err)
+		}
+	}
+	for _, m := range []struct {
+		name string
+		run  func(b *testing.B)
+	}{
+		{"tar-over-exec", func(b *testing.B) {
+			a := sb.(backend.Archiver)
+			if err := a.PutArchive(ctx, "/tmp", bytes.NewReader(tarball.Bytes())); err != nil {
+				b.Fatal(err)
+			}
+			rc, err := a.GetArchive(ctx, "/tmp/big.bin")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer rc.Close()
+			tr := tar.NewReader(rc)
+			if _, err := tr.Next(); err != nil {
+				b.Fatal(err)
+			}
+			n, err := io.Copy(io.Discard, tr)
+			check(b, n, err)
+		}},
+		{"cat-over-exec", func(b *testing.B) {
+			f := sb.(backend.FileSystem)
+			if err := f.WriteFile(ctx, "/tmp/big.bin", bytes.NewReader(data), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			rc, err := f.ReadFile(ctx, "/tmp/big.bin")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer rc.Close()
+			n, err := io.Copy(io.Discard, rc)
+			check(b, n, err)
+		}},
+		{"sbxd-stream", func(b *testing.B) {
+			if err := c.WriteFile(ctx, "/tmp/big.bin", bytes.NewReader(data), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			rc, err := c.ReadFile(ctx, "/tmp/big.bin")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer rc.Close()
+			n, err := io.Copy(io.Discard, rc)
+			check(b, n, err)
+		}},
+	} {
+		b.Run(m.name, func(b *testing.B) {
+			var ds []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				m.run(b)
+				ds = append(ds, time.Since(start))
+			}
+			b.ReportMetric(2*64*1.048576/(pct(ds, 0.5)/1000), "MB/s")
 		})
 	}
 }

@@ -29,6 +29,8 @@ const (
 	DefaultStartTimeoutSec   = 180
 	DefaultDeleteGraceSec    = 5
 	DefaultRequestTimeoutSec = 30
+	// DefaultHelperImage fills volumes from host folders (helper_image).
+	DefaultHelperImage = "busybox:1.36"
 )
 
 // Config is the [sandbox.k8s] table. Every key is optional: with none, the
@@ -81,6 +83,10 @@ type Config struct {
 	// (default: every pod of a session on one node, which the scheduler
 	// arranges) or "ReadWriteMany" (a class that supports it, such as NFS).
 	VolumeAccessMode string `toml:"volume_access_mode"`
+	// HelperImage runs the short-lived pod that fills a volume from a host
+	// folder (CreateVolume with FromPath); it needs sh and tar (default
+	// DefaultHelperImage). Clusters that cannot pull it name a mirror.
+	HelperImage string `toml:"helper_image"`
 
 	// Service makes a ClusterIP Service per sandbox with ports, named as its
 	// pod, for callers inside the cluster (Sandbox.ClusterAddress). Host
@@ -222,6 +228,13 @@ func (c Config) volumeSize() resource.Quantity {
 		return resource.MustParse(DefaultVolumeSize)
 	}
 	return resource.MustParse(c.VolumeSize)
+}
+
+func (c Config) helperImage() string {
+	if c.HelperImage == "" {
+		return DefaultHelperImage
+	}
+	return c.HelperImage
 }
 
 func (c Config) volumeAccessMode() corev1.PersistentVolumeAccessMode {

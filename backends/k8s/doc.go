@@ -21,14 +21,47 @@
 // does. Attach gives sbxd.Wrap its stream; with it, exec and file calls go
 // over one long-lived exec instead of one API round trip each.
 //
-// Files move through the package backend fallbacks (sh and cat over Exec)
-// or, faster, through sbxd. Endpoint forwards a local port to the pod
-// through the API server (pods/portforward); with service = true a
-// ClusterIP Service per sandbox serves callers inside the cluster
-// (Sandbox.ClusterAddress). Named volumes are
-// PersistentVolumeClaims: CreateVolume makes a session's shared ones; a
-// Spec naming a claim that does not exist makes it and ties it to the pod
-// (owner reference), so it goes with the pod.
+// Commands with ExecRequest.User run under "sbxd exec --user", which
+// resolves the user in the pod's /etc/passwd and switches to it: that
+// needs a pod running as root; otherwise (and for a user the pod does not
+// know) Exec returns an error, never a command run as someone else. An
+// entry's user (Spec.User) is the pod's runAsUser/runAsGroup and must be
+// numeric ("1000" or "1000:1000"; "root" is 0).
+//
+// Files move over exec streams, as kubectl cp does: the sandbox is a
+// backend.FileSystem (cat in and out through small sh scripts, writes
+// following symlinks and making parents, errors as *fs.PathError with
+// fs.ErrNotExist, syscall.EISDIR, syscall.ENOTDIR, fs.ErrPermission) and a
+// backend.Archiver (tar -x / tar -c over exec, for sbx cp and tree
+// copies). Through sbxd (sbxd.Wrap) small files go over its one stream and
+// large ones (sbxd.DefaultBulkThreshold) over their own exec.
+//
+// Endpoint forwards a local port to the pod through the API server
+// (pods/portforward); a port with a host address in the entry
+// ("8080/tcp" = 18080) is forwarded there from Create on, as long as the
+// Backend lives. With service = true a ClusterIP Service per sandbox
+// serves callers inside the cluster (Sandbox.ClusterAddress).
+//
+// Named volumes are PersistentVolumeClaims: CreateVolume makes a session's
+// shared ones, and with a FromPath (a host folder or a .tar.gz) fills the
+// claim through a short-lived pod of helper_image that mounts it (a tar
+// stream over exec; the pod is removed whatever happens). A Spec naming a
+// claim that does not exist makes it and ties it to the pod (owner
+// reference), so it goes with the pod.
+//
+// Network: "" and "bridge" are the cluster's pod network, "host" is
+// hostNetwork, and "none" is a deny-all NetworkPolicy for the pod. Only
+// CNI plugins with NetworkPolicy support (Calico, Cilium, ...) enforce
+// those, so Create then checks from inside the pod that it cannot reach
+// its node (sbxd dial to the kubelet port) and, if it can, fails and
+// removes the pod rather than hand out a sandbox with a network. Named
+// networks are refused.
+//
+// Existing pods: Spec.Existing (OpenSage's pod_name) adopts a running pod
+// of the namespace that sandboxkit did not make (its default container;
+// sbxd is copied to /.sbx when the file system allows). Its ID is "ext-"
+// and the pod's name, Get finds it by that, List does not show it, and
+// Destroy leaves it running.
 //
 // Labels: the sandbox's labels (sandboxkit.id, .session, .name,
 // .expires-at, .owner and the caller's) are kept whole in the annotation
@@ -37,9 +70,11 @@
 // sandboxkit.session=...` works. Get, List, TTL renewal and `sbx gc` work
 // from the cluster alone.
 //
-// Not offered: switching users per exec, pids limits, network modes,
-// checkpoints, pause (Kubernetes has none of them), filling a volume from a
-// host path.
+// Refused with an error that says why: pids_limit (Kubernetes limits
+// processes per node, the kubelet's podPidsLimit, not per pod), dockerfile
+// builds, security_opt other than no-new-privileges, seccomp=unconfined
+// and apparmor=unconfined, UDP ports with a host port (port-forward is
+// TCP). Not offered: checkpoints and pause (Kubernetes has neither).
 //
 // # Configuration
 //
@@ -58,6 +93,7 @@
 //	image_pull_policy = "IfNotPresent"
 //	storage_class = "standard"
 //	volume_size = "1Gi"
+//	helper_image = "busybox:1.36"   # fills volumes from host folders
 //	service = false                 # a ClusterIP Service per sandbox with ports
 //
 // # Test cluster

@@ -31,7 +31,7 @@ func (b *Backend) translate(err error) error {
 	case apierrors.IsAlreadyExists(err):
 		return fmt.Errorf("%w: %s", backend.ErrAlreadyExists, msg)
 	case apierrors.IsForbidden(err):
-		return fmt.Errorf("%s (the kubeconfig's user needs RBAC rights on pods, pods/exec, pods/portforward, events and persistentvolumeclaims in namespace %q: bind it a Role, or pick another namespace or context)",
+		return fmt.Errorf("%s (the kubeconfig's user needs RBAC rights on pods, pods/exec, pods/portforward, events and persistentvolumeclaims in namespace %q (services with service = true, networkpolicies for network = \"none\"): bind it a Role, or pick another namespace or context)",
 			msg, b.ns)
 	case apierrors.IsUnauthorized(err):
 		return fmt.Errorf("%s (the kubeconfig's credentials for %s were refused: refresh them or pick another context)", msg, b.host)

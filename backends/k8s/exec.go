@@ -20,7 +20,7 @@ import (
 
 var parameterCodec = scheme.ParameterCodec
 
-// stream runs argv in a pod's sandbox container through the API server's
+// stream runs argv in a pod's container through the API server's
 // exec subresource (WebSocket, falling back to SPDY for servers before
 // Kubernetes 1.30) and returns its exit code. Output goes to stdout and
 // stderr until stream returns; stdin, when not nil, is copied in and closed
@@ -29,9 +29,9 @@ var parameterCodec = scheme.ParameterCodec
 // The exec API has no kill: cancelling ctx only drops the connection, and
 // the command keeps running in the pod. Callers wrap commands in sbxd exec
 // and kill them with sbxd kill (see Sandbox.kill).
-func (b *Backend) stream(ctx context.Context, pod string, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+func (b *Backend) stream(ctx context.Context, pod, container string, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	u, err := b.subresourceURL(pod, "exec", &corev1.PodExecOptions{
-		Container: containerName,
+		Container: container,
 		Command:   argv,
 		Stdin:     stdin != nil,
 		Stdout:    true,

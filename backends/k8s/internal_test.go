@@ -1,8 +1,14 @@
 package k8s
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -207,4 +213,94 @@ func TestTolerationsFromMaps(t *testing.T) {
 	_, err = TolerationsFromMaps([]map[string]any{{"keyy": "x"}})
 	assert.ErrorIs(t, err, backend.ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "tolerations[0].keyy")
+}
+
+// How Spec options that map to pod fields land in the pod (the real
+// cluster tests check the behaviour; this checks each mapping).
+func TestPodForOptions(t *testing.T) {
+	b := newBackend(Config{RunAsUser: 1000}, nil, nil, fake.NewClientset(), "ns")
+	pod, err := b.podFor("x", backend.Spec{Image: "i", User: "65534:100", Network: "host",
+		SecurityOpt: []string{"seccomp:unconfined", "apparmor=unconfined", "no-new-privileges"},
+		Ports:       []backend.Port{{Port: 80}, {Port: 8080, HostPort: 18080}, {Port: 9090, HostIP: "0.0.0.0", HostPort: 19090}}})
+	require.NoError(t, err)
+	sc := pod.Spec.Containers[0].SecurityContext
+	assert.Equal(t, int64(65534), *sc.RunAsUser, "the entry's user wins over run_as_user")
+	assert.Equal(t, int64(100), *sc.RunAsGroup)
+	assert.Equal(t, corev1.SeccompProfileTypeUnconfined, sc.SeccompProfile.Type)
+	assert.Equal(t, corev1.AppArmorProfileTypeUnconfined, sc.AppArmorProfile.Type)
+	assert.False(t, *sc.AllowPrivilegeEscalation)
+	assert.True(t, pod.Spec.HostNetwork)
+	assert.Equal(t, corev1.DNSClusterFirstWithHostNet, pod.Spec.DNSPolicy)
+	assert.Equal(t, "8080=127.0.0.1:18080,9090=0.0.0.0:19090", pod.Annotations[annotationHostPorts])
+	s := b.sandboxFor(pod)
+	assert.Equal(t, map[int]string{8080: "127.0.0.1:18080", 9090: "0.0.0.0:19090"}, s.hostAddrs)
+
+	pod, err = b.podFor("x", backend.Spec{Image: "i", User: "root"})
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), *pod.Spec.Containers[0].SecurityContext.RunAsUser)
+
+	for _, c := range []struct {
+		spec backend.Spec
+		is   error
+		want string
+	}{
+		{backend.Spec{Image: "i", User: "bob"}, backend.ErrInvalidConfig, `user "bob"`},
+		{backend.Spec{Image: "i", User: "1:staff"}, backend.ErrInvalidConfig, `user "1:staff"`},
+		{backend.Spec{Image: "i", Network: "mynet"}, errors.ErrUnsupported, `network "mynet"`},
+		{backend.Spec{Image: "i", SecurityOpt: []string{"label=disable"}}, errors.ErrUnsupported, `security_opt "label=disable"`},
+		{backend.Spec{Image: "i", Privileged: true, SecurityOpt: []string{"no-new-privileges"}}, backend.ErrInvalidConfig, "privileged"},
+		{backend.Spec{Image: "i", Ports: []backend.Port{{Port: 53, Protocol: "udp", HostPort: 53}}}, errors.ErrUnsupported, "TCP only"},
+		{backend.Spec{Image: "i", Ports: []backend.Port{{Port: 80, HostIP: "localhost", HostPort: 80}}}, backend.ErrInvalidConfig, "localhost:80"},
+	} {
+		_, err := b.podFor("x", c.spec)
+		if assert.Error(t, err, c.want) {
+			assert.ErrorIs(t, err, c.is, c.want)
+			assert.Contains(t, err.Error(), c.want)
+		}
+	}
+	assert.ErrorIs(t, refuseUnsupported(backend.Spec{Resources: backend.Resources{PidsLimit: 10}}), errors.ErrUnsupported)
+}
+
+func TestParseStat(t *testing.T) {
+	fi, err := parseStat("a1ff 5 1700000000 /tmp/dir/link")
+	require.NoError(t, err)
+	assert.Equal(t, "link", fi.Name())
+	assert.Equal(t, int64(5), fi.Size())
+	assert.Equal(t, fs.ModeSymlink|0o777, fi.Mode())
+	fi, err = parseStat("81a4 12 1700000000")
+	require.NoError(t, err)
+	assert.True(t, fi.Mode().IsRegular())
+	_, err = parseStat("garbage")
+	assert.Error(t, err)
+}
+
+// volumeSource streams a folder as a tar with relative names, modes and
+// symlinks, and refuses what it cannot use.
+func TestVolumeSource(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "d"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "d", "f"), []byte("abc"), 0o640))
+	require.NoError(t, os.Symlink("d/f", filepath.Join(dir, "l")))
+	src, err := volumeSource(dir)
+	require.NoError(t, err)
+	rc, err := src()
+	require.NoError(t, err)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	got := map[string]string{}
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		data, _ := io.ReadAll(tr)
+		got[hdr.Name] = fmt.Sprintf("%o %s %s", hdr.Mode&0o777, hdr.Linkname, data)
+	}
+	assert.Equal(t, map[string]string{"d/": "700  ", "d/f": "640  abc", "l": "777 d/f "}, got)
+
+	for _, bad := range []string{filepath.Join(dir, "missing"), filepath.Join(dir, "d", "f")} {
+		_, err := volumeSource(bad)
+		assert.ErrorIs(t, err, backend.ErrInvalidConfig, bad)
+	}
 }

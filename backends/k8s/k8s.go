@@ -96,17 +96,20 @@ func (b *Backend) Name() string { return Name }
 func (b *Backend) Namespace() string { return b.ns }
 
 // Capabilities: containers on the cluster's nodes (a VM per pod with a
-// gVisor or Kata runtime class, which the cluster decides). Users of exec
-// cannot be switched (the exec API has no user), pids limits are a node
-// setting, and network modes other than the cluster's are not offered.
+// gVisor or Kata runtime class, which the cluster decides). Users are
+// switched by sbxd inside the pod (which must run as root for it); pids
+// limits are a node setting, so not offered; network "none" needs a CNI
+// plugin that enforces NetworkPolicies (Create checks).
 func (b *Backend) Capabilities() backend.Capabilities {
 	runtimes := slices.DeleteFunc(append([]string{b.cfg.RuntimeClass}, b.cfg.RuntimeClasses...), func(s string) bool { return s == "" })
 	return backend.Capabilities{
 		Isolation:      backend.IsolationContainer,
+		NetworkModes:   []string{"bridge", "host", "none"},
 		Images:         true,
 		BindVolumes:    true,
 		NamedVolumes:   true,
 		Ports:          true,
+		User:           true,
 		CPULimit:       true,
 		MemoryLimit:    true,
 		GPUs:           true,
@@ -114,9 +117,11 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Privileged:     true,
 		CapAdd:         true,
 		CapDrop:        true,
+		SecurityOpt:    true,
 		ReadOnlyRootfs: true,
 		Runtimes:       runtimes,
 		ImageCommand:   true,
+		AttachExisting: true,
 		Persistent:     true,
 	}
 }
@@ -141,8 +146,14 @@ func (b *Backend) reqCtx(ctx context.Context) (context.Context, context.CancelFu
 
 // Create makes a pod for spec and waits for it to run.
 func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
+	if err := refuseUnsupported(spec); err != nil {
+		return nil, b.opErr("create", "", err)
+	}
 	if err := b.Capabilities().Check(Name, spec); err != nil {
 		return nil, b.opErr("create", "", err)
+	}
+	if spec.Existing != "" {
+		return b.attachExisting(ctx, spec)
 	}
 	if spec.Image == "" {
 		return nil, b.opErr("create", "", fmt.Errorf("%w: no image (set image in the sandbox entry or [sandbox] default_image)", backend.ErrInvalidConfig))
@@ -174,6 +185,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err := b.ownClaims(ctx, created, claims); err != nil {
 		return fail(err)
 	}
+	if spec.Network == "none" {
+		if err := b.createDenyAll(ctx, created); err != nil {
+			return fail(err)
+		}
+	}
 	if b.cfg.Service && len(spec.Ports) > 0 {
 		if err := b.createService(ctx, created); err != nil {
 			return fail(err)
@@ -186,6 +202,19 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	sb := b.sandboxFor(running)
 	if err := sb.setUp(ctx, spec.WorkingDir == ""); err != nil {
 		return fail(err)
+	}
+	if spec.Network == "none" {
+		if err := sb.checkCutOff(ctx, running); err != nil {
+			return fail(err)
+		}
+	}
+	// Ports with a host address listen there from now on, as Docker's
+	// published ports do (the forwards live as long as this Backend).
+	for _, port := range slices.Sorted(maps.Keys(sb.hostAddrs)) {
+		if _, err := sb.Endpoint(ctx, port); err != nil {
+			b.stopForwards(id)
+			return fail(fmt.Errorf("port %d: forwarding %s to it: %w", port, sb.hostAddrs[port], err))
+		}
 	}
 	return sb, nil
 }
@@ -220,6 +249,13 @@ func randomHex(n int) string {
 
 // Get reattaches to a sandbox by ID (its pod's name).
 func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
+	if ref, ok := strings.CutPrefix(id, adoptedPrefix); ok && ref != "" {
+		s, err := b.adopt(ctx, strings.Replace(ref, "_", "/", 1), "sandbox "+id)
+		if err != nil {
+			return nil, b.opErr("get", id, err)
+		}
+		return s, nil
+	}
 	pod, err := b.getPod(ctx, id)
 	if err != nil {
 		return nil, b.opErr("get", id, err)

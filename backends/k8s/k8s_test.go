@@ -2,6 +2,7 @@ package k8s_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -70,9 +71,18 @@ func TestConformanceBusybox(t *testing.T) {
 		backendtest.WithImage(k8stest.BusyboxImage))
 }
 
+// The conformance suite through sbxd's client: exec and files over one
+// long-lived exec stream, users switched by the agent.
+func TestConformanceSbxd(t *testing.T) {
+	t.Parallel()
+	c := k8stest.Get(t)
+	ns := c.Namespace(t)
+	backendtest.Run(t, func(t *testing.T) backend.Backend { return sbxd.WrapBackend(openBackend(t, c, ns)) },
+		backendtest.WithImage(k8stest.BusyboxImage))
+}
+
 // sbxd starts over Attach (one long-lived exec) and carries exec and the
-// fileops table. (backendtest.Run over sbxd.WrapBackend is not used: the
-// sbxd client runs ExecRequest.User itself, which this backend refuses.)
+// fileops table.
 func TestSbxd(t *testing.T) {
 	t.Parallel()
 	b, _, _ := newBackend(t)
@@ -420,4 +430,52 @@ func TestRunAsUser(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, res.TimedOut)
 	assert.Equal(t, backend.TimeoutExitCode, res.ExitCode)
+	// A non-root pod cannot switch users: an error, not a command run as
+	// the pod's user.
+	_, err = sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"id", "-u"}, User: "root"})
+	assert.ErrorIs(t, err, errors.ErrUnsupported)
+	assert.Contains(t, err.Error(), "does not run as root")
+}
+
+// ExecRequest.User: names and numbers from the pod's /etc/passwd, HOME
+// set; an unknown user is an error naming it.
+func TestExecUser(t *testing.T) {
+	t.Parallel()
+	b, _, _ := newBackend(t)
+	sb := create(t, b, spec("user", k8stest.BusyboxImage))
+	ctx := t.Context()
+	res, err := sb.Exec(ctx, backend.ExecRequest{Shell: "grep ^nobody: /etc/passwd | cut -d: -f6"})
+	require.NoError(t, err)
+	home := strings.TrimSpace(string(res.Stdout))
+	require.NotEmpty(t, home, "no nobody in the image's /etc/passwd")
+	for _, c := range []struct{ user, want string }{
+		{"nobody", "65534 65534 " + home + "\n"},
+		{"65534:100", "65534 100 " + home + "\n"},
+		{"root", "0 0 /root\n"},
+	} {
+		res, err := sb.Exec(ctx, backend.ExecRequest{Shell: `echo "$(id -u) $(id -g) $HOME"`, User: c.user})
+		require.NoError(t, err, c.user)
+		assert.Equal(t, c.want, string(res.Stdout), c.user)
+	}
+	_, err = sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"true"}, User: "no-such-user"})
+	assert.ErrorIs(t, err, backend.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "no-such-user")
+}
+
+// Spec.User sets the pod's user by number; a name is refused before
+// anything is made.
+func TestSpecUser(t *testing.T) {
+	t.Parallel()
+	b, _, _ := newBackend(t)
+	s := spec("specuser", k8stest.BusyboxImage)
+	s.User = "65534:65534"
+	s.WorkingDir = "/tmp"
+	sb := create(t, b, s)
+	res, err := sb.Exec(t.Context(), backend.ExecRequest{Shell: "echo $(id -u) $(id -g)"})
+	require.NoError(t, err)
+	assert.Equal(t, "65534 65534\n", string(res.Stdout))
+	s.User = "nobody"
+	_, err = b.Create(t.Context(), s)
+	assert.ErrorIs(t, err, backend.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), `user "nobody"`)
 }

@@ -27,6 +27,9 @@ const (
 	annotationWorkDir = "sandboxkit.io/workdir"
 	// annotationSbxd records that sbxd was put in the pod at sbxdPath.
 	annotationSbxd = "sandboxkit.io/sbxd"
+	// annotationHostPorts records the entry's host addresses of ports
+	// ("8080=127.0.0.1:18080,..."), where Endpoint listens for them.
+	annotationHostPorts = "sandboxkit.io/host-ports"
 )
 
 // podLabels returns the Kubernetes labels for a sandboxkit label map: the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"path"
 	"slices"
 	"strconv"
@@ -35,6 +36,20 @@ const (
 const keepAlive = `trap 'exit 0' TERM INT
 while [ ! -x ` + sbxdPath + ` ]; do sleep 1 & wait $!; done
 exec ` + sbxdPath + ` init`
+
+// refuseUnsupported names, with the reason, what a Spec asks that no pod
+// can do (Capabilities.Check's message cannot say why).
+func refuseUnsupported(spec backend.Spec) error {
+	if spec.Resources.PidsLimit != 0 {
+		return fmt.Errorf("%w: pids_limit = %d: Kubernetes has no per-pod process limit (the kubelet's podPidsLimit sets one for every pod of a node: ask the cluster's admin), so the k8s backend cannot honour it; remove pids_limit from the entry",
+			errors.ErrUnsupported, spec.Resources.PidsLimit)
+	}
+	if spec.Build != nil {
+		return fmt.Errorf("%w: dockerfile build: the k8s backend runs images from a registry the nodes can pull; build and push %q first (docker build, docker push), or use the native backend",
+			errors.ErrUnsupported, spec.Image)
+	}
+	return nil
+}
 
 // GPUResource is the extended resource a Spec's gpus asks for.
 const GPUResource corev1.ResourceName = "nvidia.com/gpu"
@@ -82,6 +97,7 @@ func (b *Backend) podFor(id string, spec backend.Spec) (*corev1.Pod, error) {
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: spec.Env[k]})
 	}
+	var hostPorts []string
 	for _, p := range spec.Ports {
 		proto := corev1.ProtocolTCP
 		switch strings.ToLower(p.Protocol) {
@@ -94,7 +110,21 @@ func (b *Backend) podFor(id string, spec backend.Spec) (*corev1.Pod, error) {
 		if p.Port <= 0 || p.Port > 65535 {
 			return nil, fmt.Errorf("%w: port %d out of range", backend.ErrInvalidConfig, p.Port)
 		}
+		if p.HostPort != 0 || p.HostIP != "" {
+			if proto != corev1.ProtocolTCP {
+				return nil, fmt.Errorf("%w: port %d/udp with a host port: the k8s backend publishes ports by port-forwarding through the API server, which carries TCP only",
+					errors.ErrUnsupported, p.Port)
+			}
+			if p.HostPort < 0 || p.HostPort > 65535 || (p.HostIP != "" && net.ParseIP(p.HostIP) == nil) {
+				return nil, fmt.Errorf("%w: port %d: host address %q: want an IP address and a port up to 65535",
+					backend.ErrInvalidConfig, p.Port, net.JoinHostPort(p.HostIP, strconv.Itoa(p.HostPort)))
+			}
+			hostPorts = append(hostPorts, fmt.Sprintf("%d=%s", p.Port, net.JoinHostPort(cmpOr(p.HostIP, "127.0.0.1"), strconv.Itoa(p.HostPort))))
+		}
 		c.Ports = append(c.Ports, corev1.ContainerPort{ContainerPort: int32(p.Port), Protocol: proto})
+	}
+	if len(hostPorts) > 0 {
+		annotations[annotationHostPorts] = strings.Join(hostPorts, ",")
 	}
 	res, err := resourcesFor(spec.Resources)
 	if err != nil {
@@ -112,6 +142,15 @@ func (b *Backend) podFor(id string, spec backend.Spec) (*corev1.Pod, error) {
 	if b.cfg.RunAsGroup > 0 {
 		gid := b.cfg.RunAsGroup
 		sc.RunAsGroup = &gid
+	}
+	// The entry's user wins over the backend's run_as_user.
+	uid, gid, err := podUser(spec.User)
+	if err != nil {
+		return nil, err
+	}
+	if uid != nil {
+		sc.RunAsUser = uid
+		sc.RunAsGroup = gid
 	}
 	c.SecurityContext = sc
 
@@ -164,6 +203,9 @@ func (b *Backend) podFor(id string, spec backend.Spec) (*corev1.Pod, error) {
 	}
 	for _, s := range b.cfg.ImagePullSecrets {
 		ps.ImagePullSecrets = append(ps.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
+	}
+	if err := applyNetwork(&ps, spec.Network); err != nil {
+		return nil, err
 	}
 	if rc := cmpOr(spec.Runtime, b.cfg.RuntimeClass); rc != "" {
 		ps.RuntimeClassName = &rc
@@ -225,6 +267,24 @@ func securityFor(spec backend.Spec) (*corev1.SecurityContext, error) {
 	if spec.ReadOnlyRootfs {
 		yes := true
 		sc.ReadOnlyRootFilesystem = &yes
+	}
+	for _, o := range spec.SecurityOpt {
+		// Docker writes key=value or key:value.
+		k, v, _ := strings.Cut(strings.Replace(o, ":", "=", 1), "=")
+		switch {
+		case k == "no-new-privileges" && (v == "" || v == "true"):
+			if spec.Privileged {
+				return nil, fmt.Errorf("%w: security_opt %q with privileged = true: Kubernetes refuses a privileged container without privilege escalation",
+					backend.ErrInvalidConfig, o)
+			}
+		case k == "seccomp" && v == "unconfined":
+			sc.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
+		case k == "apparmor" && v == "unconfined":
+			sc.AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}
+		default:
+			return nil, fmt.Errorf("%w: security_opt %q: the k8s backend maps no-new-privileges (its default), seccomp=unconfined and apparmor=unconfined; profiles from files must be installed on the nodes and named in the pod, which sandboxkit does not do",
+				errors.ErrUnsupported, o)
+		}
 	}
 	if len(spec.CapAdd) > 0 || len(spec.CapDrop) > 0 {
 		sc.Capabilities = &corev1.Capabilities{}

@@ -34,7 +34,7 @@ func (s *Sandbox) Endpoint(ctx context.Context, port int) (string, error) {
 	if !slices.Contains(s.ports, port) {
 		return "", s.opErr("endpoint", fmt.Errorf("%w: port %d/tcp is not published (add it to the sandbox entry's ports)", backend.ErrNotFound, port))
 	}
-	addr, err := s.b.forwardFor(ctx, s.id, port)
+	addr, err := s.b.forwardFor(ctx, s.pod, port, s.hostAddrs[port])
 	if err != nil {
 		return "", s.opErr("endpoint", s.explain(ctx, err))
 	}
@@ -59,7 +59,9 @@ func (f *forward) close() {
 	<-f.done
 }
 
-func (b *Backend) forwardFor(ctx context.Context, pod string, port int) (string, error) {
+// forwardFor returns the forward to a pod's port, starting one when there
+// is none; local is where it listens ("" for a free loopback port).
+func (b *Backend) forwardFor(ctx context.Context, pod string, port int, local string) (string, error) {
 	key := forwardKey{pod, port}
 	b.mu.Lock()
 	if b.closed {
@@ -72,7 +74,7 @@ func (b *Backend) forwardFor(ctx context.Context, pod string, port int) (string,
 	}
 	b.mu.Unlock()
 
-	f, err := b.startForward(ctx, pod, port)
+	f, err := b.startForward(ctx, pod, port, local)
 	if err != nil {
 		return "", err
 	}
@@ -99,7 +101,15 @@ func (b *Backend) forwardFor(ctx context.Context, pod string, port int) (string,
 	return f.addr, nil
 }
 
-func (b *Backend) startForward(ctx context.Context, pod string, port int) (*forward, error) {
+func (b *Backend) startForward(ctx context.Context, pod string, port int, local string) (*forward, error) {
+	ip, localPort := "127.0.0.1", "0"
+	if local != "" {
+		h, p, err := net.SplitHostPort(local)
+		if err != nil {
+			return nil, fmt.Errorf("%w: host address %q of port %d: %v", backend.ErrInvalidConfig, local, port, err)
+		}
+		ip, localPort = h, p
+	}
 	u, err := b.subresourceURL(pod, "portforward", nil)
 	if err != nil {
 		return nil, err
@@ -118,7 +128,7 @@ func (b *Backend) startForward(ctx context.Context, pod string, port int) (*forw
 	})
 	f := &forward{stop: make(chan struct{}), done: make(chan struct{})}
 	ready := make(chan struct{})
-	pf, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(port)},
+	pf, err := portforward.NewOnAddresses(dialer, []string{ip}, []string{localPort + ":" + strconv.Itoa(port)},
 		f.stop, ready, io.Discard, io.Discard)
 	if err != nil {
 		return nil, err
@@ -141,7 +151,7 @@ func (b *Backend) startForward(ctx context.Context, pod string, port int) (*forw
 		f.close()
 		return nil, fmt.Errorf("port forward to %s:%d: no local port (%v)", pod, port, err)
 	}
-	f.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(int(ports[0].Local)))
+	f.addr = net.JoinHostPort(ip, strconv.Itoa(int(ports[0].Local)))
 	return f, nil
 }
 

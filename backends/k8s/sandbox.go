@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,14 +24,26 @@ import (
 
 // Sandbox is one pod. It is safe for concurrent use.
 type Sandbox struct {
-	b       *Backend
-	id      string
+	b  *Backend
+	id string
+	// pod and container are where commands run: the sandbox's own pod
+	// and its "sandbox" container, or for an adopted pod (Spec.Existing)
+	// that pod and its default container.
+	pod, container string
+	// adopted: a pod sandboxkit did not make; name is the entry's name.
+	adopted bool
+	name    string
 	workDir string
 	// sbxd: the pod has sbxd at sbxdPath, which wraps every command so a
 	// timeout or cancel can kill its process tree.
-	sbxd      bool
-	ports     []int // declared TCP container ports
+	sbxd  bool
+	ports []int // declared TCP container ports
+	// hostAddrs: where Endpoint listens for a port (the entry's host IP
+	// and port); others get a free loopback port.
+	hostAddrs map[int]string
 	destroyed atomic.Bool
+	// users holds the ExecRequest.User values sbxd could switch to.
+	users sync.Map
 }
 
 var (
@@ -44,18 +57,48 @@ var (
 const envExecID = "SBX_EXEC_ID"
 
 func (b *Backend) sandboxFor(pod *corev1.Pod) *Sandbox {
-	s := &Sandbox{b: b, id: pod.Name, workDir: infoOf(pod).WorkDir, sbxd: pod.Annotations[annotationSbxd] == sbxdPath}
+	s := &Sandbox{b: b, id: pod.Name, pod: pod.Name, container: containerName, workDir: infoOf(pod).WorkDir,
+		sbxd: pod.Annotations[annotationSbxd] == sbxdPath}
+	s.ports = tcpPorts(pod, containerName)
+	for kv := range strings.SplitSeq(pod.Annotations[annotationHostPorts], ",") {
+		p, addr, ok := strings.Cut(kv, "=")
+		if port, err := strconv.Atoi(p); ok && err == nil {
+			if s.hostAddrs == nil {
+				s.hostAddrs = map[int]string{}
+			}
+			s.hostAddrs[port] = addr
+		}
+	}
+	return s
+}
+
+// tcpPorts are the TCP ports a pod's container declares.
+func tcpPorts(pod *corev1.Pod, container string) []int {
+	var ports []int
 	for _, c := range pod.Spec.Containers {
-		if c.Name != containerName {
+		if c.Name != container {
 			continue
 		}
 		for _, p := range c.Ports {
 			if p.Protocol == "" || p.Protocol == corev1.ProtocolTCP {
-				s.ports = append(s.ports, int(p.ContainerPort))
+				ports = append(ports, int(p.ContainerPort))
 			}
 		}
 	}
-	return s
+	return ports
+}
+
+// stream runs argv in the sandbox's container (see Backend.stream).
+func (s *Sandbox) stream(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	return s.b.stream(ctx, s.pod, s.container, argv, stdin, stdout, stderr)
+}
+
+// fetchPod reads the sandbox's pod.
+func (s *Sandbox) fetchPod(ctx context.Context) (*corev1.Pod, error) {
+	if s.adopted {
+		return s.b.getAnyPod(ctx, s.pod)
+	}
+	return s.b.getPod(ctx, s.pod)
 }
 
 func (s *Sandbox) ID() string { return s.id }
@@ -67,9 +110,12 @@ func (s *Sandbox) SbxdPath() string { return sbxdPath }
 func (s *Sandbox) opErr(op string, err error) error { return s.b.opErr(op, s.id, err) }
 
 func (s *Sandbox) Info(ctx context.Context) (backend.Info, error) {
-	pod, err := s.b.getPod(ctx, s.id)
+	pod, err := s.fetchPod(ctx)
 	if err != nil {
 		return backend.Info{}, s.opErr("info", err)
+	}
+	if s.adopted {
+		return s.adoptedInfo(pod), nil
 	}
 	return infoOf(pod), nil
 }
@@ -89,10 +135,11 @@ func (s *Sandbox) gone() error {
 
 // command is the argv run in the pod for req: argv with req's environment
 // and working directory, under sbxd exec when the pod has sbxd.
-func (s *Sandbox) command(req backend.ExecRequest, argv []string, execID string, timeout time.Duration) ([]string, error) {
+func (s *Sandbox) command(ctx context.Context, req backend.ExecRequest, argv []string, execID string, timeout time.Duration) ([]string, error) {
 	if req.User != "" {
-		return nil, fmt.Errorf("%w: the k8s backend cannot run a command as user %q (the exec API runs it as the container's user; set it for the whole pod instead)",
-			errors.ErrUnsupported, req.User)
+		if err := s.checkUser(ctx, req.User); err != nil {
+			return nil, err
+		}
 	}
 	if err := checkEnv(req.Env); err != nil {
 		return nil, fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err)
@@ -106,6 +153,9 @@ func (s *Sandbox) command(req backend.ExecRequest, argv []string, execID string,
 		return cmd, nil
 	}
 	w := []string{sbxdPath, "exec", "--id", execID}
+	if req.User != "" {
+		w = append(w, "--user", req.User)
+	}
 	if timeout > 0 {
 		w = append(w, "--timeout", timeout.String())
 	}
@@ -124,7 +174,7 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}
 	execID := randomHex(8)
-	cmd, err := s.command(req, argv, execID, req.Timeout)
+	cmd, err := s.command(ctx, req, argv, execID, req.Timeout)
 	if err != nil {
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}
@@ -139,7 +189,7 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		code, err := s.b.stream(sctx, s.id, cmd, req.Stdin, g.writer(out.Stdout), g.writer(out.Stderr))
+		code, err := s.stream(sctx, cmd, req.Stdin, g.writer(out.Stdout), g.writer(out.Stderr))
 		done <- outcome{code, err}
 	}()
 
@@ -200,8 +250,8 @@ func (s *Sandbox) explain(ctx context.Context, err error) error {
 	}
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, gerr := s.b.getPod(gctx, s.id); errors.Is(gerr, backend.ErrNotFound) {
-		return fmt.Errorf("%w: pod %s/%s is gone (deleted outside sandboxkit?): %v", backend.ErrNotFound, s.b.ns, s.id, err)
+	if _, gerr := s.fetchPod(gctx); errors.Is(gerr, backend.ErrNotFound) {
+		return fmt.Errorf("%w: pod %s/%s is gone (deleted outside sandboxkit?): %v", backend.ErrNotFound, s.b.ns, s.pod, err)
 	}
 	return err
 }
@@ -220,7 +270,7 @@ func (s *Sandbox) kill(execID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var stderr strings.Builder
-	code, err := s.b.stream(ctx, s.id, []string{sbxdPath, "kill", execID}, nil, io.Discard, &stderr)
+	code, err := s.stream(ctx, []string{sbxdPath, "kill", execID}, nil, io.Discard, &stderr)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("sbxd kill exited %d: %s", code, strings.TrimSpace(stderr.String()))
 	}
@@ -233,7 +283,14 @@ func (s *Sandbox) kill(execID string) {
 // the claims Create made for it. It does not wait for the pod's processes
 // to end: the pod is not found from then on. Destroying a sandbox that is
 // gone is not an error.
+//
+// An adopted pod (Spec.Existing) is left running: Destroy only stops the
+// sandbox's port forwards, as sandboxkit did not make the pod.
 func (s *Sandbox) Destroy(ctx context.Context) error {
+	if s.adopted {
+		s.b.stopForwards(s.pod)
+		return nil
+	}
 	s.destroyed.Store(true)
 	s.b.stopForwards(s.id)
 	rctx, cancel := s.b.reqCtx(ctx)
@@ -243,6 +300,9 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 
 // Renew moves the sandbox's expiry to ttl from now.
 func (s *Sandbox) Renew(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	if s.adopted {
+		return time.Time{}, s.opErr("renew", fmt.Errorf("%w: pod %s was not made by sandboxkit (pod_name): it has no time to live", errors.ErrUnsupported, s.pod))
+	}
 	pod, err := s.b.getPod(ctx, s.id)
 	if err != nil {
 		return time.Time{}, s.opErr("renew", err)
@@ -324,7 +384,7 @@ func (s *Sandbox) inject(ctx context.Context) (arch, workDir string, err error) 
 	var code int
 	go func() {
 		var err error
-		code, err = s.b.stream(ctx, s.id, []string{"/bin/sh", "-c", injectScript}, inR, outW, &stderr)
+		code, err = s.stream(ctx, []string{"/bin/sh", "-c", injectScript}, inR, outW, &stderr)
 		outW.Close()
 		inR.Close()
 		done <- err
@@ -359,14 +419,9 @@ func (s *Sandbox) inject(ctx context.Context) (arch, workDir string, err error) 
 // probeWorkDir finds the container's working directory with pwd and
 // records it on the pod.
 func (s *Sandbox) probeWorkDir(ctx context.Context) error {
-	var out strings.Builder
-	code, err := s.b.stream(ctx, s.id, []string{"pwd"}, nil, &out, io.Discard)
+	wd, err := s.pwd(ctx)
 	if err != nil {
 		return err
-	}
-	wd := strings.TrimSpace(out.String())
-	if code != 0 || !path.IsAbs(wd) {
-		return fmt.Errorf("pwd exited %d with %q", code, wd)
 	}
 	pod, err := s.b.getPod(ctx, s.id)
 	if err != nil {
@@ -374,6 +429,20 @@ func (s *Sandbox) probeWorkDir(ctx context.Context) error {
 	}
 	s.workDir = wd
 	return s.b.patchAnnotations(ctx, pod, map[string]string{annotationWorkDir: wd})
+}
+
+// pwd is the container's working directory, as a plain exec finds it.
+func (s *Sandbox) pwd(ctx context.Context) (string, error) {
+	var out strings.Builder
+	code, err := s.stream(ctx, []string{"pwd"}, nil, &out, io.Discard)
+	if err != nil {
+		return "", err
+	}
+	wd := strings.TrimSpace(out.String())
+	if code != 0 || !path.IsAbs(wd) {
+		return "", fmt.Errorf("pwd exited %d with %q", code, wd)
+	}
+	return wd, nil
 }
 
 type lockedBuffer struct {
@@ -404,7 +473,7 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest) (backend.
 		return nil, s.opErr("attach", err)
 	}
 	execID := randomHex(8)
-	cmd, err := s.command(req, argv, execID, 0)
+	cmd, err := s.command(ctx, req, argv, execID, 0)
 	if err != nil {
 		return nil, s.opErr("attach", err)
 	}
@@ -418,7 +487,7 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest) (backend.
 	p := &process{s: s, execID: execID, stdin: inW, stdout: outR, cancel: cancel, done: make(chan struct{})}
 	g := &gate{}
 	go func() {
-		code, err := s.b.stream(sctx, s.id, cmd, inR, g.writer(outW), g.writer(stderr))
+		code, err := s.stream(sctx, cmd, inR, g.writer(outW), g.writer(stderr))
 		g.close()
 		if err != nil {
 			err = s.explain(sctx, err)

@@ -1,10 +1,16 @@
 package k8s
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -48,12 +54,18 @@ func (b *Backend) createClaim(ctx context.Context, name string, all map[string]s
 
 // CreateVolume makes a PersistentVolumeClaim several sandboxes of a
 // session can mount (on one node with ReadWriteOnce, the default; see
-// Config.VolumeAccessMode). Filling it from a host path is not offered: the
-// host is not a node.
+// Config.VolumeAccessMode). With FromPath (a host folder, or a .tar.gz,
+// .tgz or .tar file) it then fills the claim through a short-lived pod of
+// helper_image that mounts it: the contents go in as a tar stream over
+// exec, and the pod is removed whatever happens. If filling fails, the
+// claim is removed too.
 func (b *Backend) CreateVolume(ctx context.Context, spec backend.VolumeSpec) (string, error) {
+	var src func() (io.ReadCloser, error)
 	if spec.FromPath != "" {
-		return "", b.opErr("create volume", "", fmt.Errorf("%w: the k8s backend cannot fill a volume from the host path %q (the host is not a cluster node); copy the files into a sandbox instead",
-			errors.ErrUnsupported, spec.FromPath))
+		var err error
+		if src, err = volumeSource(spec.FromPath); err != nil {
+			return "", b.opErr("create volume", "", err)
+		}
 	}
 	name := spec.Name
 	if name == "" {
@@ -77,7 +89,145 @@ func (b *Backend) CreateVolume(ctx context.Context, spec backend.VolumeSpec) (st
 	if err := b.createClaim(ctx, name, all); err != nil {
 		return "", b.opErr("create volume", "", fmt.Errorf("claim %s: %w", name, err))
 	}
+	if src != nil {
+		if err := b.fillVolume(ctx, name, spec.Session, src); err != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.requestTimeout())
+			defer cancel()
+			b.deleteClaims(dctx, []string{name})
+			return "", b.opErr("create volume", "", fmt.Errorf("filling claim %s from %s: %w", name, spec.FromPath, err))
+		}
+	}
 	return name, nil
+}
+
+// fillMount is where the filler pod mounts the claim it fills.
+const fillMount = "/sbx-fill"
+
+// fillVolume extracts src's tar stream into claim through a pod of the
+// helper image that mounts it, and removes the pod.
+func (b *Backend) fillVolume(ctx context.Context, claim, session string, src func() (io.ReadCloser, error)) error {
+	img := b.cfg.helperImage()
+	sb, err := b.Create(ctx, backend.Spec{
+		Name:    "volume-filler",
+		Session: session,
+		Image:   img,
+		Volumes: []backend.Volume{{Type: backend.VolumeNamed, Source: claim, Target: fillMount}},
+		Labels:  map[string]string{labelFiller: claim},
+		TTL:     time.Hour,
+	})
+	if err != nil {
+		return fmt.Errorf("starting the filler pod (helper_image %q, which needs sh and tar): %w", img, err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.requestTimeout())
+		defer cancel()
+		if err := sb.Destroy(dctx); err != nil {
+			b.log.Warn("removing the volume filler pod failed", "pod", sb.ID(), "claim", claim, "err", err)
+		}
+	}()
+	rc, err := src()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	return sb.(*Sandbox).PutArchive(ctx, fillMount, rc)
+}
+
+// labelFiller marks a volume filler pod with the claim it fills.
+const labelFiller = "sandboxkit.volume-filler"
+
+// volumeSource checks from and returns what streams its contents as a
+// plain tar.
+func volumeSource(from string) (func() (io.ReadCloser, error), error) {
+	fi, err := os.Stat(from)
+	if err != nil {
+		return nil, fmt.Errorf("%w: volume contents %s: %v", backend.ErrInvalidConfig, from, errors.Unwrap(err))
+	}
+	low := strings.ToLower(from)
+	switch {
+	case fi.IsDir():
+		return func() (io.ReadCloser, error) {
+			pr, pw := io.Pipe()
+			go func() { pw.CloseWithError(tarDir(pw, from)) }()
+			return pr, nil
+		}, nil
+	case strings.HasSuffix(low, ".tar.gz"), strings.HasSuffix(low, ".tgz"):
+		return func() (io.ReadCloser, error) {
+			f, err := os.Open(from)
+			if err != nil {
+				return nil, err
+			}
+			zr, err := gzip.NewReader(f)
+			if err != nil {
+				f.Close()
+				return nil, fmt.Errorf("%s: %w", from, err)
+			}
+			return readCloser{zr, f}, nil
+		}, nil
+	case strings.HasSuffix(low, ".tar"):
+		return func() (io.ReadCloser, error) { return os.Open(from) }, nil
+	}
+	return nil, fmt.Errorf("%w: volume contents %s: want a folder or a .tar.gz, .tgz or .tar file", backend.ErrInvalidConfig, from)
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// tarDir writes a tar stream of the folder root's contents (names relative
+// to it), keeping modes and symlinks and leaving out owners and special
+// files.
+func tarDir(w io.Writer, root string) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case !fi.Mode().IsRegular() && !fi.IsDir():
+			return nil
+		}
+		hdr, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		if fi.IsDir() {
+			hdr.Name += "/"
+		}
+		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if !fi.Mode().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
 }
 
 // RemoveVolume deletes a claim the backend made; one that is gone is not

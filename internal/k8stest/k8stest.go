@@ -142,8 +142,9 @@ func (c *Cluster) Client(t testing.TB) kubernetes.Interface {
 }
 
 // Namespace makes a namespace for t and returns its name. When t ends it
-// checks that no pod or claim labelled sandboxkit.backend is left in it
-// (pods being deleted get a minute to go), then deletes it.
+// checks that no pod, claim, service or network policy labelled
+// sandboxkit.backend is left in it (pods being deleted get a minute to go;
+// what a pod owns goes with it), then deletes it.
 func (c *Cluster) Namespace(t testing.TB) string {
 	t.Helper()
 	cs := c.Client(t)
@@ -209,6 +210,22 @@ func (c *Cluster) checkAndDelete(t testing.TB, cs kubernetes.Interface, ns strin
 		for _, p := range pvcs.Items {
 			if p.DeletionTimestamp == nil && len(p.OwnerReferences) == 0 {
 				t.Errorf("volume claim left behind in %s: %s", ns, p.Name)
+			}
+		}
+	}
+	// Services and network policies belong to their pod (owner
+	// references); one without an owner is a leak.
+	if svcs, err := cs.CoreV1().Services(ns).List(ctx, sel); err == nil {
+		for _, s := range svcs.Items {
+			if s.DeletionTimestamp == nil && len(s.OwnerReferences) == 0 {
+				t.Errorf("service left behind in %s: %s", ns, s.Name)
+			}
+		}
+	}
+	if nps, err := cs.NetworkingV1().NetworkPolicies(ns).List(ctx, sel); err == nil {
+		for _, n := range nps.Items {
+			if n.DeletionTimestamp == nil && len(n.OwnerReferences) == 0 {
+				t.Errorf("network policy left behind in %s: %s", ns, n.Name)
 			}
 		}
 	}

@@ -1,0 +1,371 @@
+package k8s
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// File access over exec streams, as kubectl cp does it: each call is one
+// exec of a small sh script in the pod, with the file's (or a tar
+// stream's) bytes on the exec's stdin or stdout. The pod needs sh and
+// coreutils (or busybox); tar for the Archiver.
+//
+// Every script checks first, then prints a marker line ("ok") before it
+// touches the data stream: errors are known before any byte is read from
+// the caller's reader or handed to the caller, so a refused write leaves
+// the reader where it was (callers may fall back to another path) and a
+// failed read returns its error from ReadFile itself.
+
+var (
+	_ backend.FileSystem = (*Sandbox)(nil)
+	_ backend.Archiver   = (*Sandbox)(nil)
+)
+
+// Exit codes of the scripts: those of package backend's fallback scripts
+// (so the meaning is the same everywhere), and one for a missing tool.
+const (
+	exitNotExist = 102
+	exitIsDir    = 103
+	exitNoAccess = 104
+	exitNotDir   = 105
+	exitNoTool   = 106
+)
+
+// missingFn is a sh function that exits with ENOTDIR's code when the
+// nearest existing ancestor of $1 is not a directory, else with
+// ErrNotExist's.
+const missingFn = `missing() { p=$(dirname -- "$1"); while [ ! -e "$p" ]; do p=$(dirname -- "$p"); done; [ -d "$p" ] && exit 102; exit 105; }
+`
+
+const (
+	readScript = missingFn + `[ -e "$1" ] || missing "$1"
+[ -d "$1" ] && exit 103
+[ -r "$1" ] || exit 104
+echo ok
+exec cat -- "$1"`
+
+	// writeScript follows a symlink at $1 (cat > writes its target), makes
+	// missing parents, and reports a parent that is a file as ENOTDIR.
+	writeScript = `[ -d "$1" ] && exit 103
+d=$(dirname -- "$1")
+if [ ! -d "$d" ]; then
+  [ -e "$d" ] && exit 105
+  if ! mkdir -p -- "$d" 2>/dev/null; then
+    p=$d; while [ ! -e "$p" ]; do p=$(dirname -- "$p"); done
+    [ -d "$p" ] && exit 104
+    exit 105
+  fi
+fi
+[ -e "$1" ] && [ ! -w "$1" ] && exit 104
+echo ok
+{ cat > "$1"; } 2>/dev/null || exit 104
+chmod "$2" "$1"`
+
+	statScript = missingFn + `[ -e "$1" ] || missing "$1"
+exec stat -L -c '%f %s %Y' -- "$1"`
+
+	readDirScript = missingFn + `[ -e "$1" ] || missing "$1"
+[ -d "$1" ] || exit 105
+[ -r "$1" ] && [ -x "$1" ] || exit 104
+cd -- "$1" && for f in .* *; do
+  case $f in .|..) continue;; esac
+  [ -e "$f" ] || [ -L "$f" ] || continue
+  stat -c '%f %s %Y %n' -- "$f"
+done`
+
+	// putScript extracts stdin into $1, owned by the extracting user (as
+	// docker cp does by default), with the archive's modes.
+	putScript = missingFn + `[ -e "$1" ] || missing "$1"
+[ -d "$1" ] || exit 105
+command -v tar >/dev/null 2>&1 || exit 106
+echo ok
+exec tar -x -o -f - -C "$1"`
+
+	// getScript writes a tar stream of $1 named by its base name.
+	getScript = missingFn + `[ -e "$1" ] || [ -L "$1" ] || missing "$1"
+command -v tar >/dev/null 2>&1 || exit 106
+d=$(dirname -- "$1"); b=$(basename -- "$1")
+case $b in /) b=. ;; -*) b=./$b ;; esac
+echo ok
+exec tar -c -f - -C "$d" "$b"`
+)
+
+// fileErr turns a script's failure into a *fs.PathError with the errors the
+// FileSystem contract names.
+func fileErr(op, name string, res backend.ExecResult) error {
+	var err error
+	switch res.ExitCode {
+	case exitNotExist:
+		err = fs.ErrNotExist
+	case exitIsDir:
+		err = syscall.EISDIR
+	case exitNoAccess:
+		err = fs.ErrPermission
+	case exitNotDir:
+		err = syscall.ENOTDIR
+	case exitNoTool:
+		err = fmt.Errorf("%w: the image has no tar (the k8s backend moves archives with tar over exec)", errors.ErrUnsupported)
+	case 126, 127:
+		err = fmt.Errorf("%w: file access over exec needs sh and coreutils (or busybox) in the image (exit code %d: %s)",
+			errors.ErrUnsupported, res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+	default:
+		msg := strings.TrimSpace(string(res.Stderr))
+		if msg == "" {
+			msg = "no output"
+		}
+		err = fmt.Errorf("exit code %d: %s", res.ExitCode, msg)
+	}
+	return &fs.PathError{Op: op, Path: name, Err: err}
+}
+
+// script is the argv running one of the scripts above on args.
+func script(body string, args ...string) []string {
+	return append([]string{"/bin/sh", "-c", body, "sh"}, args...)
+}
+
+// ReadFile streams a file out of the pod (cat over exec).
+func (s *Sandbox) ReadFile(ctx context.Context, name string) (io.ReadCloser, error) {
+	return s.streamOut(ctx, "read", name, script(readScript, s.resolve(name)))
+}
+
+// WriteFile streams r into name in the pod (cat over exec), following a
+// symlink at name and making missing parents.
+func (s *Sandbox) WriteFile(ctx context.Context, name string, r io.Reader, perm fs.FileMode) error {
+	return s.streamIn(ctx, "write", name, script(writeScript, s.resolve(name), strconv.FormatUint(uint64(perm.Perm()), 8)), r)
+}
+
+// Stat describes name, following symlinks.
+func (s *Sandbox) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
+	infos, err := s.statLines(ctx, "stat", name, script(statScript, s.resolve(name)))
+	if err != nil {
+		return nil, err
+	}
+	if len(infos) != 1 {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: fmt.Errorf("unexpected stat output (%d lines)", len(infos))}
+	}
+	i := infos[0]
+	return backend.NewFileInfo(path.Base(s.resolve(name)), i.Size(), i.Mode(), i.ModTime()), nil
+}
+
+// ReadDir lists a directory without following symlinks, sorted by name
+// (with sbxd ls when the pod has sbxd, else sh and stat).
+func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, error) {
+	argv := script(readDirScript, s.resolve(name))
+	if s.sbxd {
+		argv = []string{sbxdPath, "ls", s.resolve(name)}
+	}
+	infos, err := s.statLines(ctx, "readdir", name, argv)
+	if err != nil {
+		return nil, err
+	}
+	backend.SortByName(infos)
+	return infos, nil
+}
+
+// PutArchive extracts a tar stream into dir (tar -x over exec).
+func (s *Sandbox) PutArchive(ctx context.Context, dir string, tarStream io.Reader) error {
+	return s.streamIn(ctx, "put archive", dir, script(putScript, s.resolve(dir)), tarStream)
+}
+
+// GetArchive streams a tar of p out of the pod (tar -c over exec).
+func (s *Sandbox) GetArchive(ctx context.Context, p string) (io.ReadCloser, error) {
+	return s.streamOut(ctx, "get archive", p, script(getScript, s.resolve(p)))
+}
+
+// statLines runs argv and parses its "RAWMODE-HEX SIZE MTIME [NAME]" lines.
+func (s *Sandbox) statLines(ctx context.Context, op, name string, argv []string) ([]fs.FileInfo, error) {
+	res, err := s.Exec(ctx, backend.ExecRequest{Cmd: argv, OutputLimit: -1})
+	if err != nil {
+		return nil, err
+	}
+	if res.ExitCode != 0 {
+		return nil, fileErr(op, name, res)
+	}
+	var infos []fs.FileInfo
+	for line := range strings.SplitSeq(strings.TrimSuffix(string(res.Stdout), "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		fi, err := parseStat(line)
+		if err != nil {
+			return nil, &fs.PathError{Op: op, Path: name, Err: err}
+		}
+		infos = append(infos, fi)
+	}
+	return infos, nil
+}
+
+// parseStat reads "RAWMODE-HEX SIZE MTIME-SECONDS [NAME]".
+func parseStat(line string) (fs.FileInfo, error) {
+	parts := strings.SplitN(line, " ", 4)
+	if len(parts) < 3 {
+		return nil, fmt.Errorf("unexpected stat output %q", line)
+	}
+	raw, err1 := strconv.ParseUint(parts[0], 16, 32)
+	size, err2 := strconv.ParseInt(parts[1], 10, 64)
+	mtime, err3 := strconv.ParseInt(parts[2], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, fmt.Errorf("unexpected stat output %q: %w", line, err)
+	}
+	name := ""
+	if len(parts) == 4 {
+		name = path.Base(parts[3])
+	}
+	return backend.NewFileInfo(name, size, backend.ModeFromUnix(uint32(raw)), time.Unix(mtime, 0)), nil
+}
+
+// streamOut runs a script that prints "ok" and then the data, and returns
+// the data as a stream once the marker arrived (or the script's error).
+// Closing the stream early kills the command in the pod.
+func (s *Sandbox) streamOut(ctx context.Context, op, name string, argv []string) (io.ReadCloser, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	var res backend.ExecResult
+	var execErr error
+	go func() {
+		defer close(done)
+		res, execErr = s.Exec(ctx, backend.ExecRequest{Cmd: argv, Stdout: pw})
+		switch {
+		case execErr != nil:
+			pw.CloseWithError(execErr)
+		case res.ExitCode != 0:
+			pw.CloseWithError(fileErr(op, name, res))
+		default:
+			pw.Close()
+		}
+	}()
+	br := bufio.NewReader(pr)
+	line, err := br.ReadString('\n')
+	if err != nil || line != "ok\n" {
+		cancel()
+		pr.CloseWithError(io.ErrClosedPipe)
+		<-done
+		switch {
+		case execErr != nil:
+			return nil, execErr
+		case res.ExitCode != 0:
+			return nil, fileErr(op, name, res)
+		}
+		return nil, &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("unexpected reply %q from the pod", line)}
+	}
+	return &outStream{Reader: br, pr: pr, cancel: cancel, done: done}, nil
+}
+
+type outStream struct {
+	io.Reader
+	pr     *io.PipeReader
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Close ends the stream. What little the command may still write (a tar
+// stream's end padding) is read first, so the exec ends by itself rather
+// than with a broken pipe; a command with more to say, or that says
+// nothing for a second, is cut off.
+func (o *outStream) Close() error {
+	t := time.AfterFunc(time.Second, func() { o.pr.CloseWithError(io.ErrClosedPipe) })
+	io.CopyN(io.Discard, o.Reader, 64<<10)
+	t.Stop()
+	o.pr.CloseWithError(io.ErrClosedPipe)
+	o.cancel()
+	<-o.done
+	return nil
+}
+
+// streamIn runs a script that checks, prints "ok", then reads its stdin:
+// r is read only after the marker, so a refused call leaves r unread.
+func (s *Sandbox) streamIn(ctx context.Context, op, name string, argv []string, r io.Reader) error {
+	g := newStdinGate(r)
+	res, err := s.Exec(ctx, backend.ExecRequest{Cmd: argv, Stdin: g, Stdout: g.marker()})
+	g.abort()
+	if err != nil {
+		return err
+	}
+	// The command saw EOF where r failed: what it wrote is incomplete.
+	if rerr := g.readErr(); rerr != nil {
+		return &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("reading the data to send: %w", rerr)}
+	}
+	if res.ExitCode != 0 {
+		return fileErr(op, name, res)
+	}
+	return nil
+}
+
+// stdinGate is a command's stdin that passes r on only once the command
+// printed its "ok" line on stdout.
+type stdinGate struct {
+	r       io.Reader
+	mu      sync.Mutex
+	seen    []byte
+	open    chan struct{} // closed: pass r on
+	stop    chan struct{} // closed: the command ended; EOF
+	once    sync.Once
+	stopped sync.Once
+	err     error // r's error other than EOF, under mu
+}
+
+func (g *stdinGate) readErr() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
+func newStdinGate(r io.Reader) *stdinGate {
+	return &stdinGate{r: r, open: make(chan struct{}), stop: make(chan struct{})}
+}
+
+func (g *stdinGate) Read(p []byte) (int, error) {
+	select {
+	case <-g.open:
+	case <-g.stop:
+		return 0, io.EOF
+	}
+	select {
+	case <-g.stop:
+		return 0, io.EOF
+	default:
+	}
+	n, err := g.r.Read(p)
+	if err != nil && err != io.EOF {
+		g.mu.Lock()
+		g.err = err
+		g.mu.Unlock()
+	}
+	return n, err
+}
+
+// abort ends stdin for a command that is done.
+func (g *stdinGate) abort() { g.stopped.Do(func() { close(g.stop) }) }
+
+// marker is the command's stdout: it opens the gate at "ok\n" and drops
+// the rest.
+func (g *stdinGate) marker() io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if len(g.seen) < 3 {
+			g.seen = append(g.seen, p[:min(len(p), 3-len(g.seen))]...)
+			if string(g.seen) == "ok\n" {
+				g.once.Do(func() { close(g.open) })
+			}
+		}
+		return len(p), nil
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
