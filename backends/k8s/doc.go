@@ -8,7 +8,9 @@
 // without privilege escalation, the configured service account, runtime
 // class, node selector, tolerations and pull secrets), waits for it to run
 // and reports the pod's own reason when it does not (ImagePullBackOff,
-// Unschedulable, OOMKilled, ... with its latest events). It then copies
+// Unschedulable, OOMKilled, ... with its latest events); while it waits,
+// the pod's events (scheduled, pulling and pulled the image, started) go to
+// Spec.Progress as steps "start" and "pull". It then copies
 // sbxd (see package sbxd and internal/sbxdbin) into an emptyDir at /.sbx,
 // through an exec whose stdin carries the binary (the image needs /bin/sh,
 // uname and cat, as busybox and every distribution image have).

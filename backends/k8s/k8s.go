@@ -195,7 +195,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 			return fail(err)
 		}
 	}
-	running, err := b.waitRunning(ctx, created)
+	running, err := b.waitRunning(ctx, created, spec.Name, spec.Progress)
 	if err != nil {
 		return fail(err)
 	}

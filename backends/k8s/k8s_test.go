@@ -139,6 +139,25 @@ func TestCreateMissingImage(t *testing.T) {
 	assert.Empty(t, infos, "the failed Create left its pod")
 }
 
+// Create reports the pod's start (scheduling, the image, the container) as
+// progress, from its own goroutine.
+func TestCreateProgress(t *testing.T) {
+	t.Parallel()
+	b, _, _ := newBackend(t)
+	var got []backend.Progress
+	s := spec("progress", k8stest.BusyboxImage)
+	s.Progress = func(p backend.Progress) { got = append(got, p) } // no lock: Create's goroutine only
+	create(t, b, s)
+	require.NotEmpty(t, got, "no progress while the pod started")
+	var pulled bool
+	for _, p := range got {
+		assert.Equal(t, "progress", p.Sandbox)
+		assert.Contains(t, []string{"start", "pull"}, p.Step, "%+v", p)
+		pulled = pulled || (p.Step == "pull" && p.Done && strings.Contains(p.Status, k8stest.BusyboxImage))
+	}
+	assert.True(t, pulled, "no report that the image is there (kubelet's Pulled event): %+v", got)
+}
+
 // A pod deleted outside sandboxkit: every call says ErrNotFound.
 func TestFaultPodDeletedBehindOurBack(t *testing.T) {
 	t.Parallel()

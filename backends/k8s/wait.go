@@ -27,10 +27,41 @@ var errStartFailed = errors.New("pod did not start")
 
 // waitRunning waits, within the start timeout, for pod's sandbox container
 // to run. A failure reports the pod's own reason (ImagePullBackOff,
-// Unschedulable, OOMKilled, ...) and its recent events.
-func (b *Backend) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+// Unschedulable, OOMKilled, ...) and its recent events. With progress set,
+// the pod's events (scheduling, image pulls, container start) are passed
+// on as they come, from this goroutine.
+func (b *Backend) waitRunning(ctx context.Context, pod *corev1.Pod, name string, progress func(backend.Progress)) (*corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.startTimeout())
 	defer cancel()
+	var events <-chan watch.Event
+	seen := map[string]bool{} // events reported, by UID and count
+	report := func(e *corev1.Event) {
+		key := fmt.Sprintf("%s/%d", e.UID, e.Count)
+		if !seen[key] {
+			seen[key] = true
+			reportEvent(progress, name, e)
+		}
+	}
+	if progress != nil {
+		// Events recorded before the pod ran but delivered after (the
+		// kubelet sends them asynchronously) are listed at the end.
+		defer func() {
+			lctx, cancel := b.reqCtx(context.WithoutCancel(ctx))
+			defer cancel()
+			if evs, err := b.cs.CoreV1().Events(b.ns).List(lctx, metav1.ListOptions{FieldSelector: podEventSelector(pod.Name)}); err == nil {
+				items := evs.Items
+				slices.SortStableFunc(items, func(a, c corev1.Event) int { return eventTime(a).Time.Compare(eventTime(c).Time) })
+				for i := range items {
+					report(&items[i])
+				}
+			}
+		}()
+		ew, err := b.cs.CoreV1().Events(b.ns).Watch(ctx, metav1.ListOptions{FieldSelector: podEventSelector(pod.Name)})
+		if err == nil { // progress is a courtesy: no events, no reports
+			defer ew.Stop()
+			events = ew.ResultChan()
+		}
+	}
 	last := pod
 	for {
 		w, err := b.cs.CoreV1().Pods(b.ns).Watch(ctx, metav1.ListOptions{
@@ -60,6 +91,13 @@ func (b *Backend) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod
 			var ok bool
 			select {
 			case ev, ok = <-w.ResultChan():
+			case e, open := <-events:
+				if !open {
+					events = nil
+				} else if k8sEv, isEvent := e.Object.(*corev1.Event); isEvent && e.Type != watch.Deleted {
+					report(k8sEv)
+				}
+				continue
 			case <-ctx.Done():
 			}
 			if !ok {
@@ -160,16 +198,35 @@ func (b *Backend) startTimeoutErr(ctx context.Context, pod *corev1.Pod) error {
 	return err
 }
 
+// podEventSelector selects the events of the pod named name.
+func podEventSelector(name string) string {
+	return fields.AndSelectors(
+		fields.OneTermEqualSelector("involvedObject.name", name),
+		fields.OneTermEqualSelector("involvedObject.kind", "Pod"),
+	).String()
+}
+
+// reportEvent passes a pod event on as progress: image pulls as step
+// "pull" (done when pulled or found present), the rest of the start as
+// step "start" (done when the container started).
+func reportEvent(progress func(backend.Progress), name string, e *corev1.Event) {
+	p := backend.Progress{Sandbox: name, Step: "start", Status: e.Reason + suffix(": ", strings.TrimSpace(e.Message))}
+	switch e.Reason {
+	case "Pulling":
+		p.Step = "pull"
+	case "Pulled":
+		p.Step, p.Done = "pull", true
+	case "Started":
+		p.Done = true
+	}
+	progress(p)
+}
+
 // eventSummary lists the pod's latest events as "; events: ...", or "".
 func (b *Backend) eventSummary(ctx context.Context, pod *corev1.Pod) string {
 	rctx, cancel := b.reqCtx(ctx)
 	defer cancel()
-	evs, err := b.cs.CoreV1().Events(b.ns).List(rctx, metav1.ListOptions{
-		FieldSelector: fields.AndSelectors(
-			fields.OneTermEqualSelector("involvedObject.name", pod.Name),
-			fields.OneTermEqualSelector("involvedObject.kind", "Pod"),
-		).String(),
-	})
+	evs, err := b.cs.CoreV1().Events(b.ns).List(rctx, metav1.ListOptions{FieldSelector: podEventSelector(pod.Name)})
 	if err != nil || len(evs.Items) == 0 {
 		return ""
 	}
