@@ -23,7 +23,8 @@ import (
 // busybox) in the sandbox.
 
 // Exit codes the fallback scripts use to report file errors; chosen outside
-// the range of sh's own codes (1, 2, 126, 127) and signals.
+// the range of sh's own codes (1, 2, 126, 127) and signals. Backends whose
+// own file scripts use them get the same errors from ScriptError.
 const (
 	exitNotExist = 102
 	exitIsDir    = 103
@@ -31,7 +32,10 @@ const (
 	exitNotDir   = 105
 )
 
-func scriptError(op, name string, res ExecResult) error {
+// ScriptError is the *fs.PathError of a file script that failed: exit codes
+// 102 (fs.ErrNotExist), 103 (EISDIR), 104 (fs.ErrPermission) and 105
+// (ENOTDIR), else the exit code with the script's stderr.
+func ScriptError(op, name string, res ExecResult) error {
 	var err error
 	switch res.ExitCode {
 	case exitNotExist:
@@ -125,7 +129,7 @@ func readByExec(ctx context.Context, sb Sandbox, name string) (io.ReadCloser, er
 		case execErr != nil:
 			pw.CloseWithError(execErr)
 		case res.ExitCode != 0:
-			pw.CloseWithError(scriptError("read", name, res))
+			pw.CloseWithError(ScriptError("read", name, res))
 		default:
 			pw.Close()
 		}
@@ -140,7 +144,7 @@ func readByExec(ctx context.Context, sb Sandbox, name string) (io.ReadCloser, er
 			return nil, execErr
 		}
 		if res.ExitCode != 0 {
-			return nil, scriptError("read", name, res)
+			return nil, ScriptError("read", name, res)
 		}
 		return nil, &fs.PathError{Op: "read", Path: name, Err: fmt.Errorf("unexpected reply %q", line)}
 	}
@@ -288,7 +292,7 @@ func writeByExec(ctx context.Context, sb Sandbox, name string, r io.Reader, perm
 		return err
 	}
 	if res.ExitCode != 0 {
-		return scriptError("write", name, res)
+		return ScriptError("write", name, res)
 	}
 	return nil
 }
@@ -338,19 +342,25 @@ func SortByName(infos []fs.FileInfo) {
 }
 
 func statByExec(ctx context.Context, sb Sandbox, op, name, script string) ([]fs.FileInfo, error) {
-	res, err := sb.Exec(ctx, ExecRequest{Cmd: []string{"sh", "-c", script, "sh", name}, OutputLimit: -1})
+	return StatLines(ctx, sb, op, name, []string{"sh", "-c", script, "sh", name}, ScriptError)
+}
+
+// StatLines runs argv in sb and parses each line of its output with
+// ParseStatLine; a non-zero exit becomes failed(op, name, result).
+func StatLines(ctx context.Context, sb Sandbox, op, name string, argv []string, failed func(op, name string, res ExecResult) error) ([]fs.FileInfo, error) {
+	res, err := sb.Exec(ctx, ExecRequest{Cmd: argv, OutputLimit: -1})
 	if err != nil {
 		return nil, err
 	}
 	if res.ExitCode != 0 {
-		return nil, scriptError(op, name, res)
+		return nil, failed(op, name, res)
 	}
 	var infos []fs.FileInfo
 	for line := range strings.SplitSeq(strings.TrimSuffix(string(res.Stdout), "\n"), "\n") {
 		if line == "" {
 			continue
 		}
-		fi, err := parseStatLine(line)
+		fi, err := ParseStatLine(line)
 		if err != nil {
 			return nil, &fs.PathError{Op: op, Path: name, Err: err}
 		}
@@ -359,10 +369,11 @@ func statByExec(ctx context.Context, sb Sandbox, op, name, script string) ([]fs.
 	return infos, nil
 }
 
-// parseStatLine reads "rawmode-hex size mtime-seconds name".
-func parseStatLine(line string) (fs.FileInfo, error) {
+// ParseStatLine reads a line of stat -c '%f %s %Y %n' (raw mode in hex,
+// size, mtime in seconds, name; the name may be left out).
+func ParseStatLine(line string) (fs.FileInfo, error) {
 	parts := strings.SplitN(line, " ", 4)
-	if len(parts) != 4 {
+	if len(parts) < 3 {
 		return nil, fmt.Errorf("unexpected stat output %q", line)
 	}
 	raw, err1 := strconv.ParseUint(parts[0], 16, 32)
@@ -371,7 +382,11 @@ func parseStatLine(line string) (fs.FileInfo, error) {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return nil, fmt.Errorf("unexpected stat output %q: %w", line, err)
 	}
-	return NewFileInfo(path.Base(parts[3]), size, ModeFromUnix(uint32(raw)), time.Unix(mtime, 0)), nil
+	name := ""
+	if len(parts) == 4 {
+		name = path.Base(parts[3])
+	}
+	return NewFileInfo(name, size, ModeFromUnix(uint32(raw)), time.Unix(mtime, 0)), nil
 }
 
 // ModeFromUnix converts a Unix st_mode to an fs.FileMode.

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
@@ -34,14 +33,9 @@ var (
 )
 
 // Exit codes of the scripts: those of package backend's fallback scripts
-// (so the meaning is the same everywhere), and one for a missing tool.
-const (
-	exitNotExist = 102
-	exitIsDir    = 103
-	exitNoAccess = 104
-	exitNotDir   = 105
-	exitNoTool   = 106
-)
+// (102 not found, 103 a directory, 104 no access, 105 not a directory; see
+// backend.ScriptError), and one for a missing tool.
+const exitNoTool = 106
 
 // missingFn is a sh function that exits with ENOTDIR's code when the
 // nearest existing ancestor of $1 is not a directory, else with
@@ -103,29 +97,17 @@ exec tar -c -f - -C "$d" "$b"`
 )
 
 // fileErr turns a script's failure into a *fs.PathError with the errors the
-// FileSystem contract names.
+// FileSystem contract names (package backend's codes, and 106: no tar).
 func fileErr(op, name string, res backend.ExecResult) error {
 	var err error
 	switch res.ExitCode {
-	case exitNotExist:
-		err = fs.ErrNotExist
-	case exitIsDir:
-		err = syscall.EISDIR
-	case exitNoAccess:
-		err = fs.ErrPermission
-	case exitNotDir:
-		err = syscall.ENOTDIR
 	case exitNoTool:
 		err = fmt.Errorf("%w: the image has no tar (the k8s backend moves archives with tar over exec)", errors.ErrUnsupported)
 	case 126, 127:
 		err = fmt.Errorf("%w: file access over exec needs sh and coreutils (or busybox) in the image (exit code %d: %s)",
 			errors.ErrUnsupported, res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	default:
-		msg := strings.TrimSpace(string(res.Stderr))
-		if msg == "" {
-			msg = "no output"
-		}
-		err = fmt.Errorf("exit code %d: %s", res.ExitCode, msg)
+		return backend.ScriptError(op, name, res)
 	}
 	return &fs.PathError{Op: op, Path: name, Err: err}
 }
@@ -148,7 +130,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, r io.Reader, perm 
 
 // Stat describes name, following symlinks.
 func (s *Sandbox) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
-	infos, err := s.statLines(ctx, "stat", name, script(statScript, s.resolve(name)))
+	infos, err := backend.StatLines(ctx, s, "stat", name, script(statScript, s.resolve(name)), fileErr)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +148,7 @@ func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, erro
 	if s.sbxd {
 		argv = []string{sbxdPath, "ls", s.resolve(name)}
 	}
-	infos, err := s.statLines(ctx, "readdir", name, argv)
+	infos, err := backend.StatLines(ctx, s, "readdir", name, argv, fileErr)
 	if err != nil {
 		return nil, err
 	}
@@ -182,48 +164,6 @@ func (s *Sandbox) PutArchive(ctx context.Context, dir string, tarStream io.Reade
 // GetArchive streams a tar of p out of the pod (tar -c over exec).
 func (s *Sandbox) GetArchive(ctx context.Context, p string) (io.ReadCloser, error) {
 	return s.streamOut(ctx, "get archive", p, script(getScript, s.resolve(p)))
-}
-
-// statLines runs argv and parses its "RAWMODE-HEX SIZE MTIME [NAME]" lines.
-func (s *Sandbox) statLines(ctx context.Context, op, name string, argv []string) ([]fs.FileInfo, error) {
-	res, err := s.Exec(ctx, backend.ExecRequest{Cmd: argv, OutputLimit: -1})
-	if err != nil {
-		return nil, err
-	}
-	if res.ExitCode != 0 {
-		return nil, fileErr(op, name, res)
-	}
-	var infos []fs.FileInfo
-	for line := range strings.SplitSeq(strings.TrimSuffix(string(res.Stdout), "\n"), "\n") {
-		if line == "" {
-			continue
-		}
-		fi, err := parseStat(line)
-		if err != nil {
-			return nil, &fs.PathError{Op: op, Path: name, Err: err}
-		}
-		infos = append(infos, fi)
-	}
-	return infos, nil
-}
-
-// parseStat reads "RAWMODE-HEX SIZE MTIME-SECONDS [NAME]".
-func parseStat(line string) (fs.FileInfo, error) {
-	parts := strings.SplitN(line, " ", 4)
-	if len(parts) < 3 {
-		return nil, fmt.Errorf("unexpected stat output %q", line)
-	}
-	raw, err1 := strconv.ParseUint(parts[0], 16, 32)
-	size, err2 := strconv.ParseInt(parts[1], 10, 64)
-	mtime, err3 := strconv.ParseInt(parts[2], 10, 64)
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return nil, fmt.Errorf("unexpected stat output %q: %w", line, err)
-	}
-	name := ""
-	if len(parts) == 4 {
-		name = path.Base(parts[3])
-	}
-	return backend.NewFileInfo(name, size, backend.ModeFromUnix(uint32(raw)), time.Unix(mtime, 0)), nil
 }
 
 // streamOut runs a script that prints "ok" and then the data, and returns

@@ -262,15 +262,15 @@ func TestPodForOptions(t *testing.T) {
 }
 
 func TestParseStat(t *testing.T) {
-	fi, err := parseStat("a1ff 5 1700000000 /tmp/dir/link")
+	fi, err := backend.ParseStatLine("a1ff 5 1700000000 /tmp/dir/link")
 	require.NoError(t, err)
 	assert.Equal(t, "link", fi.Name())
 	assert.Equal(t, int64(5), fi.Size())
 	assert.Equal(t, fs.ModeSymlink|0o777, fi.Mode())
-	fi, err = parseStat("81a4 12 1700000000")
+	fi, err = backend.ParseStatLine("81a4 12 1700000000")
 	require.NoError(t, err)
 	assert.True(t, fi.Mode().IsRegular())
-	_, err = parseStat("garbage")
+	_, err = backend.ParseStatLine("garbage")
 	assert.Error(t, err)
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/docker/docker/api/types/build"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/tartree"
 )
 
 // Builds use the engine's classic builder through the plain build API (no
@@ -108,7 +109,7 @@ func (b *Backend) build(ctx context.Context, spec backend.Spec, report func(back
 	tarErr := make(chan error, 1)
 	go func() {
 		tw := tar.NewWriter(pw)
-		err := tarDir(tw, contextDir, skip)
+		err := tartree.Dir(tw, contextDir, tartree.Options{Skip: skip})
 		if err == nil && outside {
 			err = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: dfName, Mode: 0o644,
 				Size: int64(len(dfData)), ModTime: time.Unix(0, 0)})

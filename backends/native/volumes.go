@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
+	"github.com/sandboxkit/sandboxkit/internal/tartree"
 )
 
 // Shared volumes (backend.VolumeManager) are engine volumes carrying the
@@ -109,7 +110,7 @@ func volumeSource(from string) (func() (io.ReadCloser, error), error) {
 			pr, pw := io.Pipe()
 			go func() {
 				tw := tar.NewWriter(pw)
-				err := tarDir(tw, from, nil)
+				err := tartree.Dir(tw, from, tartree.Options{})
 				if err == nil {
 					err = tw.Close()
 				}
