@@ -1,14 +1,11 @@
 package k8s
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -138,51 +135,7 @@ const labelFiller = "sandboxkit.volume-filler"
 // volumeSource checks from and returns what streams its contents as a
 // plain tar.
 func volumeSource(from string) (func() (io.ReadCloser, error), error) {
-	fi, err := os.Stat(from)
-	if err != nil {
-		return nil, fmt.Errorf("%w: volume contents %s: %v", backend.ErrInvalidConfig, from, errors.Unwrap(err))
-	}
-	low := strings.ToLower(from)
-	switch {
-	case fi.IsDir():
-		return func() (io.ReadCloser, error) {
-			pr, pw := io.Pipe()
-			go func() { pw.CloseWithError(tarDir(pw, from)) }()
-			return pr, nil
-		}, nil
-	case strings.HasSuffix(low, ".tar.gz"), strings.HasSuffix(low, ".tgz"):
-		return func() (io.ReadCloser, error) {
-			f, err := os.Open(from)
-			if err != nil {
-				return nil, err
-			}
-			zr, err := gzip.NewReader(f)
-			if err != nil {
-				f.Close()
-				return nil, fmt.Errorf("%s: %w", from, err)
-			}
-			return readCloser{zr, f}, nil
-		}, nil
-	case strings.HasSuffix(low, ".tar"):
-		return func() (io.ReadCloser, error) { return os.Open(from) }, nil
-	}
-	return nil, fmt.Errorf("%w: volume contents %s: want a folder or a .tar.gz, .tgz or .tar file", backend.ErrInvalidConfig, from)
-}
-
-type readCloser struct {
-	io.Reader
-	io.Closer
-}
-
-// tarDir writes a tar stream of the folder root's contents (names relative
-// to it), keeping modes and symlinks and leaving out owners and special
-// files.
-func tarDir(w io.Writer, root string) error {
-	tw := tar.NewWriter(w)
-	if err := tartree.Dir(tw, root, tartree.Options{SkipSpecial: true}); err != nil {
-		return err
-	}
-	return tw.Close()
+	return tartree.Source(from, tartree.Options{SkipSpecial: true}, true)
 }
 
 // RemoveVolume deletes a claim the backend made; one that is gone is not

@@ -1,13 +1,11 @@
 package native
 
 import (
-	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -99,29 +97,7 @@ func (b *Backend) CreateVolume(ctx context.Context, spec backend.VolumeSpec) (st
 // volumeSource checks from and returns what streams its contents as a tar
 // (the engine unpacks gzip itself).
 func volumeSource(from string) (func() (io.ReadCloser, error), error) {
-	fi, err := os.Stat(from)
-	if err != nil {
-		return nil, fmt.Errorf("%w: volume contents %s: %v", backend.ErrInvalidConfig, from, errors.Unwrap(err))
-	}
-	low := strings.ToLower(from)
-	switch {
-	case fi.IsDir():
-		return func() (io.ReadCloser, error) {
-			pr, pw := io.Pipe()
-			go func() {
-				tw := tar.NewWriter(pw)
-				err := tartree.Dir(tw, from, tartree.Options{})
-				if err == nil {
-					err = tw.Close()
-				}
-				pw.CloseWithError(err)
-			}()
-			return pr, nil
-		}, nil
-	case strings.HasSuffix(low, ".tar.gz"), strings.HasSuffix(low, ".tgz"), strings.HasSuffix(low, ".tar"):
-		return func() (io.ReadCloser, error) { return os.Open(from) }, nil
-	}
-	return nil, fmt.Errorf("%w: volume contents %s: want a folder or a .tar.gz, .tgz or .tar file", backend.ErrInvalidConfig, from)
+	return tartree.Source(from, tartree.Options{}, false)
 }
 
 // fillVolume extracts src's tar stream into volume name through a helper

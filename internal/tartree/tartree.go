@@ -5,11 +5,16 @@ package tartree
 
 import (
 	"archive/tar"
+	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"github.com/sandboxkit/sandboxkit/backend"
 )
 
 // Entry writes the file, folder or symlink at host path p to tw as name (a
@@ -92,4 +97,53 @@ func Dir(tw *tar.Writer, dir string, opts Options) error {
 		}
 		return Entry(tw, p, rel, fi, false)
 	})
+}
+
+// Source checks from, a host folder or a .tar, .tar.gz or .tgz file, and
+// returns what opens its contents as a tar stream: a folder as Dir writes
+// it (with opts), a .tar as it is, a gzipped one as it is or, with gunzip,
+// decompressed. Bad input is an error wrapping backend.ErrInvalidConfig.
+func Source(from string, opts Options, gunzip bool) (func() (io.ReadCloser, error), error) {
+	fi, err := os.Stat(from)
+	if err != nil {
+		return nil, fmt.Errorf("%w: volume contents %s: %v", backend.ErrInvalidConfig, from, errors.Unwrap(err))
+	}
+	low := strings.ToLower(from)
+	gz := strings.HasSuffix(low, ".tar.gz") || strings.HasSuffix(low, ".tgz")
+	switch {
+	case fi.IsDir():
+		return func() (io.ReadCloser, error) {
+			pr, pw := io.Pipe()
+			go func() {
+				tw := tar.NewWriter(pw)
+				err := Dir(tw, from, opts)
+				if err == nil {
+					err = tw.Close()
+				}
+				pw.CloseWithError(err)
+			}()
+			return pr, nil
+		}, nil
+	case gz && gunzip:
+		return func() (io.ReadCloser, error) {
+			f, err := os.Open(from)
+			if err != nil {
+				return nil, err
+			}
+			zr, err := gzip.NewReader(f)
+			if err != nil {
+				f.Close()
+				return nil, fmt.Errorf("%s: %w", from, err)
+			}
+			return readCloser{zr, f}, nil
+		}, nil
+	case gz, strings.HasSuffix(low, ".tar"):
+		return func() (io.ReadCloser, error) { return os.Open(from) }, nil
+	}
+	return nil, fmt.Errorf("%w: volume contents %s: want a folder or a .tar.gz, .tgz or .tar file", backend.ErrInvalidConfig, from)
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
