@@ -167,7 +167,7 @@ func (s *Server) runCommand(ctx context.Context, req execRequest, stdin io.Reade
 		defer pr.Close()
 		defer pw.Close()
 	}
-	if err = cmd.Start(); err != nil {
+	if err = StartCommand(cmd); err != nil {
 		outP.Close()
 		errP.Close()
 		return startFailure(req.Argv[0], err, stderr)
@@ -182,7 +182,7 @@ func (s *Server) runCommand(ctx context.Context, req execRequest, stdin io.Reade
 		}()
 	}
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() { done <- WaitCommand(cmd) }()
 	var timer <-chan time.Time
 	if req.TimeoutMS > 0 {
 		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)

@@ -132,7 +132,7 @@ func (t *jobTable) start(req JobRequest) (JobStatus, error) {
 	}
 	cmd.Stdout, cmd.Stderr = pw, pw
 	started := time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := StartCommand(cmd); err != nil {
 		pr.Close()
 		pw.Close()
 		var buf strings.Builder
@@ -168,7 +168,7 @@ func (t *jobTable) start(req JobRequest) (JobStatus, error) {
 	}()
 	go func() {
 		defer t.wg.Done()
-		cmd.Wait()
+		WaitCommand(cmd)
 		// Output the job wrote before it exited lands first.
 		select {
 		case <-copied:

@@ -4,8 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backend/backendtest"
@@ -61,9 +61,29 @@ func TestConformanceThroughAgent(t *testing.T) {
 		if !info.Dialled {
 			t.Fatalf("agent %+v: want the sandbox's own, dialled", info)
 		}
-		res, err := c.Exec(t.Context(), backend.ExecRequest{Shell: "cat /proc/$PPID/cmdline | tr '\\0' ' '"})
-		if err != nil || res.ExitCode != 0 || !strings.HasPrefix(string(res.Stdout), "/.sbx/sbxd serve --listen ") {
-			t.Fatalf("a command's parent: %q (exit %d, %v), want the listening agent", res.Stdout, res.ExitCode, err)
+		res, err := c.Exec(t.Context(), backend.ExecRequest{Shell: "cat /proc/$PPID/cmdline | tr '\\0' ' '; echo; echo $PPID"})
+		if err != nil || res.ExitCode != 0 || string(res.Stdout) != "/.sbx/sbxd init --agent /.sbx-run/agent.sock \n1\n" {
+			t.Fatalf("a command's parent: %q (exit %d, %v), want the sandbox's first process, which is the agent", res.Stdout, res.ExitCode, err)
+		}
+		// The agent is the first process, so orphans come to it: it reaps
+		// them and still gets its own commands' exit codes.
+		res, err = c.Exec(t.Context(), backend.ExecRequest{Shell: "for i in 1 2 3 4 5; do (sleep 0.1 &); done; exit 3"})
+		if err != nil || res.ExitCode != 3 {
+			t.Fatalf("orphan maker: exit %d, %v; want 3", res.ExitCode, err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			res, err := c.Exec(t.Context(), backend.ExecRequest{Shell: "grep -l '^[0-9]* ([^)]*) Z' /proc/[0-9]*/stat 2>/dev/null | wc -l; cat /proc/[0-9]*/comm | grep -c '^sleep$' || true"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(res.Stdout) == "0\n0\n" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("zombies, sleeps left after 10 s: %q", res.Stdout)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 		// A stale or missing socket is not fatal: sbxd starts an agent
 		// through Attach instead.

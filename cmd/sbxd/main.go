@@ -12,8 +12,10 @@
 //	    SIGTERM or SIGINT. With ARGV it runs that command, forwards signals to
 //	    it and exits with its status. Either way it reaps every orphan that
 //	    is re-parented to it, so killed process trees leave no zombies. With
-//	    --agent it also starts `sbxd serve --listen SOCKET`, so clients on
-//	    the host can dial the agent instead of starting one.
+//	    --agent it is also the agent, listening on SOCKET from its first
+//	    moment (as `sbxd serve --listen SOCKET` would, in the same
+//	    process), so clients on the host can dial it instead of starting
+//	    one.
 //
 //	sbxd exec [--id ID] [--timeout DURATION] [--grace DURATION] [--user USER] -- ARGV...
 //	    Runs ARGV in a process group of its own with SBX_EXEC_ID=ID in its
@@ -52,10 +54,10 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -63,6 +65,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxkit/sandboxkit/internal/outpipe"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/sbxd"
 )
@@ -138,14 +141,7 @@ func initMain(argv []string, agentSocket string) int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, append([]os.Signal{syscall.SIGCHLD}, forwarded...)...)
 	if agentSocket != "" {
-		// The agent, serving clients that dial the socket; its commands'
-		// orphans come back to this process to be reaped.
-		agent := exec.Command("/proc/self/exe", "serve", "--listen", agentSocket)
-		agent.Args[0] = os.Args[0] // as ps shows it
-		agent.Stderr = os.Stderr
-		if err := agent.Start(); err != nil {
-			fmt.Fprintf(os.Stderr, "sbxd init: starting the agent: %v\n", err)
-		}
+		return initAgentMain(argv, agentSocket, sigs)
 	}
 	mainPID := 0
 	if len(argv) > 0 {
@@ -178,6 +174,55 @@ func initMain(argv []string, agentSocket string) int {
 		}
 	}
 	return 0
+}
+
+// initAgentMain is PID 1 that is also the agent (sbxd init --agent): it
+// listens on socket before anything else, so that a client can connect as
+// soon as the sandbox starts, serves it in this process (a separate agent
+// process would cost a second program start), runs argv if given, and
+// reaps orphans: only those, since the agent waits for its own commands
+// (see sbxd.ReapOrphans).
+func initAgentMain(argv []string, socket string, sigs chan os.Signal) int {
+	sbxd.EnableReaping()
+	if l, err := listenSocket(socket); err != nil {
+		fmt.Fprintf(os.Stderr, "sbxd init: the agent: %v\n", err)
+	} else {
+		srv := newAgent("")
+		go func() {
+			if err := srv.ServeListener(context.Background(), l); err != nil {
+				fmt.Fprintf(os.Stderr, "sbxd init: the agent: %v\n", err)
+			}
+		}()
+	}
+	mainPID, exited := 0, make(chan int, 1)
+	if len(argv) > 0 {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		if err := sbxd.StartCommand(cmd); err != nil {
+			fmt.Fprintf(os.Stderr, "sbxd init: %v\n", err)
+			return startErrorCode(err)
+		}
+		mainPID = cmd.Process.Pid
+		go func() {
+			sbxd.WaitCommand(cmd)
+			exited <- statusCode(cmd.ProcessState.Sys().(syscall.WaitStatus))
+		}()
+	}
+	for {
+		select {
+		case code := <-exited:
+			return code
+		case sig := <-sigs:
+			switch {
+			case sig == syscall.SIGCHLD:
+				sbxd.ReapOrphans()
+			case mainPID == 0:
+				return 0
+			default:
+				_ = syscall.Kill(mainPID, sig.(syscall.Signal))
+			}
+		}
+	}
 }
 
 func statusCode(ws syscall.WaitStatus) int {
@@ -215,9 +260,22 @@ func execMain(args []string) int {
 	}
 	// stdin is handed over as is; stdout and stderr go through pipes that
 	// sbxd copies, so that a background child holding them cannot keep the
-	// caller's stream open after the command exits (see WaitDelay).
+	// caller's stream open after the command exits: after the command,
+	// output is passed on for --grace, then what the pipes still hold (see
+	// internal/outpipe: a slow reader on the caller's side loses nothing).
 	cmd.Stdin = os.Stdin
-	cmd.Stdout, cmd.Stderr = struct{ io.Writer }{os.Stdout}, struct{ io.Writer }{os.Stderr}
+	outP, err := outpipe.New(os.Stdout)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sbxd: %v\n", err)
+		return exitCannotRun
+	}
+	errP, err := outpipe.New(os.Stderr)
+	if err != nil {
+		outP.Close()
+		fmt.Fprintf(os.Stderr, "sbxd: %v\n", err)
+		return exitCannotRun
+	}
+	cmd.Stdout, cmd.Stderr = outP.W(), errP.W()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if *userSpec != "" {
 		cred, home, err := sbxd.LookupUser(*userSpec)
@@ -230,13 +288,16 @@ func execMain(args []string) int {
 			cmd.Env = append(cmd.Env, "HOME="+home)
 		}
 	}
-	cmd.WaitDelay = *grace
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, forwarded...)
 	if err := cmd.Start(); err != nil {
+		outP.Close()
+		errP.Close()
 		fmt.Fprintf(os.Stderr, "sbxd: %s: %v\n", argv[0], unwrapExecErr(err))
 		return startErrorCode(err)
 	}
+	outP.Started()
+	errP.Started()
 	pgid := cmd.Process.Pid
 	killTree := func() {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
@@ -256,10 +317,12 @@ func execMain(args []string) int {
 		select {
 		case <-done:
 			// Background children (servers started with &) keep running.
+			outpipe.Finish(*grace, outP, errP)
 			return exitCodeOf(cmd.ProcessState)
 		case <-timer:
 			killTree()
 			<-done
+			outpipe.Finish(*grace, outP, errP)
 			return exitTimeout
 		case sig := <-sigs:
 			_ = syscall.Kill(-pgid, sig.(syscall.Signal))

@@ -4,7 +4,9 @@ package main_test
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -212,5 +214,64 @@ func TestInit(t *testing.T) {
 			return
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// A caller that reads slowly gets all of a command's output, however short
+// the grace period: what the pipes still hold when it ends is passed on.
+func TestExecSlowReaderLosesNothing(t *testing.T) {
+	const size = 3_000_000
+	cmd := exec.Command(sbxd, "exec", "--grace", "1ms", "--", "sh", "-c", fmt.Sprintf("head -c %d /dev/zero", size))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	buf := make([]byte, 4096)
+	for {
+		k, err := out.Read(buf)
+		n += k
+		if err != nil {
+			break
+		}
+		time.Sleep(200 * time.Microsecond) // a slow reader, not a wait for anything
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if n != size {
+		t.Errorf("read %d bytes, want %d", n, size)
+	}
+}
+
+// A background child that keeps stdout open does not hold the command's
+// end back beyond the grace period.
+func TestExecBackgroundChildDoesNotHold(t *testing.T) {
+	cmd := exec.Command(sbxd, "exec", "--", "sh", "-c", "sleep 300 & echo $!; echo done")
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("sbxd exec still runs 60 s after its command ended (a background child holds stdout)")
+	}
+	lines := strings.Fields(stdout.String())
+	if len(lines) != 2 || lines[1] != "done" {
+		t.Fatalf("output %q", stdout.String())
+	}
+	if pid, err := strconv.Atoi(lines[0]); err == nil {
+		syscall.Kill(pid, syscall.SIGKILL)
 	}
 }

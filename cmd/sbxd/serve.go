@@ -29,10 +29,7 @@ func serveMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: sbxd serve [--state-dir DIR] [--listen SOCKET]")
 		return exitUsageError
 	}
-	// The agent shares the sandbox's memory with the commands it runs:
-	// keep its heap small even while large files stream through it.
-	debug.SetMemoryLimit(12 << 20)
-	debug.SetGCPercent(50)
+	srv := newAgent(*stateDir)
 	// Its client ends it by closing stdin, not with SIGHUP; a broken
 	// stdout ends the session, not the process. Notify (rather than
 	// Ignore) leaves the commands it starts the default dispositions.
@@ -45,8 +42,6 @@ func serveMain(args []string) int {
 	// Bigger pipes mean fewer wakeups per megabyte on both ends of the
 	// stream (where stdin and stdout are pipes or FIFOs, as with docker
 	// exec); a refusal (pipe-max-size) only costs speed.
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv := sbxd.NewServer(sbxd.ServerOptions{StateDir: *stateDir, Logger: log})
 	if *listen != "" {
 		return listenMain(srv, *listen)
 	}
@@ -78,16 +73,7 @@ func (stdio) Close() error                  { os.Stdin.Close(); return os.Stdout
 // listenMain serves clients connecting to the Unix socket at path (only
 // its owner may: mode 0600) until the process is killed.
 func listenMain(srv *sbxd.Server, path string) int {
-	os.Remove(path) // a socket left by an earlier agent
-	l, err := net.Listen("unix", path+".tmp")
-	if err == nil {
-		err = os.Chmod(path+".tmp", 0o600)
-	}
-	// Renamed into place once listening, so a client that sees the socket
-	// can connect.
-	if err == nil {
-		err = os.Rename(path+".tmp", path)
-	}
+	l, err := listenSocket(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sbxd serve:", err)
 		return 1
@@ -97,4 +83,32 @@ func listenMain(srv *sbxd.Server, path string) int {
 		return 1
 	}
 	return 0
+}
+
+// newAgent is the agent's server. The agent shares the sandbox's memory
+// with the commands it runs: its heap is kept small even while large files
+// stream through it.
+func newAgent(stateDir string) *sbxd.Server {
+	debug.SetMemoryLimit(12 << 20)
+	debug.SetGCPercent(50)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return sbxd.NewServer(sbxd.ServerOptions{StateDir: stateDir, Logger: log})
+}
+
+// listenSocket listens on the Unix socket path (mode 0600), replacing one
+// an earlier agent left. The socket appears at path only once it listens,
+// so a client that sees it can connect.
+func listenSocket(path string) (net.Listener, error) {
+	os.Remove(path)
+	l, err := net.Listen("unix", path+".tmp")
+	if err == nil {
+		err = os.Chmod(path+".tmp", 0o600)
+	}
+	if err == nil {
+		err = os.Rename(path+".tmp", path)
+	}
+	if err != nil && l != nil {
+		l.Close()
+	}
+	return l, err
 }
