@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/attach"
 	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
 )
 
@@ -484,7 +485,12 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest) (backend.
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p := &process{s: s, execID: execID, stdin: inW, stdout: outR, cancel: cancel, done: make(chan struct{})}
+	// The kill ends the process tree with sbxd kill, then drops the
+	// stream (which alone would leave the process running in the pod).
+	p := attach.New(ctx, inW, outR, func(<-chan struct{}) {
+		s.kill(execID)
+		cancel()
+	})
 	g := &gate{}
 	go func() {
 		code, err := s.stream(sctx, cmd, inR, g.writer(outW), g.writer(stderr))
@@ -494,46 +500,13 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest) (backend.
 		}
 		outW.CloseWithError(err)
 		inR.Close()
-		p.code = code
 		if err != nil {
-			p.err = s.opErr("attach", err)
+			err = s.opErr("attach", err)
 		}
-		close(p.done)
+		p.Exit(code, err)
+		cancel()
 	}()
-	stop := context.AfterFunc(ctx, func() { p.Kill() })
-	go func() { <-p.done; stop(); cancel() }()
 	return p, nil
-}
-
-type process struct {
-	s      *Sandbox
-	execID string
-	stdin  *io.PipeWriter
-	stdout io.Reader
-	cancel context.CancelFunc
-
-	done     chan struct{}
-	code     int
-	err      error
-	killOnce sync.Once
-}
-
-func (p *process) Stdin() io.WriteCloser { return p.stdin }
-func (p *process) Stdout() io.Reader     { return p.stdout }
-
-func (p *process) Wait() (int, error) {
-	<-p.done
-	return p.code, p.err
-}
-
-// Kill ends the process tree with sbxd kill, then drops the stream (which
-// alone would leave the process running in the pod).
-func (p *process) Kill() error {
-	p.killOnce.Do(func() {
-		p.s.kill(p.execID)
-		p.cancel()
-	})
-	return nil
 }
 
 // sbxdBinary is the sbxd binary for arch, found once per backend.
