@@ -60,16 +60,8 @@ func applyNetwork(ps *corev1.PodSpec, network string) error {
 
 // createDenyAll makes the NetworkPolicy that cuts pod off, owned by it.
 func (b *Backend) createDenyAll(ctx context.Context, pod *corev1.Pod) error {
-	yes := true
 	np := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      pod.Name,
-			Namespace: b.ns,
-			Labels:    map[string]string{backend.LabelID: pod.Name, backend.LabelBackend: Name},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, BlockOwnerDeletion: &yes,
-			}},
-		},
+		ObjectMeta: b.ownedBy(pod),
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{backend.LabelID: pod.Name}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},

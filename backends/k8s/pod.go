@@ -371,21 +371,28 @@ func (b *Backend) deleteClaims(ctx context.Context, names []string) {
 	}
 }
 
+// ownedBy is the metadata of an object that belongs to pod: named as the
+// pod, labelled with its sandbox ID, and owned by it, so it goes with the
+// pod.
+func (b *Backend) ownedBy(pod *corev1.Pod) metav1.ObjectMeta {
+	yes := true
+	return metav1.ObjectMeta{
+		Name:      pod.Name,
+		Namespace: b.ns,
+		Labels:    map[string]string{backend.LabelID: pod.Name, backend.LabelBackend: Name},
+		OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, BlockOwnerDeletion: &yes,
+		}},
+	}
+}
+
 // createService makes the ClusterIP Service of a pod with ports: named as
 // the pod, selecting it by sandboxkit.id, owned by it (so it goes with the
 // pod).
 func (b *Backend) createService(ctx context.Context, pod *corev1.Pod) error {
-	yes := true
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      pod.Name,
-			Namespace: b.ns,
-			Labels:    map[string]string{backend.LabelID: pod.Name, backend.LabelBackend: Name},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, BlockOwnerDeletion: &yes,
-			}},
-		},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{backend.LabelID: pod.Name}},
+		ObjectMeta: b.ownedBy(pod),
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{backend.LabelID: pod.Name}},
 	}
 	for _, c := range pod.Spec.Containers {
 		for _, p := range c.Ports {
