@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/attach"
 	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
+	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
 )
 
 // Sandbox is one pod. It is safe for concurrent use.
@@ -380,7 +381,7 @@ func (s *Sandbox) setUp(ctx context.Context, findWorkDir bool) error {
 func (s *Sandbox) inject(ctx context.Context) (arch, workDir string, err error) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	done := make(chan error, 1)
 	var code int
 	go func() {
@@ -444,23 +445,6 @@ func (s *Sandbox) pwd(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("pwd exited %d with %q", code, wd)
 	}
 	return wd, nil
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // Attach starts a long-lived command (how sbxd's stream mode is started)

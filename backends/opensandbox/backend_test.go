@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backends/opensandbox"
 	"github.com/sandboxkit/sandboxkit/backends/opensandbox/opensandboxtest"
+	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -123,7 +123,7 @@ func TestAPIKeyIsNeverShown(t *testing.T) {
 
 	t.Run("not in logs of a whole sandbox life, nor the execd token", func(t *testing.T) {
 		srv := newServer(t, opensandboxtest.Options{APIKey: key})
-		var logs syncBuffer
+		var logs syncbuf.Buffer
 		b := newBackend(t, opensandbox.Config{Domain: srv.Domain(), APIKey: key},
 			opensandbox.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 		sb, err := b.Create(testCtx(t), backend.Spec{Name: "logs", Image: testImage, Ports: []backend.Port{{Port: 8080, HostPort: 18080}}})
@@ -142,23 +142,6 @@ func TestAPIKeyIsNeverShown(t *testing.T) {
 		assert.NotContains(t, logs.String(), key)
 		assert.NotContains(t, logs.String(), token)
 	})
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestErrorShapesFromTheServer(t *testing.T) {

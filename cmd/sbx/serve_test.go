@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
+	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
 	"github.com/sandboxkit/sandboxkit/server/servertest"
 )
 
@@ -28,24 +28,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 var listeningRE = regexp.MustCompile(`listening on (http://\S+)`)
 
 // startServe runs sbx serve in-process and returns its URL and a func that
@@ -53,7 +35,7 @@ var listeningRE = regexp.MustCompile(`listening on (http://\S+)`)
 func startServe(t *testing.T, args ...string) (string, func() (int, string)) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, append([]string{"serve"}, args...), strings.NewReader(""), &stdout, &stderr) }()
 	deadline := time.Now().Add(30 * time.Second)
@@ -195,7 +177,7 @@ func mcpStdio(t *testing.T, dir string, labels map[string]string) {
 		}
 		cmd := exec.Command(os.Args[0], args...)
 		cmd.Env = append(os.Environ(), "SBX_TEST_RUN_SBX=1")
-		var stderr syncBuffer
+		var stderr syncbuf.Buffer
 		cmd.Stderr = &stderr
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
 			Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)

@@ -1,39 +1,21 @@
 package outpipe
 
 import (
-	"bytes"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
 )
 
-// lockedBuffer is a bytes.Buffer safe for the copy goroutine and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // slowWriter stalls the copy, as a starved goroutine would be.
-type slowWriter struct{ lockedBuffer }
+type slowWriter struct{ syncbuf.Buffer }
 
 func (s *slowWriter) Write(p []byte) (int, error) {
 	time.Sleep(50 * time.Millisecond)
-	return s.lockedBuffer.Write(p)
+	return s.Buffer.Write(p)
 }
 
 // Everything the command wrote before it exited arrives, even when the copy
@@ -64,7 +46,7 @@ func TestNothingLostWhenTheCopyIsSlow(t *testing.T) {
 // A background child holding the pipe does not hold Finish up past the
 // grace period.
 func TestBackgroundChildDoesNotBlock(t *testing.T) {
-	var dst lockedBuffer
+	var dst syncbuf.Buffer
 	p, err := New(&dst)
 	if err != nil {
 		t.Fatal(err)
