@@ -140,9 +140,8 @@ func (s *Sandbox) removeGen(ctx context.Context, m *meta, gen int) error {
 	return unmount(rootfsDir(s.dir, gen))
 }
 
-// dropGen removes generation gen and its folders (the writable layer is
-// renamed away first and deleted in the background when background is
-// set: a large one takes a while).
+// dropGen removes generation gen (a standby's first process too) and its
+// bundle, writable layer and work folders.
 func (s *Sandbox) dropGen(ctx context.Context, m *meta, gen int) error {
 	if sb := m.Standby; sb != nil && sb.Gen == gen {
 		killInit(sb.InitPID, sb.InitStart)
