@@ -69,7 +69,7 @@ if ! $DOCKER info >/dev/null 2>&1; then
 	wait_s=${SBX_DOCKERD_WAIT:-60}
 	log "no Docker daemon answers; starting dockerd (log: $logf)"
 	# containerd is started by dockerd itself when none runs.
-	as_root sh -c "nohup dockerd >'$logf' 2>&1 </dev/null &"
+	as_root sh -c "cd / && nohup dockerd >'$logf' 2>&1 </dev/null &"
 	i=0
 	until $DOCKER info >/dev/null 2>&1; do
 		i=$((i + 1))

@@ -242,12 +242,12 @@ etcd_up() {
 	log "starting etcd (log: $RUN/etcd.log)"
 	mkdir -p "$RUN/etcd"
 	chmod 700 "$RUN/etcd"
-	nohup etcd --name sbx-k8s --data-dir "$RUN/etcd" \
+	(cd / && exec nohup etcd --name sbx-k8s --data-dir "$RUN/etcd" \
 		--listen-client-urls "http://$ETCD_CLIENT" --advertise-client-urls "http://$ETCD_CLIENT" \
 		--listen-peer-urls "http://$ETCD_PEER" --initial-advertise-peer-urls "http://$ETCD_PEER" \
 		--initial-cluster "sbx-k8s=http://$ETCD_PEER" \
 		--unsafe-no-fsync --quota-backend-bytes 1073741824 \
-		>"$RUN/etcd.log" 2>&1 </dev/null &
+		>"$RUN/etcd.log" 2>&1 </dev/null) &
 	echo $! >"$RUN/etcd.pid"
 	wait_for etcd "$RUN/etcd.log" curl -sf --max-time 2 "http://$ETCD_CLIENT/health"
 }
@@ -256,7 +256,7 @@ apiserver_up() {
 	local bins=$1
 	if ! alive "$RUN/apiserver.pid" kube-apiserver; then
 		log "starting kube-apiserver (log: $RUN/apiserver.log)"
-		nohup "$bins/kube-apiserver" \
+		(cd / && exec nohup "$bins/kube-apiserver" \
 			--etcd-servers "http://$ETCD_CLIENT" \
 			--bind-address "$HOST_ADDR" --advertise-address "$HOST_ADDR" --secure-port "$API_PORT" \
 			--tls-cert-file "$RUN/pki/apiserver.pem" --tls-private-key-file "$RUN/pki/apiserver-key.pem" \
@@ -269,7 +269,7 @@ apiserver_up() {
 			--kubelet-client-certificate "$RUN/pki/admin.pem" --kubelet-client-key "$RUN/pki/admin-key.pem" \
 			--kubelet-preferred-address-types InternalIP \
 			--profiling=false --v=1 \
-			>"$RUN/apiserver.log" 2>&1 </dev/null &
+			>"$RUN/apiserver.log" 2>&1 </dev/null) &
 		echo $! >"$RUN/apiserver.pid"
 	fi
 	wait_for kube-apiserver "$RUN/apiserver.log" api /readyz
@@ -279,22 +279,22 @@ controllers_up() {
 	local bins=$1
 	if ! alive "$RUN/controller-manager.pid" kube-controller; then
 		log "starting kube-controller-manager (log: $RUN/controller-manager.log)"
-		nohup "$bins/kube-controller-manager" \
+		(cd / && exec nohup "$bins/kube-controller-manager" \
 			--kubeconfig "$RUN/admin.kubeconfig" --leader-elect=false \
 			--service-account-private-key-file "$RUN/pki/sa-key.pem" --root-ca-file "$RUN/pki/ca.pem" \
 			--cluster-cidr "$POD_CIDR" --service-cluster-ip-range "$SERVICE_CIDR" \
 			--controllers '*' \
 			--enable-hostpath-provisioner \
 			--bind-address 127.0.0.1 --secure-port 0 --v=1 \
-			>"$RUN/controller-manager.log" 2>&1 </dev/null &
+			>"$RUN/controller-manager.log" 2>&1 </dev/null) &
 		echo $! >"$RUN/controller-manager.pid"
 	fi
 	if ! alive "$RUN/scheduler.pid" kube-scheduler; then
 		log "starting kube-scheduler (log: $RUN/scheduler.log)"
-		nohup "$bins/kube-scheduler" \
+		(cd / && exec nohup "$bins/kube-scheduler" \
 			--kubeconfig "$RUN/admin.kubeconfig" --leader-elect=false \
 			--bind-address 127.0.0.1 --secure-port 0 --v=1 \
-			>"$RUN/scheduler.log" 2>&1 </dev/null &
+			>"$RUN/scheduler.log" 2>&1 </dev/null) &
 		echo $! >"$RUN/scheduler.pid"
 	fi
 }
@@ -360,8 +360,8 @@ EOF
 	log "starting containerd in $NETNS (log: $RUN/containerd.log)"
 	# nsenter --net only: `ip netns exec` would remount /sys and hide the
 	# cgroup mounts containerd and kubelet need.
-	nohup nsenter --net="/run/netns/$NETNS" containerd --config "$RUN/containerd/config.toml" \
-		>"$RUN/containerd.log" 2>&1 </dev/null &
+	(cd / && exec nohup nsenter --net="/run/netns/$NETNS" containerd --config "$RUN/containerd/config.toml" \
+		>"$RUN/containerd.log" 2>&1 </dev/null) &
 	echo $! >"$RUN/containerd.pid"
 	# nsenter execs containerd, so the pid is containerd's.
 	wait_for containerd "$RUN/containerd.log" ctrk version
@@ -442,11 +442,11 @@ resolvConf: ""
 maxPods: 110
 EOF
 	log "starting kubelet in $NETNS (log: $RUN/kubelet.log)"
-	nohup nsenter --net="/run/netns/$NETNS" "$bins/kubelet" \
+	(cd / && exec nohup nsenter --net="/run/netns/$NETNS" "$bins/kubelet" \
 		--config "$RUN/kubelet/config.yaml" --kubeconfig "$RUN/admin.kubeconfig" \
 		--root-dir "$RUN/kubelet" --cert-dir "$RUN/kubelet/pki" \
 		--hostname-override "$NODE_NAME" --node-ip "$NODE_ADDR" --v=1 \
-		>"$RUN/kubelet.log" 2>&1 </dev/null &
+		>"$RUN/kubelet.log" 2>&1 </dev/null) &
 	echo $! >"$RUN/kubelet.pid"
 }
 

@@ -76,7 +76,7 @@ fi
 if ! answers; then
 	rm -f "$sock"
 	log "starting podman system service (log: $dir/service.log)"
-	nohup podman system service --time=0 "unix://$sock" >"$dir/service.log" 2>&1 </dev/null &
+	(cd / && exec nohup podman system service --time=0 "unix://$sock" >"$dir/service.log" 2>&1 </dev/null) &
 	echo $! >"$dir/service.pid"
 	cp "$dir/containers.conf" "$dir/containers.conf.running"
 	i=0

@@ -163,7 +163,7 @@ dockerd_up() {
 	log "starting dockerd in $NETNS (log: $RUN/dockerd.log)"
 	# nsenter --net only: `ip netns exec` would remount /sys and hide the
 	# cgroup mounts dockerd needs.
-	nohup nsenter --net="/run/netns/$NETNS" dockerd \
+	(cd / && exec nohup nsenter --net="/run/netns/$NETNS" dockerd \
 		--data-root "$DATA/docker" --exec-root "$RUN/exec" --pidfile "$RUN/dockerd.pid" \
 		-H "unix://$RUN/docker.sock" \
 		-H "tcp://$REMOTE_ADDR:$TLS_PORT" --tlsverify --tlscacert "$RUN/tls/ca.pem" \
@@ -171,7 +171,7 @@ dockerd_up() {
 		--iptables=false --ip-masq=false --bip "$BRIDGE_CIDR" \
 		--default-address-pool "base=$POOL,size=26" \
 		--cgroup-parent sandboxkit-remote \
-		>"$RUN/dockerd.log" 2>&1 </dev/null &
+		>"$RUN/dockerd.log" 2>&1 </dev/null) &
 	local i=0 wait_s=${SBX_DOCKERD_WAIT:-60}
 	until rdocker info >/dev/null 2>&1; do
 		i=$((i + 1))
