@@ -200,18 +200,18 @@ func DestroySession(ctx context.Context, b backend.Backend, id string) error {
 		})
 	}
 	wg.Wait()
-	if vm, ok := b.(backend.VolumeManager); ok {
+	if vm, ok := backend.AsBackend[backend.VolumeManager](b); ok {
 		vols, err := vm.ListVolumes(ctx, backend.Filter{Session: id})
-		errs = append(errs, err)
+		errs = append(errs, ignoreUnsupported(err))
 		for _, v := range vols {
 			if err := vm.RemoveVolume(ctx, v.Name); err != nil {
 				errs = append(errs, fmt.Errorf("volume %s: %w", v.Name, err))
 			}
 		}
 	}
-	if nm, ok := b.(backend.NetworkManager); ok {
+	if nm, ok := backend.AsBackend[backend.NetworkManager](b); ok {
 		nets, err := nm.ListNetworks(ctx, backend.Filter{Session: id})
-		errs = append(errs, err)
+		errs = append(errs, ignoreUnsupported(err))
 		for _, n := range nets {
 			if err := nm.RemoveNetwork(ctx, n.Name); err != nil {
 				errs = append(errs, fmt.Errorf("network %s: %w", n.Name, err))
@@ -222,6 +222,29 @@ func DestroySession(ctx context.Context, b backend.Backend, id string) error {
 		return fmt.Errorf("destroying session %s: %w", id, err)
 	}
 	return nil
+}
+
+// ignoreUnsupported is nil for an error wrapping errors.ErrUnsupported: a
+// backend that cannot list volumes or networks has none to remove.
+func ignoreUnsupported(err error) error {
+	if errors.Is(err, errors.ErrUnsupported) {
+		return nil
+	}
+	return err
+}
+
+// createNetwork makes a session network where the backend can: "" when it
+// has no NetworkManager, or has one that answers ErrUnsupported.
+func createNetwork(ctx context.Context, b backend.Backend, spec backend.NetworkSpec) (string, error) {
+	nm, ok := backend.AsBackend[backend.NetworkManager](b)
+	if !ok {
+		return "", nil
+	}
+	name, err := nm.CreateNetwork(ctx, spec)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return "", nil
+	}
+	return name, err
 }
 
 // makeShared creates the session network and the shared volumes, where the
@@ -235,14 +258,14 @@ func (l *Launcher) makeShared(ctx context.Context, s *Session, ms []*member) err
 	if l.Owner != "" {
 		labels[backend.LabelOwner] = l.Owner
 	}
-	if nm, ok := s.backend.(backend.NetworkManager); ok {
-		name, err := nm.CreateNetwork(ctx, backend.NetworkSpec{Session: s.ID, Labels: labels, TTL: ttl})
-		if err != nil {
-			return fmt.Errorf("session %s: creating the session network: %w", s.ID, err)
-		}
+	netName, err := createNetwork(ctx, s.backend, backend.NetworkSpec{Session: s.ID, Labels: labels, TTL: ttl})
+	if err != nil {
+		return fmt.Errorf("session %s: creating the session network: %w", s.ID, err)
+	}
+	if netName != "" {
 		for _, m := range ms {
 			if m.spec.Network == "" {
-				m.spec.Network = name
+				m.spec.Network = netName
 			} else {
 				s.Warnings = append(s.Warnings, fmt.Sprintf("sandbox %q sets network = %q, so the others cannot reach it by name", m.name, m.spec.Network))
 			}
@@ -253,11 +276,14 @@ func (l *Launcher) makeShared(ctx context.Context, s *Session, ms []*member) err
 		applyEnv(s, ms, func(*member) string { return "127.0.0.1" })
 	}
 
-	vm, ok := s.backend.(backend.VolumeManager)
-	if !ok {
+	vm, ok := backend.AsBackend[backend.VolumeManager](s.backend)
+	noVolumes := func() error {
 		s.Warnings = append(s.Warnings, fmt.Sprintf("the %s backend has no shared volumes: no %s, %s or %s in the sandboxes",
 			s.backend.Name(), l.Config.Sandbox.Paths.Shared, l.Config.Sandbox.Paths.BashTools, l.Config.Sandbox.Paths.SandboxScripts))
 		return nil
+	}
+	if !ok {
+		return noVolumes()
 	}
 	paths := l.Config.Sandbox.Paths
 	for _, v := range []struct {
@@ -277,6 +303,10 @@ func (l *Launcher) makeShared(ctx context.Context, s *Session, ms []*member) err
 			Labels:   withLabels(labels, map[string]string{"sandboxkit.session.volume": v.role}),
 			FromPath: v.from, TTL: ttl,
 		})
+		if errors.Is(err, errors.ErrUnsupported) && v.role == "shared" {
+			// It has the interface but cannot serve it (backend/doc.go).
+			return noVolumes()
+		}
 		if err != nil {
 			return fmt.Errorf("session %s: creating the %s volume: %w", s.ID, v.role, err)
 		}

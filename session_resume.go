@@ -84,13 +84,13 @@ func (l *Launcher) Resume(ctx context.Context, id string) (*Session, error) {
 	}
 	// Shared folders and the network, as Launch made them.
 	hostFor := func(*member) string { return "127.0.0.1" }
-	if nm, ok := b.(backend.NetworkManager); ok {
+	if nm, ok := backend.AsBackend[backend.NetworkManager](b); ok {
 		if nets, err := nm.ListNetworks(ctx, backend.Filter{Session: id}); err == nil && len(nets) > 0 {
 			hostFor = func(m *member) string { return m.name }
 		}
 	}
 	applyEnv(s, ms, hostFor)
-	if vm, ok := b.(backend.VolumeManager); ok {
+	if vm, ok := backend.AsBackend[backend.VolumeManager](b); ok {
 		if vols, err := vm.ListVolumes(ctx, backend.Filter{Session: id}); err == nil {
 			paths := l.Config.Sandbox.Paths
 			for _, v := range vols {

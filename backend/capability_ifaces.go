@@ -29,6 +29,33 @@ func As[T any](sb Sandbox) (T, bool) {
 	return zero, false
 }
 
+// BackendWrapper is implemented by backends that wrap another one (sbxd's
+// WrapBackend, remotedocker over native's engine code). AsBackend walks
+// Unwrap chains to find backend-level capabilities such as VolumeManager.
+// A wrapper implements an optional interface itself only when it changes
+// what the call does; otherwise it leaves it to the wrapped backend, so
+// that what AsBackend finds is always the truth.
+type BackendWrapper interface {
+	Unwrap() Backend
+}
+
+// AsBackend finds the first backend in b's Unwrap chain that implements T,
+// as As does for sandboxes.
+func AsBackend[T any](b Backend) (T, bool) {
+	for b != nil {
+		if t, ok := b.(T); ok {
+			return t, true
+		}
+		w, ok := b.(BackendWrapper)
+		if !ok {
+			break
+		}
+		b = w.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
 // FileSystem is native file access to a sandbox. Relative names resolve
 // against the sandbox's working directory, as they do for Exec. Errors are
 // *fs.PathError wrapping fs.ErrNotExist, fs.ErrExist or fs.ErrPermission

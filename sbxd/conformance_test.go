@@ -1,7 +1,7 @@
 package sbxd_test
 
 import (
-	"errors"
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -27,16 +27,44 @@ func TestFileopsLocal(t *testing.T) {
 	fileopstest.Run(t, func(t *testing.T) backend.Sandbox { return c })
 }
 
-// WrapBackend keeps the wrapped backend's volumes, and says so when it has
-// none.
-func TestWrapBackendVolumes(t *testing.T) {
-	b := sbxd.WrapBackend(newLocal(t))
-	_, err := b.ListVolumes(t.Context(), backend.Filter{})
-	if _, ok := b.Unwrap().(backend.VolumeManager); ok {
-		require.NoError(t, err)
-	} else {
-		require.ErrorIs(t, err, errors.ErrUnsupported)
-	}
+// WrapBackend claims exactly the backend-level capabilities of the backend
+// it wraps: AsBackend finds local's (none) through it, and finds a wrapped
+// backend's VolumeManager and NetworkManager.
+func TestWrapBackendCapabilitiesTruthful(t *testing.T) {
+	local := newLocal(t)
+	w := sbxd.WrapBackend(local)
+	_, innerVols := any(local).(backend.VolumeManager)
+	_, vols := backend.AsBackend[backend.VolumeManager](w)
+	require.Equal(t, innerVols, vols, "volumes through the wrapper")
+	_, innerNets := any(local).(backend.NetworkManager)
+	_, nets := backend.AsBackend[backend.NetworkManager](w)
+	require.Equal(t, innerNets, nets, "networks through the wrapper")
+
+	m := managerBackend{Backend: local}
+	w = sbxd.WrapBackend(m)
+	vm, ok := backend.AsBackend[backend.VolumeManager](w)
+	require.True(t, ok, "a wrapped VolumeManager is found")
+	require.Equal(t, backend.VolumeManager(m), vm)
+	_, ok = backend.AsBackend[backend.NetworkManager](w)
+	require.True(t, ok, "a wrapped NetworkManager is found")
+}
+
+// managerBackend adds (inert) volume and network managers to a backend.
+type managerBackend struct{ backend.Backend }
+
+func (managerBackend) CreateVolume(context.Context, backend.VolumeSpec) (string, error) {
+	return "", nil
+}
+func (managerBackend) RemoveVolume(context.Context, string) error { return nil }
+func (managerBackend) ListVolumes(context.Context, backend.Filter) ([]backend.VolumeInfo, error) {
+	return nil, nil
+}
+func (managerBackend) CreateNetwork(context.Context, backend.NetworkSpec) (string, error) {
+	return "", nil
+}
+func (managerBackend) RemoveNetwork(context.Context, string) error { return nil }
+func (managerBackend) ListNetworks(context.Context, backend.Filter) ([]backend.NetworkInfo, error) {
+	return nil, nil
 }
 
 // Every file whole through the wrapped sandbox's own file access (the bulk

@@ -2,15 +2,15 @@ package sbxd
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 )
 
 // Backend wraps a backend.Backend so that every sandbox it creates or gets
 // is a *Client (started lazily, on its first call). Everything else is the
-// wrapped backend's, including its volumes (backend.VolumeManager).
+// wrapped backend's: Backend implements no backend-level optional interface
+// itself, so backend.AsBackend finds the wrapped backend's VolumeManager or
+// NetworkManager when it has one, and nothing when it has none.
 type Backend struct {
 	backend.Backend
 	opts []Option
@@ -48,39 +48,4 @@ func (b *Backend) wrap(ctx context.Context, sb backend.Sandbox) (backend.Sandbox
 		return nil, err
 	}
 	return c, nil
-}
-
-var _ backend.VolumeManager = (*Backend)(nil)
-
-// CreateVolume is the wrapped backend's, or an error wrapping
-// errors.ErrUnsupported when it has no volumes of its own.
-func (b *Backend) CreateVolume(ctx context.Context, spec backend.VolumeSpec) (string, error) {
-	vm, err := b.volumes()
-	if err != nil {
-		return "", err
-	}
-	return vm.CreateVolume(ctx, spec)
-}
-
-func (b *Backend) RemoveVolume(ctx context.Context, name string) error {
-	vm, err := b.volumes()
-	if err != nil {
-		return err
-	}
-	return vm.RemoveVolume(ctx, name)
-}
-
-func (b *Backend) ListVolumes(ctx context.Context, filter backend.Filter) ([]backend.VolumeInfo, error) {
-	vm, err := b.volumes()
-	if err != nil {
-		return nil, err
-	}
-	return vm.ListVolumes(ctx, filter)
-}
-
-func (b *Backend) volumes() (backend.VolumeManager, error) {
-	if vm, ok := b.Backend.(backend.VolumeManager); ok {
-		return vm, nil
-	}
-	return nil, &backend.OpError{Op: "volume", Backend: b.Name(), Err: fmt.Errorf("%w: the %s backend has no volumes of its own", errors.ErrUnsupported, b.Name())}
 }

@@ -2,7 +2,6 @@ package remotedocker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -234,13 +233,9 @@ func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.In
 	return infos, nil
 }
 
-// volumes is native's VolumeManager, when it has one.
-func (b *Backend) volumes() (backend.VolumeManager, error) {
-	if vm, ok := any(b.nat).(backend.VolumeManager); ok {
-		return vm, nil
-	}
-	return nil, fmt.Errorf("%w: volumes made by the backend (the native backend's VolumeManager is not there yet)", errors.ErrUnsupported)
-}
+// volumes is native's VolumeManager: the remote engine's volumes, made
+// through native's engine code over the SSH link.
+func (b *Backend) volumes() (backend.VolumeManager, error) { return b.nat, nil }
 
 // CreateVolume makes a volume on the remote engine; a FromPath on this
 // machine is uploaded into it through the Engine API.

@@ -119,7 +119,7 @@ type sharedResource struct {
 // the sandboxes were reaped (removed holds what the sandbox pass did).
 func (a *app) gcShared(ctx context.Context, b backend.Backend, infos []backend.Info, removed []gcResult, dryRun bool) ([]gcResult, bool, error) {
 	var res []sharedResource
-	if vm, ok := b.(backend.VolumeManager); ok {
+	if vm, ok := backend.AsBackend[backend.VolumeManager](b); ok {
 		vols, err := vm.ListVolumes(ctx, backend.Filter{})
 		if err != nil {
 			return nil, false, err
@@ -128,7 +128,7 @@ func (a *app) gcShared(ctx context.Context, b backend.Backend, infos []backend.I
 			res = append(res, sharedResource{"volume", v, vm.RemoveVolume})
 		}
 	}
-	if nm, ok := b.(backend.NetworkManager); ok {
+	if nm, ok := backend.AsBackend[backend.NetworkManager](b); ok {
 		nets, err := nm.ListNetworks(ctx, backend.Filter{})
 		if err != nil {
 			return nil, false, err
