@@ -6,8 +6,9 @@
 // # Lifecycle
 //
 // A [Backend] is opened once per program (each backend package has its own
-// constructor taking a config struct) and closed with [Backend.Close], which
-// releases connections but leaves sandboxes running.
+// constructor taking a config struct, and a [Factory] that builds that
+// struct from a config file) and closed with [Backend.Close], which releases
+// connections but leaves sandboxes running.
 //
 //  1. [Backend.Create] turns a [Spec] into a running [Sandbox]. Before any
 //     resource is made, the backend checks the spec against its
@@ -29,15 +30,31 @@
 // # Optional capabilities
 //
 // The core interfaces are small. Everything else is an optional interface a
-// sandbox (or backend) may implement, found by type assertion through
-// [Unwrap] chains with [As]: [FileSystem] and [Archiver] for file transfer,
-// [Attacher] for a bidirectional process stream, [Endpointer] for published
-// ports, [Pauser], [Checkpointer] and [Renewer]. A sandbox that has the
-// interface but cannot serve a particular call returns an error wrapping
-// [errors.ErrUnsupported]. Callers fall back to a generic path built on
-// [Sandbox.Exec]: [ReadFile], [WriteFile] and [Stat] in this package do
-// exactly that, the way io/fs.ReadFile prefers ReadFileFS and falls back to
-// Open.
+// sandbox (or backend) may implement. Sandboxes: [FileSystem] and [Archiver]
+// for file transfer, [Attacher] for a bidirectional process stream,
+// [AgentDialer] for an agent already listening, [Endpointer] for published
+// ports, [Pauser], [Checkpointer], [Resetter], [Renewer] and [LogReader].
+// Backends: [VolumeManager] and [NetworkManager].
+//
+// Wrappers (sbxd's client and WrapBackend, a logging layer) implement
+// [Wrapper] or [BackendWrapper], and callers find capabilities only through
+// [As] and [AsBackend], which walk the Unwrap chains: a wrapper implements an
+// optional interface itself only where it changes the call, so what the
+// helpers find is the truth. A sandbox or backend that has the interface but
+// cannot serve a particular call returns an error wrapping
+// [errors.ErrUnsupported], and callers treat that as not having it. Callers
+// fall back to a generic path built on [Sandbox.Exec]: [ReadFile],
+// [WriteFile] and [Stat] in this package do exactly that, the way
+// io/fs.ReadFile prefers ReadFileFS and falls back to Open.
+//
+// # Factories
+//
+// Each backend package exports a [Factory]: how a config file's
+// [sandbox.NAME] table becomes the backend's config and how the backend is
+// opened, with what else of the file it may read ([Settings]). The config
+// package decodes files through a registry of factories; sandboxkit's
+// registry.go lists the built-in ones. docs/writing-a-backend.md walks
+// through adding one.
 //
 // # Errors
 //

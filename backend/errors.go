@@ -2,6 +2,7 @@ package backend
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 )
 
@@ -60,4 +61,17 @@ func WrapOp(op, backendName, sandboxID string, err error) error {
 		return err
 	}
 	return &OpError{Op: op, Backend: backendName, Sandbox: sandboxID, Err: err}
+}
+
+// invalidConfigError is a configuration problem whose text names the key
+// and the fix without repeating ErrInvalidConfig's text.
+type invalidConfigError struct{ msg string }
+
+func (e *invalidConfigError) Error() string { return e.msg }
+func (e *invalidConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// InvalidConfigf returns an error wrapping ErrInvalidConfig with the
+// formatted text (which should name the key and the fix).
+func InvalidConfigf(format string, args ...any) error {
+	return &invalidConfigError{msg: fmt.Sprintf(format, args...)}
 }

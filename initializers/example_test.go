@@ -65,7 +65,7 @@ func (r *Redis) Publish(host string) map[string]string {
 
 // An initializer is a Factory in a Registry. A program adds its own to a
 // registry holding the built-ins and passes it to the session launcher
-// (sandboxkit.Launcher{Initializers: reg}); an entry selects it with
+// (session.Launcher{Initializers: reg}); an entry selects it with
 // type = "redis", or by being named redis.
 func Example() {
 	reg := initializers.NewRegistry()

@@ -19,7 +19,7 @@
 //     with addresses as seen from inside the session;
 //   - optionally Handle: a typed value for the host program (see Neo4j).
 //
-// The session (package sandboxkit: Launch) drives these steps; an
+// The session (package session: Launch) drives these steps; an
 // initializer never creates or destroys sandboxes itself. Adding one is a
 // Factory in a Registry: see the example.
 package initializers
@@ -112,18 +112,14 @@ func (in *Instance) Endpoint(ctx context.Context, port int) (string, error) {
 	return ep.Endpoint(ctx, port)
 }
 
-// Common are the [extra] keys every entry may carry: OpenSage's, and those
-// of backends (which read them from the entry themselves). Embed it (without
-// a toml tag) in an initializer's config.
+// Common are the [extra] keys every initializer takes. Embed it (without a
+// toml tag) in an initializer's config. (Keys that backends read from
+// entries, such as k8s's namespace, are declared by the backends' factories
+// and left to them when an initializer's config is decoded.)
 type Common struct {
 	// InitializerTimeout bounds provisioning plus readiness (OpenSage's
 	// initializer_timeout_sec); 0: the initializer's default.
 	InitializerTimeout Seconds `toml:"initializer_timeout_sec"`
-	// Read by backends, not by initializers.
-	OpenSandboxTimeout Seconds `toml:"opensandbox_timeout_sec"`
-	Namespace          string  `toml:"namespace"`
-	K8sContext         string  `toml:"k8s_context"`
-	Kubeconfig         string  `toml:"kubeconfig"`
 }
 
 // CommonConfig is implemented by configs that embed Common.

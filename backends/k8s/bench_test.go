@@ -62,7 +62,7 @@ type bare struct {
 func benchSetUp(b *testing.B) (*k8s.Backend, *bare) {
 	c := k8stest.Get(b)
 	ns := c.Namespace(b)
-	kb, err := k8s.New(k8s.Config{Kubeconfig: c.Kubeconfig, Namespace: ns, ImagePullPolicy: "IfNotPresent"}, nil)
+	kb, err := k8s.New(k8s.Config{Kubeconfig: c.Kubeconfig, Namespace: ns, ImagePullPolicy: "IfNotPresent"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 func Example() {
 	// Empty Kubeconfig: KUBECONFIG, else ~/.kube/config, else in-cluster.
-	b, err := k8s.New(k8s.Config{Namespace: "agents", ImagePullPolicy: "IfNotPresent"}, slog.Default())
+	b, err := k8s.New(k8s.Config{Namespace: "agents", ImagePullPolicy: "IfNotPresent"}, k8s.WithLogger(slog.Default()))
 	if err != nil {
 		fmt.Println(err) // wraps backend.ErrInvalidConfig, naming the [sandbox.k8s] key
 		return

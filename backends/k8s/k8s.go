@@ -52,10 +52,23 @@ var (
 	_ backend.VolumeManager = (*Backend)(nil)
 )
 
+// Option configures New.
+type Option func(*options)
+
+type options struct{ logger *slog.Logger }
+
+// WithLogger sets the backend's logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
 // New opens the cluster cfg names. It checks the configuration but does not
 // contact the cluster: an unreachable API server shows at the first call,
 // as an error wrapping backend.ErrUnavailable.
-func New(cfg Config, logger *slog.Logger) (*Backend, error) {
+func New(cfg Config, opts ...Option) (*Backend, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	logger := o.logger
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -39,7 +39,7 @@ func openBackend(t *testing.T, c *k8stest.Cluster, ns string) *k8s.Backend {
 		Namespace:       ns,
 		ImagePullPolicy: "IfNotPresent",
 		StartTimeoutSec: 120,
-	}, nil)
+	})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 	return b
@@ -223,7 +223,7 @@ func TestFaultNoPermissions(t *testing.T) {
 	t.Parallel()
 	c := k8stest.Get(t)
 	ns := c.Namespace(t)
-	b, err := k8s.New(k8s.Config{Kubeconfig: c.NoPermKubeconfig, Namespace: ns}, nil)
+	b, err := k8s.New(k8s.Config{Kubeconfig: c.NoPermKubeconfig, Namespace: ns})
 	require.NoError(t, err)
 	defer b.Close()
 	ctx := t.Context()
@@ -246,7 +246,7 @@ func TestFaultUnreachable(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	kc := writeKubeconfig(t, "https://"+addr)
-	b, err := k8s.New(k8s.Config{Kubeconfig: kc, Namespace: "default", RequestTimeoutSec: 5}, nil)
+	b, err := k8s.New(k8s.Config{Kubeconfig: kc, Namespace: "default", RequestTimeoutSec: 5})
 	require.NoError(t, err)
 	defer b.Close()
 	_, err = b.List(t.Context(), backend.Filter{})
@@ -364,7 +364,7 @@ func TestService(t *testing.T) {
 	t.Parallel()
 	c := k8stest.Get(t)
 	ns := c.Namespace(t)
-	b, err := k8s.New(k8s.Config{Kubeconfig: c.Kubeconfig, Namespace: ns, ImagePullPolicy: "IfNotPresent", Service: true}, nil)
+	b, err := k8s.New(k8s.Config{Kubeconfig: c.Kubeconfig, Namespace: ns, ImagePullPolicy: "IfNotPresent", Service: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 	s := spec("svc", k8stest.BusyboxImage)
@@ -434,7 +434,7 @@ func TestRunAsUser(t *testing.T) {
 	c := k8stest.Get(t)
 	ns := c.Namespace(t)
 	b, err := k8s.New(k8s.Config{Kubeconfig: c.Kubeconfig, Namespace: ns, ImagePullPolicy: "IfNotPresent",
-		RunAsUser: 65534, RunAsGroup: 65534}, nil)
+		RunAsUser: 65534, RunAsGroup: 65534})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 	s := spec("nonroot", k8stest.BusyboxImage)

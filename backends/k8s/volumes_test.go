@@ -25,7 +25,7 @@ func TestVolumeFromPath(t *testing.T) {
 	c := k8stest.Get(t)
 	ns := c.Namespace(t)
 	b, err := k8s.New(k8s.Config{Kubeconfig: c.Kubeconfig, Namespace: ns, ImagePullPolicy: "IfNotPresent",
-		HelperImage: k8stest.BusyboxImage}, nil)
+		HelperImage: k8stest.BusyboxImage})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 	ctx := t.Context()

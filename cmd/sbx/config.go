@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sandboxkit/sandboxkit/session"
 )
 
 func (a *app) configCmd() *cobra.Command {
@@ -57,7 +59,7 @@ func (a *app) configCheck(path string) error {
 	}
 	// Each entry's initializer settings and dependencies, as sbx up checks
 	// them.
-	if err := cfg.CheckSessionEntries(nil); err != nil {
+	if err := session.CheckEntries(cfg, nil); err != nil {
 		return err
 	}
 	where := cfg.Path

@@ -1,17 +1,21 @@
-package sandboxkit
+package config
 
 import (
 	"cmp"
+	"context"
 	_ "embed"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sandboxkit/sandboxkit/backend"
 )
 
 // EnvConfig names the environment variable LoadConfig reads the config
@@ -53,12 +57,12 @@ type Config struct {
 	backends map[string]any // decoded [sandbox.NAME] tables by backend name
 	reg      *Registry      // the registry that parsed the file
 	// ttlWritten: the file sets [sandbox] default_ttl (else the backend
-	// may choose it; see BackendFactory.DefaultTTL).
+	// may choose it; see backend.Factory.DefaultTTL).
 	ttlWritten bool
-	// entryTTLKey is the selected backend's BackendFactory.EntryTTLKey.
+	// entryTTLKey is the selected backend's backend.Factory.EntryTTLKey.
 	entryTTLKey string
 	// remoteHostPaths names the selected backend when its host paths are
-	// on another machine (BackendFactory.RemoteHostPaths).
+	// on another machine (backend.Factory.RemoteHostPaths).
 	remoteHostPaths string
 }
 
@@ -231,7 +235,7 @@ func (c *Config) Entry(name string) (*Entry, error) {
 	if known == "" {
 		known = "none"
 	}
-	return nil, invalidf("%s: unknown sandbox %q (known: %s)", c.describe(), name, known)
+	return nil, invalidf("%s: unknown sandbox %q (known: %s)", c.Describe(), name, known)
 }
 
 // SharedDataPath returns the data to copy into the shared volume as an
@@ -259,16 +263,73 @@ func (c *Config) HostPath(p string) string {
 // sbx --backend does) and re-derives what depends on it: default_ttl when the
 // file does not set it, and how volume host paths are read.
 func (c *Config) SetBackend(name string) error {
-	reg := c.reg
-	if reg == nil {
-		reg = DefaultRegistry()
+	if c.reg == nil {
+		return errNoRegistry
 	}
-	if _, err := reg.Lookup(name); err != nil {
+	if _, err := c.reg.Lookup(name); err != nil {
 		return err
 	}
-	c.reg, c.Sandbox.Backend = reg, name
+	c.Sandbox.Backend = name
 	c.applyBackend()
 	return nil
+}
+
+// Registry is the registry that parsed the config (nil for a Config not
+// made by LoadConfig or ParseConfig).
+func (c *Config) Registry() *Registry { return c.reg }
+
+// Open opens the config's backend through the registry that parsed it; see
+// Registry.Open. logger may be nil (discard).
+func (c *Config) Open(ctx context.Context, logger *slog.Logger) (backend.Backend, error) {
+	if c.reg == nil {
+		return nil, errNoRegistry
+	}
+	return c.reg.Open(ctx, c, logger)
+}
+
+var errNoRegistry = invalidf("config: this Config was not made by a Registry's LoadConfig or ParseConfig, so it knows no backends")
+
+// EntryExtraKeys reports whether key is an [extra] key that some backend of
+// the registry that parsed the config reads (backend.Factory.EntryExtraKeys
+// and EntryTTLKey): initializers decoding an entry's extra table leave such
+// keys alone.
+func (c *Config) EntryExtraKey(key string) bool {
+	if c.reg == nil {
+		return false
+	}
+	return c.reg.entryExtraKeys()[key]
+}
+
+// settings is what a backend factory may read of a config besides its own
+// table (backend.Settings).
+type settings struct{ c *Config }
+
+func (s settings) HostPath(key, p string) (string, error) {
+	if p == "" {
+		return "", nil
+	}
+	abs, err := resolveHostPath(p, s.c.Dir)
+	if err != nil {
+		return "", invalidf("%s: %v", key, err)
+	}
+	return abs, nil
+}
+
+func (s settings) DefaultImage() string          { return s.c.Sandbox.DefaultImage }
+func (s settings) DockerHost() string            { return s.c.Sandbox.DockerHost }
+func (s settings) DockerRemoteHost() string      { return s.c.Sandbox.DockerRemoteHost }
+func (s settings) Tolerations() []map[string]any { return s.c.Sandbox.Tolerations }
+func (s settings) Extras(key string) map[string]any {
+	out := map[string]any{}
+	for name, e := range s.c.Sandbox.Sandboxes {
+		if e == nil {
+			continue
+		}
+		if v, ok := e.Extra[key]; ok {
+			out[name] = v
+		}
+	}
+	return out
 }
 
 // applyBackend derives the settings that depend on the selected backend.
@@ -294,8 +355,9 @@ func (c *Config) applyBackend() {
 	}
 }
 
-// describe names the config in messages.
-func (c *Config) describe() string {
+// Describe names the config in messages: "config PATH", or "the built-in
+// default config".
+func (c *Config) Describe() string {
 	if c.Path == "" {
 		return "the built-in default config"
 	}
@@ -342,7 +404,7 @@ func (r *Registry) ParseConfig(data []byte, path string) (*Config, error) {
 		c.Dir, err = filepath.Abs(filepath.Dir(path))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", c.describe(), err)
+		return nil, fmt.Errorf("%s: %w", c.Describe(), err)
 	}
 	p := &parser{reg: r, cfg: c}
 	if err := p.parse(data); err != nil {

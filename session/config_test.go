@@ -1,46 +1,80 @@
-package sandboxkit
+package session
 
 import (
+	"cmp"
 	"os"
-	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backends/k8s"
+	"github.com/sandboxkit/sandboxkit/backends/lite"
+	"github.com/sandboxkit/sandboxkit/backends/local"
+	"github.com/sandboxkit/sandboxkit/backends/native"
+	"github.com/sandboxkit/sandboxkit/backends/opensandbox"
+	"github.com/sandboxkit/sandboxkit/backends/remotedocker"
+	"github.com/sandboxkit/sandboxkit/config"
 	"github.com/sandboxkit/sandboxkit/initializers"
 )
+
+// testRegistry has the real built-in backends, as sandboxkit's catalog
+// (registry.go) wires them: this package's tests cannot import the root
+// package, which imports this one.
+func testRegistry() *config.Registry {
+	r := config.NewRegistry()
+	for _, f := range []backend.Factory{k8s.Factory, lite.Factory, local.Factory, native.Factory, opensandbox.Factory, remotedocker.Factory} {
+		r.Register(f)
+	}
+	return r
+}
+
+// documentedKeys returns the key names written in a TOML text, active or
+// commented out.
+func documentedKeys(text string) map[string]bool {
+	keys := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s*#?\s*"?([A-Za-z0-9_-]+)"?\s*=`).FindAllStringSubmatch(text, -1) {
+		keys[m[1]] = true
+	}
+	return keys
+}
 
 // TestExampleConfigInitializers: every entry of config.example.toml passes
 // the checks Launch makes before anything is made, and every key of every
 // built-in initializer's config is documented there.
 func TestExampleConfigInitializers(t *testing.T) {
-	data, err := os.ReadFile("config.example.toml")
+	data, err := os.ReadFile("../config.example.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ParseConfig(data, "config.example.toml")
+	cfg, err := testRegistry().ParseConfig(data, "config.example.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.CheckSessionEntries(nil); err != nil {
+	if err := CheckEntries(cfg, nil); err != nil {
 		t.Errorf("config.example.toml: %v", err)
 	}
 	documented := documentedKeys(string(data))
 	reg := initializers.Default()
 	for _, typ := range reg.Names() {
-		if !documented[typ] && typ != initializers.GenericType {
+		hasEntry := slices.ContainsFunc(cfg.SandboxNames(), func(name string) bool {
+			return cmp.Or(cfg.Sandbox.Sandboxes[name].Type, name) == typ
+		})
+		if !hasEntry && typ != initializers.GenericType {
 			t.Errorf("initializer %s has no entry in config.example.toml", typ)
 		}
 		f, _, _ := reg.Lookup(typ)
-		for _, fld := range fieldsOf(reflect.TypeOf(f.NewConfig()).Elem()) {
-			if !documented[fld.name] {
-				t.Errorf("key %s of initializer %s is not in config.example.toml", fld.name, typ)
+		for _, key := range config.Keys(f.NewConfig()) {
+			if !documented[key] {
+				t.Errorf("key %s of initializer %s is not in config.example.toml", key, typ)
 			}
 		}
 	}
 }
 
 func TestMergeSpec(t *testing.T) {
-	cfg, err := ParseConfig([]byte(`
+	cfg, err := testRegistry().ParseConfig([]byte(`
 [sandbox]
 default_image = "base:1"
 [sandbox.sandboxes.neo4j]
@@ -91,11 +125,11 @@ func TestDependencyCycle(t *testing.T) {
 	for typ, dep := range map[string]string{"a": "b", "b": "a"} {
 		reg.Register(typ, initializers.Factory{New: func(any) (initializers.Initializer, error) { return dependsOn{name: dep}, nil }})
 	}
-	cfg, err := ParseConfig([]byte("[sandbox.sandboxes.a]\n[sandbox.sandboxes.b]\n"), "")
+	cfg, err := testRegistry().ParseConfig([]byte("[sandbox.sandboxes.a]\n[sandbox.sandboxes.b]\n"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = cfg.CheckSessionEntries(reg)
+	err = CheckEntries(cfg, reg)
 	if err == nil || !strings.Contains(err.Error(), "cycle: a -> b -> a") {
 		t.Errorf("want a cycle error, got %v", err)
 	}
@@ -114,29 +148,29 @@ func (d dependsOn) DependsOn() []initializers.Dependency {
 // built-in initializer (codeql, coverage, pdb_mcp) keep their own [extra]
 // keys, while a built-in initializer's keys stay strict.
 func TestOpenSageConfigInitializers(t *testing.T) {
-	cfg, err := LoadConfig("testdata/opensage.toml")
+	cfg, err := testRegistry().LoadConfig("../config/testdata/opensage.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.CheckSessionEntries(nil); err != nil {
+	if err := CheckEntries(cfg, nil); err != nil {
 		t.Errorf("testdata/opensage.toml: %v", err)
 	}
 	if _, ok := cfg.Sandbox.Sandboxes["codeql"].Extra["codeql_threads"]; !ok {
 		t.Fatal("the fixture lost its codeql_threads key")
 	}
-	bad, err := ParseConfig([]byte("[sandbox.sandboxes.main.extra]\npakages = [\"requests\"]\n"), "")
+	bad, err := testRegistry().ParseConfig([]byte("[sandbox.sandboxes.main.extra]\npakages = [\"requests\"]\n"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = bad.CheckSessionEntries(nil)
+	err = CheckEntries(bad, nil)
 	if err == nil || !strings.Contains(err.Error(), "sandbox.sandboxes.main.extra.pakages") {
 		t.Errorf("misspelt main key: %v, want an error naming it", err)
 	}
-	wrongType, err := ParseConfig([]byte("[sandbox.sandboxes.codeql.extra]\ninitializer_timeout_sec = \"soon\"\n"), "")
+	wrongType, err := testRegistry().ParseConfig([]byte("[sandbox.sandboxes.codeql.extra]\ninitializer_timeout_sec = \"soon\"\n"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := wrongType.CheckSessionEntries(nil); err == nil || !strings.Contains(err.Error(), "initializer_timeout_sec") {
+	if err := CheckEntries(wrongType, nil); err == nil || !strings.Contains(err.Error(), "initializer_timeout_sec") {
 		t.Errorf("a known key of the generic initializer is still type-checked: %v", err)
 	}
 }

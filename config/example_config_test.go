@@ -1,4 +1,4 @@
-package sandboxkit
+package config
 
 import (
 	"os"
@@ -16,9 +16,9 @@ import (
 // key of the config structs (and of each built-in backend's table) appears
 // in it, so documentation cannot drift from the code.
 func TestExampleConfigFile(t *testing.T) {
-	data, err := os.ReadFile("config.example.toml")
+	data, err := os.ReadFile("../config.example.toml")
 	require.NoError(t, err)
-	cfg, err := ParseConfig(data, "config.example.toml")
+	cfg, err := builtinRegistry().ParseConfig(data, "../config.example.toml")
 	require.NoError(t, err)
 	assert.Empty(t, cfg.Warnings)
 	for _, name := range cfg.SandboxNames() {
@@ -41,8 +41,8 @@ func TestExampleConfigFile(t *testing.T) {
 		}
 	}
 	check(t, reflect.TypeFor[SandboxConfig](), "sandbox")
-	for _, name := range Names() {
-		f, err := DefaultRegistry().Lookup(name)
+	for _, name := range builtinRegistry().Names() {
+		f, err := builtinRegistry().Lookup(name)
 		require.NoError(t, err)
 		if f.NewConfig == nil {
 			continue

@@ -1,4 +1,4 @@
-package sandboxkit
+package session
 
 import (
 	"context"
@@ -24,10 +24,10 @@ import (
 // it; Destroy (or sbx down) cleans up what is left.
 func (l *Launcher) Resume(ctx context.Context, id string) (*Session, error) {
 	if l.Config == nil {
-		return nil, invalidf("sandboxkit: Launcher without Config")
+		return nil, backend.InvalidConfigf("session: Launcher without Config")
 	}
 	if id == "" {
-		return nil, invalidf("Resume: empty session ID")
+		return nil, backend.InvalidConfigf("Resume: empty session ID")
 	}
 	b, owned, err := l.open(ctx)
 	if err != nil {

@@ -1,4 +1,4 @@
-package sandboxkit
+package config
 
 import (
 	"fmt"

@@ -1,8 +1,9 @@
-package sandboxkit
+package config
 
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"regexp"
 	"slices"
@@ -46,7 +47,7 @@ func (p *parser) errorf(key, format string, args ...any) {
 	if key != "" {
 		msg = key + ": " + msg
 	}
-	p.errs = append(p.errs, invalidf("%s: %s", p.cfg.describe(), msg))
+	p.errs = append(p.errs, invalidf("%s: %s", p.cfg.Describe(), msg))
 }
 
 func (p *parser) warnf(format string, args ...any) {
@@ -59,7 +60,7 @@ func (p *parser) err() error { return errors.Join(p.errs...) }
 type backendTable struct {
 	key     string // as written (may be an alias)
 	backend string // registered name
-	factory BackendFactory
+	factory backend.Factory
 	data    any
 }
 
@@ -140,7 +141,7 @@ func (p *parser) splitBackendTables(sbx map[string]any) []backendTable {
 		case ok:
 			seen[name] = k
 			tables = append(tables, backendTable{key: k, backend: name, factory: f, data: sbx[k]})
-		case slices.Contains(plannedBackends, k):
+		case p.reg.isPlanned(k):
 			p.warnf("%s: not checked: the %s backend is not built into this version of sandboxkit", toml.Key{"sandbox", k}, k)
 		default:
 			continue // an unknown key, reported by decodeStrict
@@ -152,7 +153,7 @@ func (p *parser) splitBackendTables(sbx map[string]any) []backendTable {
 
 // backendCandidates are the table names did-you-mean offers in [sandbox].
 func (p *parser) backendCandidates() []string {
-	return slices.Concat(p.reg.Names(), plannedBackends)
+	return slices.Concat(p.reg.Names(), p.reg.plannedNames())
 }
 
 // checkBackend accepts a registered backend, warns about one that is planned
@@ -167,13 +168,13 @@ func (p *parser) checkBackend() {
 		return
 	}
 	known := strings.Join(p.reg.Names(), ", ")
-	if slices.Contains(plannedBackends, sc.Backend) {
+	if p.reg.isPlanned(sc.Backend) {
 		p.warnf("sandbox.backend: the %s backend is not built into this version of sandboxkit (known: %s); opening it will fail",
 			sc.Backend, known)
 		return
 	}
 	p.errorf("sandbox.backend", "unknown backend %q (known: %s)%s", sc.Backend, known,
-		didYouMean(sc.Backend, slices.Concat(p.reg.Names(), plannedBackends)))
+		DidYouMean(sc.Backend, slices.Concat(p.reg.Names(), p.reg.plannedNames())))
 }
 
 // finishEntries names the entries and checks each one by building its Spec,
@@ -248,8 +249,8 @@ func (p *parser) decodeStrict(data map[string]any, prefix toml.Key, v any, rootC
 			candidates = append(candidates, rootCandidates...)
 		}
 		full := slices.Concat(prefix, k)
-		p.errs = append(p.errs, invalidf("%s: unknown key %q%s", p.cfg.describe(), full.String(),
-			didYouMean(k[len(k)-1], candidates)))
+		p.errs = append(p.errs, invalidf("%s: unknown key %q%s", p.cfg.Describe(), full.String(),
+			DidYouMean(k[len(k)-1], candidates)))
 	}
 }
 
@@ -400,9 +401,9 @@ var sandboxKeys = sync.OnceValue(func() []string {
 	return keysAt(reflect.TypeFor[SandboxConfig](), nil)
 })
 
-// didYouMean suggests the closest candidate to a misspelt key, if one is
+// DidYouMean suggests the closest candidate to a misspelt key, if one is
 // close enough to be a typo.
-func didYouMean(key string, candidates []string) string {
+func DidYouMean(key string, candidates []string) string {
 	best, bestD := "", 0
 	for _, c := range candidates {
 		d := editDistance(strings.ToLower(key), strings.ToLower(c))
@@ -441,4 +442,43 @@ func editDistance(a, b string) int {
 		}
 	}
 	return d[len(ra)][len(rb)]
+}
+
+// openExtra is implemented by initializer configs whose [extra] table may
+// hold keys of other tools (initializers.OpenConfig).
+type openExtra interface{ OpenExtra() }
+
+// DecodeExtra decodes entry e's [extra] table strictly into v, an
+// initializer's config: unknown keys are errors naming the key, with a
+// did-you-mean. Keys a backend of the config's registry reads
+// (backend.Factory.EntryExtraKeys) are left to it; a v with an OpenExtra
+// method takes only the keys it knows and leaves the rest to other tools.
+func (c *Config) DecodeExtra(e *Entry, v any) error {
+	p := &parser{cfg: c}
+	data := maps.Clone(e.Extra)
+	if data == nil {
+		data = map[string]any{}
+	}
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	_, open := v.(openExtra)
+	maps.DeleteFunc(data, func(k string, _ any) bool {
+		_, known := fieldFor(t, k)
+		return !known && (open || c.EntryExtraKey(k))
+	})
+	p.decodeStrict(data, slices.Concat(entryKey(e.Name), toml.Key{"extra"}), v, nil)
+	return p.err()
+}
+
+// Keys returns the TOML keys that v, a config struct or a pointer to one,
+// takes at its top level (the keys of embedded structs included), in field
+// order: for documentation and its tests.
+func Keys(v any) []string {
+	var keys []string
+	for _, f := range fieldsOf(elemType(reflect.TypeOf(v))) {
+		keys = append(keys, f.name)
+	}
+	return keys
 }

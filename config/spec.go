@@ -1,4 +1,4 @@
-package sandboxkit
+package config
 
 import (
 	"cmp"
@@ -45,7 +45,7 @@ func (c *Config) Spec(name string) (backend.Spec, error) {
 	if len(problems) > 0 {
 		errs := make([]error, len(problems))
 		for i, p := range problems {
-			errs[i] = invalidf("%s: %s", c.describe(), p)
+			errs[i] = invalidf("%s: %s", c.Describe(), p)
 		}
 		return backend.Spec{}, errors.Join(errs...)
 	}
@@ -56,7 +56,7 @@ func (c *Config) Spec(name string) (backend.Spec, error) {
 		}
 		return backend.Spec{}, &configError{
 			msg: fmt.Sprintf("%s: %s: %s %s not supported by this version of sandboxkit (remove %s from the entry)",
-				c.describe(), entryKey(e.Name), strings.Join(opts, ", "), verb, it),
+				c.Describe(), entryKey(e.Name), strings.Join(opts, ", "), verb, it),
 			sentinel: errors.ErrUnsupported,
 		}
 	}
@@ -64,6 +64,10 @@ func (c *Config) Spec(name string) (backend.Spec, error) {
 }
 
 func entryKey(name string) toml.Key { return toml.Key{"sandbox", "sandboxes", name} }
+
+// EntryKey is the dotted key of entry name's table, as messages name it:
+// sandbox.sandboxes.NAME.
+func EntryKey(name string) string { return entryKey(name).String() }
 
 // unsupportedOptions lists the entry keys that are set but that
 // backend.Spec has no field for.
@@ -350,7 +354,7 @@ func (b *PortBinding) UnmarshalTOML(v any) error {
 				}
 				b.HostPort = p.HostPort
 			default:
-				return fmt.Errorf("unknown key %q in a port binding (want host, port)%s", k, didYouMean(k, []string{"host", "port"}))
+				return fmt.Errorf("unknown key %q in a port binding (want host, port)%s", k, DidYouMean(k, []string{"host", "port"}))
 			}
 		}
 		return nil

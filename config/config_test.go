@@ -1,4 +1,4 @@
-package sandboxkit
+package config
 
 import (
 	"errors"
@@ -43,7 +43,7 @@ func mustSpec(t *testing.T, cfg *Config, name string) backend.Spec {
 }
 
 func TestEmbeddedDefault(t *testing.T) {
-	cfg, err := ParseConfig(defaultConfig, "")
+	cfg, err := builtinRegistry().ParseConfig(defaultConfig, "")
 	require.NoError(t, err)
 	wd, err := os.Getwd()
 	require.NoError(t, err)
@@ -223,7 +223,7 @@ func TestOpenSageShapedConfig(t *testing.T) {
 	// The environment wins over the file's variables: keep it out.
 	unsetenv(t, "BASE_IMAGE", "PROJECT", "DB_PASSWORD", "AGENT_MODEL", "GDB_PORT", "PDB_PORT",
 		"JOERN_PORT", "BOLT_PORT", "HTTP_PORT", "DATA_DIR", "ENABLE_COVERAGE", "CPU_QUOTA", "NOT_DEFINED_ANYWHERE")
-	cfg, err := DefaultRegistry().LoadConfig("testdata/opensage.toml")
+	cfg, err := builtinRegistry().LoadConfig("testdata/opensage.toml")
 	require.NoError(t, err)
 	abs, err := filepath.Abs("testdata")
 	require.NoError(t, err)
@@ -968,7 +968,7 @@ mounts = ["type=bind,source=/srv/only-on-the-server/x,target=/x"]
 	}, spec.Volumes)
 
 	for _, bad := range []string{"~/models:/models", "./models:/models", "models/x:/models"} {
-		_, err := DefaultRegistry().ParseConfig([]byte(head+"[sandbox.sandboxes.main]\nvolumes = [\""+bad+"\"]\n"), "sandbox.toml")
+		_, err := builtinRegistry().ParseConfig([]byte(head+"[sandbox.sandboxes.main]\nvolumes = [\""+bad+"\"]\n"), "sandbox.toml")
 		require.ErrorIs(t, err, backend.ErrInvalidConfig, bad)
 		assert.ErrorContains(t, err, "sandbox.sandboxes.main.volumes", bad)
 		assert.ErrorContains(t, err, "absolute path on that host", bad)
@@ -1006,7 +1006,7 @@ func TestSetBackend(t *testing.T) {
 // backends).
 func mustParseDefault(t *testing.T, text string) *Config {
 	t.Helper()
-	cfg, err := DefaultRegistry().ParseConfig([]byte(text), "sandbox.toml")
+	cfg, err := builtinRegistry().ParseConfig([]byte(text), "sandbox.toml")
 	require.NoError(t, err)
 	return cfg
 }

@@ -1,4 +1,4 @@
-package sandboxkit_test
+package session_test
 
 import (
 	"archive/tar"
@@ -28,6 +28,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/initializers"
 	"github.com/sandboxkit/sandboxkit/initializers/wait"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
+	"github.com/sandboxkit/sandboxkit/session"
 )
 
 // gdbImage is sandboxkit-test/debian with gdb (scripts/gdb-image.sh).
@@ -52,10 +53,10 @@ func nativeConfig(t *testing.T, entries string) *sandboxkit.Config {
 // progressLog records a launch's progress.
 type progressLog struct {
 	mu     sync.Mutex
-	events []sandboxkit.SessionProgress
+	events []session.Progress
 }
 
-func (p *progressLog) record(e sandboxkit.SessionProgress) {
+func (p *progressLog) record(e session.Progress) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.events = append(p.events, e)
@@ -65,22 +66,22 @@ func (p *progressLog) record(e sandboxkit.SessionProgress) {
 func (p *progressLog) index(sandbox, step string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return slices.IndexFunc(p.events, func(e sandboxkit.SessionProgress) bool { return e.Sandbox == sandbox && e.Step == step })
+	return slices.IndexFunc(p.events, func(e session.Progress) bool { return e.Sandbox == sandbox && e.Step == step })
 }
 
 // newLauncher returns a launcher with a fixed session ID and registers a
 // check that nothing labelled with it is left when the test ends.
-func newLauncher(t *testing.T, cli *client.Client, cfg *sandboxkit.Config) (*sandboxkit.Launcher, *progressLog) {
+func newLauncher(t *testing.T, cli *client.Client, cfg *sandboxkit.Config) (*session.Launcher, *progressLog) {
 	t.Helper()
 	id := fmt.Sprintf("t%011x", time.Now().UnixNano()&0xfffffffffff)
 	dockertest.AssertNoLeftovers(t, cli, backend.LabelSession, id)
 	p := &progressLog{}
-	return &sandboxkit.Launcher{Config: cfg, ID: id, Progress: p.record}, p
+	return &session.Launcher{Config: cfg, ID: id, Progress: p.record}, p
 }
 
 // destroyOnCleanup ends the session when the test does (after a failed
 // assertion too).
-func destroyOnCleanup(t *testing.T, s *sandboxkit.Session) {
+func destroyOnCleanup(t *testing.T, s *session.Session) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -113,7 +114,7 @@ func crashProgram(t *testing.T) []byte {
 		t.Skip("no gcc to build the program to debug")
 	}
 	out := filepath.Join(t.TempDir(), "crash")
-	if b, err := exec.Command("gcc", "-g", "-O0", "-static", "-o", out, "cmd/gdbmcp/testdata/crash.c").CombinedOutput(); err != nil {
+	if b, err := exec.Command("gcc", "-g", "-O0", "-static", "-o", out, "../cmd/gdbmcp/testdata/crash.c").CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, b)
 	}
 	data, err := os.ReadFile(out)
@@ -162,7 +163,7 @@ work_dir = "/shared"
 	}
 	destroyOnCleanup(t, s)
 	for _, name := range []string{"main", "gdb_mcp"} {
-		if progress.index(name, sandboxkit.StepStarted) < 0 || progress.index(name, sandboxkit.StepReady) < 0 {
+		if progress.index(name, session.StepStarted) < 0 || progress.index(name, session.StepReady) < 0 {
 			t.Errorf("%s: progress lacks started or ready: %+v", name, progress.events)
 		}
 	}
@@ -199,7 +200,7 @@ work_dir = "/shared"
 		t.Fatal(err)
 	}
 
-	h, err := sandboxkit.HandleOf[*initializers.GDBMCP](s, "gdb_mcp")
+	h, err := session.HandleOf[*initializers.GDBMCP](s, "gdb_mcp")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +243,7 @@ work_dir = "/shared"
 	cs.Close()
 
 	// A second launcher (a restarted host program) resumes the session.
-	r, err := (&sandboxkit.Launcher{Config: cfg}).Resume(ctx, s.ID)
+	r, err := (&session.Launcher{Config: cfg}).Resume(ctx, s.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +251,7 @@ work_dir = "/shared"
 	if got := len(r.Members()); got != 2 {
 		t.Errorf("resumed session has %d members, want 2", got)
 	}
-	rh, err := sandboxkit.HandleOf[*initializers.GDBMCP](r, "gdb_mcp")
+	rh, err := session.HandleOf[*initializers.GDBMCP](r, "gdb_mcp")
 	if err != nil || rh.URL() != h.URL() {
 		t.Errorf("resumed handle: %v, %v (want %s)", rh, err, h.URL())
 	}
@@ -271,7 +272,7 @@ var (
 func fakeServiceImage(t *testing.T, cli *client.Client) string {
 	t.Helper()
 	fakeOnce.Do(func() {
-		src, err := os.ReadFile("initializers/internal/fakeservice/main.go")
+		src, err := os.ReadFile("../initializers/internal/fakeservice/main.go")
 		if err != nil {
 			fakeErr = err
 			return
@@ -284,7 +285,7 @@ func fakeServiceImage(t *testing.T, cli *client.Client) string {
 			return
 		}
 		bin := filepath.Join(os.TempDir(), "sandboxkit-fakeservice-"+hex.EncodeToString(sum[:6]))
-		cmd := exec.Command("go", "build", "-o", bin, "./initializers/internal/fakeservice")
+		cmd := exec.Command("go", "build", "-o", bin, "../initializers/internal/fakeservice")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fakeErr = fmt.Errorf("building fakeservice: %v\n%s", err, out)
@@ -353,9 +354,9 @@ initializer_timeout_sec = 60
 	destroyOnCleanup(t, s)
 
 	// joern is provisioned only after main and neo4j are ready.
-	jp := progress.index("joern", sandboxkit.StepProvisioning)
+	jp := progress.index("joern", session.StepProvisioning)
 	for _, dep := range []string{"main", "neo4j"} {
-		if r := progress.index(dep, sandboxkit.StepReady); r < 0 || jp < 0 || r > jp {
+		if r := progress.index(dep, session.StepReady); r < 0 || jp < 0 || r > jp {
 			t.Errorf("joern provisioned at event %d, %s ready at %d: want after", jp, dep, r)
 		}
 	}
@@ -375,21 +376,21 @@ initializer_timeout_sec = 60
 		t.Errorf("bolt handshake from main to neo4j:7687 by name: %q", got)
 	}
 
-	n, err := sandboxkit.HandleOf[*initializers.Neo4j](s, "neo4j")
+	n, err := session.HandleOf[*initializers.Neo4j](s, "neo4j")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(n.BoltURI(), "bolt://127.0.0.1:") || n.Password != "sekret-pw" {
 		t.Errorf("neo4j handle: %+v", n)
 	}
-	j, err := sandboxkit.HandleOf[*initializers.Joern](s, "joern")
+	j, err := session.HandleOf[*initializers.Joern](s, "joern")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out, err := j.Query(ctx, "1 + 1"); err != nil || !strings.Contains(out, "1 + 1") {
 		t.Errorf("joern query: %q, %v", out, err)
 	}
-	if _, err := sandboxkit.HandleOf[*initializers.Neo4j](s, "joern"); err == nil {
+	if _, err := session.HandleOf[*initializers.Neo4j](s, "joern"); err == nil {
 		t.Error("HandleOf with the wrong type: want an error")
 	}
 }
@@ -416,7 +417,7 @@ image = "`+dockertest.BusyboxImage+`"
 		t.Fatal(err)
 	}
 	destroyOnCleanup(t, s)
-	j, err := sandboxkit.HandleOf[*initializers.Joern](s, "joern")
+	j, err := session.HandleOf[*initializers.Joern](s, "joern")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +492,7 @@ command = "/fakeservice never"
 		l, _ := newLauncher(t, cli, cfg)
 		l.Initializers = testRegistry(map[string]initializers.Initializer{"never": neverReady{}})
 		_, err := l.Launch(ctx)
-		se, ok := errors.AsType[*sandboxkit.SessionError](err)
+		se, ok := errors.AsType[*session.Error](err)
 		if !ok || se.Sandbox != "svc" || se.Step != "ready" || !errors.Is(err, wait.ErrNotReady) {
 			t.Fatalf("want a SessionError for svc at ready wrapping wait.ErrNotReady, got %v", err)
 		}
@@ -509,7 +510,7 @@ packages = ["surely-not-a-package-sbx"]
 `)
 		l, _ := newLauncher(t, cli, cfg)
 		_, err := l.Launch(ctx)
-		se, ok := errors.AsType[*sandboxkit.SessionError](err)
+		se, ok := errors.AsType[*session.Error](err)
 		if !ok || se.Sandbox != "main" || se.Step != "provision" {
 			t.Fatalf("want a SessionError for main at provision, got %v", err)
 		}
@@ -536,7 +537,7 @@ image = "`+dockertest.BusyboxImage+`"
 			"dependent": dependent{provisioned: &provisioned},
 		})
 		_, err := l.Launch(ctx)
-		se, ok := errors.AsType[*sandboxkit.SessionError](err)
+		se, ok := errors.AsType[*session.Error](err)
 		if !ok || se.Sandbox != "base" || se.Step != "provision" || !strings.Contains(err.Error(), "on purpose") {
 			t.Fatalf("want the dependency's own failure, got %v", err)
 		}
@@ -566,7 +567,7 @@ image = "`+dockertest.BusyboxImage+`"
 		if err := cli.ContainerRemove(ctx, nsb.ContainerID(), container.RemoveOptions{Force: true}); err != nil {
 			t.Fatal(err)
 		}
-		_, err = (&sandboxkit.Launcher{Config: cfg}).Resume(ctx, s.ID)
+		_, err = (&session.Launcher{Config: cfg}).Resume(ctx, s.ID)
 		if !errors.Is(err, backend.ErrNotFound) || !strings.Contains(err.Error(), `"worker"`) {
 			t.Fatalf("resume: want ErrNotFound naming worker, got %v", err)
 		}
@@ -594,7 +595,7 @@ packages = "numpy"`, `sandbox.sandboxes.main.extra.packages`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := nativeConfig(t, tc.entries)
-			l := &sandboxkit.Launcher{Config: cfg, Backend: unreachable{}}
+			l := &session.Launcher{Config: cfg, Backend: unreachable{}}
 			_, err := l.Launch(context.Background())
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, backend.ErrInvalidConfig) {
 				t.Errorf("want an invalid-config error containing %q, got %v", tc.want, err)
@@ -638,7 +639,7 @@ image = "`+dockertest.BusyboxImage+`"
 			cli.ImageRemove(context.Background(), ref, image.RemoveOptions{Force: true})
 		}
 	})
-	loaded, err := sandboxkit.LoadManifest(path)
+	loaded, err := session.LoadManifest(path)
 	if err != nil || loaded.Session != s.ID || loaded.Sandboxes["main"].Image == "" || loaded.Sandboxes["main"].Type != "main" {
 		t.Fatalf("manifest: %+v, %v", loaded, err)
 	}

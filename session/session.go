@@ -1,4 +1,4 @@
-package sandboxkit
+package session
 
 import (
 	"cmp"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/config"
 	"github.com/sandboxkit/sandboxkit/initializers"
 )
 
@@ -42,7 +43,7 @@ const DefaultInitializerTimeout = 10 * time.Minute
 // The zero Launcher with Config set works; Launch and Resume are the
 // shortcuts for it.
 type Launcher struct {
-	Config *Config
+	Config *config.Config
 	// Backend to use; nil: Open(ctx, Config, Logger), closed with the
 	// session.
 	Backend backend.Backend
@@ -52,7 +53,7 @@ type Launcher struct {
 	Initializers *initializers.Registry
 	// Progress, when set, receives each sandbox's steps (from several
 	// goroutines, one call at a time).
-	Progress func(SessionProgress)
+	Progress func(Progress)
 	// BashToolsDir and SandboxScriptsDir are host folders whose contents
 	// fill the session's bash_tools (read-write) and sandbox_scripts
 	// (read-only) volumes; "": [sandbox] bash_tools_path and
@@ -68,8 +69,8 @@ type Launcher struct {
 	Owner string
 }
 
-// SessionProgress is one step of one sandbox of a launch.
-type SessionProgress struct {
+// Progress is one step of one sandbox of a launch.
+type Progress struct {
 	Sandbox string
 	// Step is one of the Step* constants.
 	Step string
@@ -83,7 +84,7 @@ type SessionProgress struct {
 	Err     error
 }
 
-// Steps of SessionProgress, in the order a sandbox goes through them.
+// Steps of Progress, in the order a sandbox goes through them.
 const (
 	StepCreating     = "creating"
 	StepPulling      = "pulling"
@@ -97,12 +98,12 @@ const (
 
 // Launch launches a session of the named entries (default: all) with the
 // config's backend; see Launcher.
-func Launch(ctx context.Context, cfg *Config, names ...string) (*Session, error) {
+func Launch(ctx context.Context, cfg *config.Config, names ...string) (*Session, error) {
 	return (&Launcher{Config: cfg}).Launch(ctx, names...)
 }
 
 // Resume reattaches to a running session; see Launcher.Resume.
-func Resume(ctx context.Context, cfg *Config, id string) (*Session, error) {
+func Resume(ctx context.Context, cfg *config.Config, id string) (*Session, error) {
 	return (&Launcher{Config: cfg}).Resume(ctx, id)
 }
 
@@ -120,9 +121,9 @@ type member struct {
 	env       map[string]string
 }
 
-// SessionError is a failed launch: which sandbox, at which step, and the
+// Error is a failed launch: which sandbox, at which step, and the
 // last lines its container wrote.
-type SessionError struct {
+type Error struct {
 	Session string
 	Sandbox string
 	Step    string
@@ -132,7 +133,7 @@ type SessionError struct {
 	Logs string
 }
 
-func (e *SessionError) Error() string {
+func (e *Error) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "session %s: sandbox %q: %s: %v", e.Session, e.Sandbox, e.Step, e.Err)
 	if e.Logs != "" {
@@ -141,7 +142,7 @@ func (e *SessionError) Error() string {
 	return b.String()
 }
 
-func (e *SessionError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
 func newSessionID() string {
 	var buf [6]byte
@@ -169,9 +170,9 @@ func (l *Launcher) open(ctx context.Context) (backend.Backend, bool, error) {
 		return l.Backend, false, nil
 	}
 	if l.Config == nil {
-		return nil, false, invalidf("sandboxkit: Launcher without Config")
+		return nil, false, backend.InvalidConfigf("session: Launcher without Config")
 	}
-	b, err := Open(ctx, l.Config, l.logger())
+	b, err := l.Config.Open(ctx, l.logger())
 	return b, true, err
 }
 
@@ -182,7 +183,7 @@ func (l *Launcher) plan(names []string, id string) ([]*member, error) {
 		names = cfg.SandboxNames()
 	}
 	if len(names) == 0 {
-		return nil, invalidf("%s: no [sandbox.sandboxes.NAME] entries to launch", cfg.describe())
+		return nil, backend.InvalidConfigf("%s: no [sandbox.sandboxes.NAME] entries to launch", cfg.Describe())
 	}
 	names = slices.Sorted(slices.Values(names))
 	var errs []error
@@ -238,24 +239,24 @@ func (l *Launcher) planMember(name string) (*member, error) {
 	typ := cmp.Or(e.Type, name)
 	f, fallback, err := l.registry().Lookup(typ)
 	if err != nil {
-		return nil, invalidf("%s: %s.type: %v", cfg.describe(), entryKey(name), err)
+		return nil, backend.InvalidConfigf("%s: %s.type: %v", cfg.Describe(), config.EntryKey(name), err)
 	}
 	if fallback && e.Type != "" && e.Type != name {
 		// An explicit type must name an initializer; a bare entry name
 		// without one gets the generic initializer, as in OpenSage.
-		return nil, invalidf("%s: %s.type: unknown initializer type %q (known: %s)%s", cfg.describe(), entryKey(name), e.Type,
-			strings.Join(l.registry().Names(), ", "), didYouMean(e.Type, l.registry().Names()))
+		return nil, backend.InvalidConfigf("%s: %s.type: unknown initializer type %q (known: %s)%s", cfg.Describe(), config.EntryKey(name), e.Type,
+			strings.Join(l.registry().Names(), ", "), config.DidYouMean(e.Type, l.registry().Names()))
 	}
 	var icfg any
 	if f.NewConfig != nil {
 		icfg = f.NewConfig()
-		if err := cfg.decodeExtra(e, icfg); err != nil {
+		if err := cfg.DecodeExtra(e, icfg); err != nil {
 			return nil, err
 		}
 	}
 	init, err := f.New(icfg)
 	if err != nil {
-		return nil, invalidf("%s: %s.extra: %v", cfg.describe(), entryKey(name), stripSentinel(err))
+		return nil, backend.InvalidConfigf("%s: %s.extra: %v", cfg.Describe(), config.EntryKey(name), stripSentinel(err))
 	}
 	m := &member{name: name, typ: typ, init: init, cfg: icfg, ready: make(chan struct{})}
 	m.timeout = cmp.Or(initializers.TimeoutOf(icfg), DefaultInitializerTimeout)
@@ -277,7 +278,7 @@ func stripSentinel(err error) string {
 
 // mergeSpec lays the entry's Spec over the initializer's default: keys the
 // entry sets win; environment and ports are merged.
-func mergeSpec(def, entry backend.Spec, e *Entry) backend.Spec {
+func mergeSpec(def, entry backend.Spec, e *config.Entry) backend.Spec {
 	out := entry
 	if e.Image == "" && def.Image != "" && e.DockerfilePath() == "" {
 		out.Image = def.Image
@@ -320,7 +321,7 @@ func resolveDeps(ms []*member) error {
 				}
 			}
 			if len(found) == 0 && !d.Optional {
-				errs = append(errs, invalidf("sandbox %q (type %s) depends on %s, which is not in the session (add a [sandbox.sandboxes.%s] entry, or launch it too)",
+				errs = append(errs, backend.InvalidConfigf("sandbox %q (type %s) depends on %s, which is not in the session (add a [sandbox.sandboxes.%s] entry, or launch it too)",
 					m.name, m.typ, d.Name, d.Name))
 			}
 			for _, f := range found {
@@ -343,7 +344,7 @@ func resolveDeps(ms []*member) error {
 	visit = func(n string, path []string) error {
 		switch state[n] {
 		case 1:
-			return invalidf("sandboxes depend on each other in a cycle: %s", strings.Join(append(path, n), " -> "))
+			return backend.InvalidConfigf("sandboxes depend on each other in a cycle: %s", strings.Join(append(path, n), " -> "))
 		case 2:
 			return nil
 		}
@@ -366,11 +367,11 @@ func resolveDeps(ms []*member) error {
 
 // Launch launches the named entries (default: every entry) as one
 // session. On any failure everything the launch made is removed and the
-// error (a *SessionError when one sandbox failed) names the sandbox, the
+// error (a *Error when one sandbox failed) names the sandbox, the
 // step and the sandbox's last output lines.
 func (l *Launcher) Launch(ctx context.Context, names ...string) (*Session, error) {
 	if l.Config == nil {
-		return nil, invalidf("sandboxkit: Launcher without Config")
+		return nil, backend.InvalidConfigf("session: Launcher without Config")
 	}
 	id := cmp.Or(l.ID, newSessionID())
 	ms, err := l.plan(names, id)
@@ -406,11 +407,11 @@ func (l *Launcher) Launch(ctx context.Context, names ...string) (*Session, error
 // progress reports one step.
 type reporter struct {
 	mu    sync.Mutex
-	f     func(SessionProgress)
+	f     func(Progress)
 	start time.Time
 }
 
-func (r *reporter) report(p SessionProgress) {
+func (r *reporter) report(p Progress) {
 	if r.f == nil {
 		return
 	}
@@ -432,21 +433,21 @@ func (l *Launcher) start(ctx context.Context, s *Session, ms []*member) error {
 	var wg sync.WaitGroup
 	for i, m := range ms {
 		wg.Go(func() {
-			rep.report(SessionProgress{Sandbox: m.name, Step: StepCreating, Detail: m.spec.Image})
+			rep.report(Progress{Sandbox: m.name, Step: StepCreating, Detail: m.spec.Image})
 			spec := m.spec
 			spec.Progress = func(p backend.Progress) {
-				rep.report(SessionProgress{Sandbox: m.name, Step: StepPulling, Detail: progressDetail(p), Current: p.Current, Total: p.Total})
+				rep.report(Progress{Sandbox: m.name, Step: StepPulling, Detail: progressDetail(p), Current: p.Current, Total: p.Total})
 			}
 			sb, err := s.backend.Create(ctx, spec)
 			if err != nil {
-				errs[i] = &SessionError{Session: s.ID, Sandbox: m.name, Step: "create", Err: err}
-				rep.report(SessionProgress{Sandbox: m.name, Step: StepFailed, Err: err})
+				errs[i] = &Error{Session: s.ID, Sandbox: m.name, Step: "create", Err: err}
+				rep.report(Progress{Sandbox: m.name, Step: StepFailed, Err: err})
 				cancel(errs[i])
 				return
 			}
 			m.sb = sb
 			s.addMember(m)
-			rep.report(SessionProgress{Sandbox: m.name, Step: StepStarted, Detail: sb.ID()})
+			rep.report(Progress{Sandbox: m.name, Step: StepStarted, Detail: sb.ID()})
 		})
 	}
 	wg.Wait()
@@ -457,7 +458,7 @@ func (l *Launcher) start(ctx context.Context, s *Session, ms []*member) error {
 	// The env file, once, before anyone is provisioned.
 	if s.shared != "" {
 		if err := backend.WriteFile(ctx, ms[0].sb, s.shared+"/"+EnvFile, strings.NewReader(envFileText(s.ID, s.Env)), 0o644); err != nil {
-			return &SessionError{Session: s.ID, Sandbox: ms[0].name, Step: "write " + s.shared + "/" + EnvFile, Err: err}
+			return &Error{Session: s.ID, Sandbox: ms[0].name, Step: "write " + s.shared + "/" + EnvFile, Err: err}
 		}
 	}
 
@@ -471,7 +472,7 @@ func (l *Launcher) start(ctx context.Context, s *Session, ms []*member) error {
 			err := l.bringUp(ctx, s, m, byName, rep)
 			if err != nil {
 				errs[i] = err
-				rep.report(SessionProgress{Sandbox: m.name, Step: StepFailed, Err: err})
+				rep.report(Progress{Sandbox: m.name, Step: StepFailed, Err: err})
 				cancel(err)
 			}
 		})
@@ -480,7 +481,7 @@ func (l *Launcher) start(ctx context.Context, s *Session, ms []*member) error {
 	return firstError(errs)
 }
 
-// firstError returns the error that caused the others: a *SessionError not
+// firstError returns the error that caused the others: a *Error not
 // caused by cancellation, else the first one.
 func firstError(errs []error) error {
 	var first error
@@ -512,13 +513,13 @@ func progressDetail(p backend.Progress) string {
 // be ready.
 func (l *Launcher) bringUp(ctx context.Context, s *Session, m *member, byName map[string]*member, rep *reporter) error {
 	fail := func(step string, err error) error {
-		return &SessionError{Session: s.ID, Sandbox: m.name, Step: step, Err: err, Logs: lastLogs(m.sb)}
+		return &Error{Session: s.ID, Sandbox: m.name, Step: step, Err: err, Logs: lastLogs(m.sb)}
 	}
 	tctx, tcancel := context.WithTimeoutCause(ctx, m.timeout,
 		fmt.Errorf("initializer_timeout_sec (%s) ran out", m.timeout))
 	defer tcancel()
 	for _, d := range m.deps {
-		rep.report(SessionProgress{Sandbox: m.name, Step: StepWaiting, Detail: "for " + d})
+		rep.report(Progress{Sandbox: m.name, Step: StepWaiting, Detail: "for " + d})
 		select {
 		case <-byName[d].ready:
 		case <-tctx.Done():
@@ -533,9 +534,9 @@ func (l *Launcher) bringUp(ctx context.Context, s *Session, m *member, byName ma
 		Shared: s.shared, BashTools: s.bashTools, SandboxScripts: s.scripts,
 		Env:    maps.Clone(s.Env),
 		Logger: l.logger().With("session", s.ID, "sandbox", m.name),
-		Status: func(st string) { rep.report(SessionProgress{Sandbox: m.name, Step: StepProvisioning, Detail: st}) },
+		Status: func(st string) { rep.report(Progress{Sandbox: m.name, Step: StepProvisioning, Detail: st}) },
 	}
-	rep.report(SessionProgress{Sandbox: m.name, Step: StepProvisioning})
+	rep.report(Progress{Sandbox: m.name, Step: StepProvisioning})
 	if err := m.init.Provision(tctx, in); err != nil {
 		if tctx.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("%w (%v)", err, context.Cause(tctx))
@@ -543,7 +544,7 @@ func (l *Launcher) bringUp(ctx context.Context, s *Session, m *member, byName ma
 		return fail("provision", err)
 	}
 	if probe := m.init.Ready(); probe != nil {
-		rep.report(SessionProgress{Sandbox: m.name, Step: StepProbing, Detail: probe.String()})
+		rep.report(Progress{Sandbox: m.name, Step: StepProbing, Detail: probe.String()})
 		if err := probe.WaitUntilReady(tctx, m.sb); err != nil {
 			return fail("ready", err)
 		}
@@ -557,7 +558,7 @@ func (l *Launcher) bringUp(ctx context.Context, s *Session, m *member, byName ma
 	}
 	// Reported before dependents are released, so progress shows the
 	// order things happened in.
-	rep.report(SessionProgress{Sandbox: m.name, Step: StepReady})
+	rep.report(Progress{Sandbox: m.name, Step: StepReady})
 	close(m.ready)
 	return nil
 }

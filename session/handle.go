@@ -1,4 +1,4 @@
-package sandboxkit
+package session
 
 import (
 	"cmp"
@@ -7,15 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/BurntSushi/toml"
-
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/config"
 	"github.com/sandboxkit/sandboxkit/initializers"
 )
 
@@ -163,7 +161,7 @@ func (s *Session) Close() error {
 // Destroy removes every sandbox, volume and network of the session (also
 // ones it no longer knows about, found by label), then closes it.
 func (s *Session) Destroy(ctx context.Context) error {
-	err := DestroySession(ctx, s.backend, s.ID)
+	err := Destroy(ctx, s.backend, s.ID)
 	for _, m := range s.Members() {
 		if derr := m.Sandbox.Destroy(ctx); derr != nil {
 			err = errors.Join(err, derr)
@@ -172,12 +170,12 @@ func (s *Session) Destroy(ctx context.Context) error {
 	return errors.Join(err, s.Close())
 }
 
-// DestroySession removes everything on b labelled with session id:
+// Destroy removes everything on b labelled with session id:
 // sandboxes first, then the volumes and networks they used. What is gone
 // already is not an error.
-func DestroySession(ctx context.Context, b backend.Backend, id string) error {
+func Destroy(ctx context.Context, b backend.Backend, id string) error {
 	if id == "" {
-		return invalidf("DestroySession: empty session ID")
+		return backend.InvalidConfigf("session.Destroy: empty session ID")
 	}
 	var errs []error
 	infos, err := b.List(ctx, backend.Filter{Session: id})
@@ -339,34 +337,10 @@ func applyEnv(s *Session, ms []*member, hostFor func(*member) string) {
 	}
 }
 
-// decodeExtra decodes an entry's [extra] table strictly into an
-// initializer's config: unknown keys are errors naming the key, with a
-// did-you-mean.
-func (c *Config) decodeExtra(e *Entry, v any) error {
-	p := &parser{cfg: c}
-	data := maps.Clone(e.Extra)
-	if data == nil {
-		data = map[string]any{}
-	}
-	if _, ok := v.(initializers.OpenConfig); ok {
-		// Keys it does not know belong to other tools: leave them.
-		t := reflect.TypeOf(v)
-		for t.Kind() == reflect.Pointer {
-			t = t.Elem()
-		}
-		maps.DeleteFunc(data, func(k string, _ any) bool {
-			_, known := fieldFor(t, k)
-			return !known
-		})
-	}
-	p.decodeStrict(data, slices.Concat(entryKey(e.Name), toml.Key{"extra"}), v, nil)
-	return p.err()
-}
-
-// CheckSessionEntries decodes every entry's initializer config and checks
+// CheckEntries decodes every entry's initializer config and checks
 // dependencies, as Launch does before making anything, so `sbx config
-// check` can report mistakes without launching.
-func (c *Config) CheckSessionEntries(reg *initializers.Registry) error {
+// check` can report mistakes without launching. reg nil: initializers.Default().
+func CheckEntries(c *config.Config, reg *initializers.Registry) error {
 	l := &Launcher{Config: c, Initializers: reg}
 	_, err := l.plan(nil, "check")
 	return err

@@ -1,0 +1,47 @@
+package lite
+
+import (
+	"context"
+	"strings"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// Factory opens the lite backend from a config file's [sandbox.lite] table
+// (or [sandbox.agentdocker-lite], OpenSage's name for it). Its folders, and
+// a runtime given as a path, resolve like the file's other host paths;
+// [sandbox] default_image is the image of sandboxes that name none.
+var Factory = backend.Factory{
+	Name:      Name,
+	Aliases:   []string{"agentdocker-lite"},
+	NewConfig: func() any { return new(Config) },
+	Open: func(_ context.Context, req backend.OpenRequest) (backend.Backend, error) {
+		c, err := backend.TableAs[Config](Name, req.Table)
+		if err != nil {
+			return nil, err
+		}
+		paths := []struct {
+			key string
+			val *string
+		}{
+			{"sandbox.lite.state_dir", &c.StateDir},
+			{"sandbox.lite.image_dir", &c.ImageDir},
+			{"sandbox.lite.runtime_root", &c.RuntimeRoot},
+			{"sandbox.lite.sbxd_path", &c.SbxdPath},
+		}
+		// A runtime given as a path (not a bare name) resolves too.
+		if strings.Contains(c.Runtime, "/") {
+			paths = append(paths, struct {
+				key string
+				val *string
+			}{"sandbox.lite.runtime", &c.Runtime})
+		}
+		for _, p := range paths {
+			if *p.val, err = req.Settings.HostPath(p.key, *p.val); err != nil {
+				return nil, err
+			}
+		}
+		c.DefaultImage = req.Settings.DefaultImage()
+		return New(c, WithLogger(req.Logger))
+	},
+}

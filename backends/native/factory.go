@@ -1,0 +1,29 @@
+package native
+
+import (
+	"context"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// Factory opens the native backend from a config file's [sandbox.native]
+// table. Its host defaults to [sandbox] docker_host (OpenSage's key; an
+// ssh:// host is refused with a pointer to remotedocker), else DOCKER_HOST;
+// sbxd_path resolves like the file's other host paths.
+var Factory = backend.Factory{
+	Name:      Name,
+	NewConfig: func() any { return new(Config) },
+	Open: func(_ context.Context, req backend.OpenRequest) (backend.Backend, error) {
+		c, err := backend.TableAs[Config](Name, req.Table)
+		if err != nil {
+			return nil, err
+		}
+		if c.Host == "" {
+			c.Host = req.Settings.DockerHost()
+		}
+		if c.SbxdPath, err = req.Settings.HostPath("sandbox.native.sbxd_path", c.SbxdPath); err != nil {
+			return nil, err
+		}
+		return New(c, WithLogger(req.Logger))
+	},
+}

@@ -1,0 +1,52 @@
+package remotedocker
+
+import (
+	"context"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// Factory opens the remotedocker backend from a config file's
+// [sandbox.remotedocker] table. host and remote_host default to [sandbox]
+// docker_host and docker_remote_host (OpenSage writes them there; the
+// backend's own table wins). Files on this machine (known_hosts,
+// identity_file, ssh_config, sbxd_path) resolve like the file's other host
+// paths; remote_socket is a path on the remote host and stays as written.
+// Volume host paths are the remote host's (RemoteHostPaths).
+var Factory = backend.Factory{
+	Name:      Name,
+	NewConfig: func() any { return new(Config) },
+	Open: func(_ context.Context, req backend.OpenRequest) (backend.Backend, error) {
+		c, err := backend.TableAs[Config](Name, req.Table)
+		if err != nil {
+			return nil, err
+		}
+		if c.Host == "" {
+			c.Host = req.Settings.DockerHost()
+		}
+		if c.RemoteHost == "" {
+			c.RemoteHost = req.Settings.DockerRemoteHost()
+		}
+		paths := []struct {
+			key string
+			val *string
+		}{
+			{"sandbox.remotedocker.known_hosts", &c.KnownHosts},
+			{"sandbox.remotedocker.identity_file", &c.IdentityFile},
+			{"sandbox.remotedocker.sbxd_path", &c.SbxdPath},
+		}
+		if c.SSHConfig != "none" {
+			paths = append(paths, struct {
+				key string
+				val *string
+			}{"sandbox.remotedocker.ssh_config", &c.SSHConfig})
+		}
+		for _, p := range paths {
+			if *p.val, err = req.Settings.HostPath(p.key, *p.val); err != nil {
+				return nil, err
+			}
+		}
+		return New(c, WithLogger(req.Logger))
+	},
+	RemoteHostPaths: true,
+}

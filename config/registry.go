@@ -1,0 +1,169 @@
+package config
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// Registry maps backend names to their factories (backend.Factory): the
+// catalog a config file is parsed and its backend opened with. It is safe for
+// concurrent use. This package keeps no default registry: sandboxkit's root
+// package fills one with every built-in backend (its registry.go), and a
+// program that wants fewer backends, so as to link fewer, builds its own:
+//
+//	reg := config.NewRegistry()
+//	reg.Register(local.Factory)
+//	cfg, err := reg.LoadConfig("sandbox.toml")
+type Registry struct {
+	mu        sync.RWMutex
+	factories map[string]backend.Factory
+	aliases   map[string]string // alias -> registered name
+	// planned are backends known by name but not built in (their tables
+	// load with a warning; selecting one fails with a clear message).
+	planned []string
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{factories: map[string]backend.Factory{}, aliases: map[string]string{}}
+}
+
+// Register adds a backend under f.Name and f.Aliases. It panics if a name is
+// empty or already taken, is a key of the [sandbox] table (its settings
+// table could not be told apart), or f.Open is nil: all are programming
+// errors, as with database/sql.Register.
+func (r *Registry) Register(f backend.Factory) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case f.Name == "":
+		panic("config: Register with an empty backend name")
+	case f.Open == nil:
+		panic("config: Register backend " + f.Name + " with a nil Open")
+	}
+	for _, name := range slices.Concat([]string{f.Name}, f.Aliases) {
+		if name == "" {
+			panic("config: Register backend " + f.Name + " with an empty alias")
+		}
+		if slices.Contains(sandboxKeys(), name) {
+			panic("config: backend name " + name + " clashes with the [sandbox] key of the same name")
+		}
+		_, isName := r.factories[name]
+		_, isAlias := r.aliases[name]
+		if isName || isAlias {
+			panic("config: Register backend " + f.Name + ": the name " + name + " is already taken")
+		}
+	}
+	r.factories[f.Name] = f
+	for _, a := range f.Aliases {
+		r.aliases[a] = f.Name
+	}
+}
+
+// Plan names backends that a config file may mention although they are not
+// built in (OpenSage's roadmap names): their [sandbox.NAME] tables load with
+// a warning, and selecting one fails at Open with a clear message instead of
+// at parse time.
+func (r *Registry) Plan(names ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.planned = append(r.planned, names...)
+}
+
+// resolve returns the registered name for name or an alias of it.
+func (r *Registry) resolve(name string) (string, backend.Factory, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if target, ok := r.aliases[name]; ok {
+		name = target
+	}
+	f, ok := r.factories[name]
+	return name, f, ok
+}
+
+func (r *Registry) isPlanned(name string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.Contains(r.planned, name)
+}
+
+func (r *Registry) plannedNames() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.Clone(r.planned)
+}
+
+// Lookup returns the factory registered under name (or an alias of it). An
+// unknown name gives an error wrapping backend.ErrInvalidConfig that lists
+// the known names.
+func (r *Registry) Lookup(name string) (backend.Factory, error) {
+	if _, f, ok := r.resolve(name); ok {
+		return f, nil
+	}
+	known := strings.Join(r.Names(), ", ")
+	if r.isPlanned(name) {
+		return backend.Factory{}, invalidf("backend %q is not built into this version of sandboxkit (known: %s)", name, known)
+	}
+	return backend.Factory{}, invalidf("unknown backend %q (known: %s)", name, known)
+}
+
+// Names returns the registered backend names (not aliases), sorted.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.Sorted(maps.Keys(r.factories))
+}
+
+// entryExtraKeys are the [extra] keys some registered backend reads.
+func (r *Registry) entryExtraKeys() map[string]bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	keys := map[string]bool{}
+	for _, f := range r.factories {
+		for _, k := range f.EntryExtraKeys {
+			keys[k] = true
+		}
+		if f.EntryTTLKey != "" {
+			keys[f.EntryTTLKey] = true
+		}
+	}
+	return keys
+}
+
+// Open opens the backend cfg.Sandbox.Backend names, handing it the decoded
+// [sandbox.NAME] table and the file's shared settings. logger may be nil
+// (discard).
+func (r *Registry) Open(ctx context.Context, cfg *Config, logger *slog.Logger) (backend.Backend, error) {
+	if cfg == nil {
+		return nil, invalidf("config: Open with a nil config")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	name := cmp.Or(cfg.Sandbox.Backend, DefaultBackend)
+	f, err := r.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	canonical, _, _ := r.resolve(name)
+	var table any
+	if f.NewConfig != nil {
+		table = cfg.BackendConfig(canonical)
+		if table == nil {
+			table = f.NewConfig()
+		}
+	}
+	b, err := f.Open(ctx, backend.OpenRequest{Table: table, Settings: settings{cfg}, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("open backend %s: %w", canonical, err)
+	}
+	return b, nil
+}

@@ -1,0 +1,61 @@
+package sandboxkit
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/sandboxkit/sandboxkit"
+
+// goDeps lists the packages pkgs import, directly or not (go list -deps).
+func goDeps(t *testing.T, pkgs ...string) []string {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list", "-deps"}, pkgs...)...).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", strings.Join(pkgs, " "), err)
+	}
+	return strings.Fields(string(out))
+}
+
+// The layers of ARCHITECTURE.md, checked on the real import graph: a
+// program that parses a config or runs sessions links no backend it did not
+// register, and one that embeds native alone links no client-go.
+func TestLayering(t *testing.T) {
+	t.Run("config and session import no backend", func(t *testing.T) {
+		for _, p := range goDeps(t, "./config", "./session") {
+			if strings.HasPrefix(p, module+"/backends/") {
+				t.Errorf("config or session imports %s", p)
+			}
+		}
+	})
+	t.Run("backend imports only the standard library", func(t *testing.T) {
+		for _, p := range goDeps(t, "./backend") {
+			if p != module+"/backend" && strings.Contains(strings.SplitN(p, "/", 2)[0], ".") {
+				t.Errorf("backend imports %s", p)
+			}
+		}
+	})
+	t.Run("backends import no other backend", func(t *testing.T) {
+		names := []string{"k8s", "lite", "local", "native", "opensandbox", "remotedocker"}
+		for _, name := range names {
+			for _, p := range goDeps(t, "./backends/"+name) {
+				other, ok := strings.CutPrefix(p, module+"/backends/")
+				other, _, _ = strings.Cut(other, "/")
+				if !ok || other == name || (name == "remotedocker" && other == "native") || !slices.Contains(names, other) {
+					continue
+				}
+				t.Errorf("backends/%s imports %s", name, p)
+			}
+		}
+	})
+	t.Run("native sessions link no client-go", func(t *testing.T) {
+		for _, p := range goDeps(t, "./config", "./session", "./backends/native") {
+			if strings.HasPrefix(p, "k8s.io/") {
+				t.Errorf("a native-only session program links %s", p)
+				break
+			}
+		}
+	})
+}
