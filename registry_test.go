@@ -12,7 +12,7 @@ import (
 func TestDefaultRegistryOpensLocal(t *testing.T) {
 	assert.Equal(t, []string{"k8s", "lite", "local", "native", "opensandbox", "remotedocker"}, Names())
 	dir := t.TempDir()
-	cfg, err := ParseConfig([]byte("[sandbox.local]\nstate_dir = \"state\"\n"), filepath.Join(dir, "sandbox.toml"))
+	cfg, err := ParseConfig([]byte("[sandbox]\nbackend = \"local\"\n[sandbox.local]\nstate_dir = \"state\"\n"), filepath.Join(dir, "sandbox.toml"))
 	require.NoError(t, err)
 	b, err := Open(context.Background(), cfg, nil)
 	require.NoError(t, err)

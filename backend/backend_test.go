@@ -127,3 +127,19 @@ func TestParseStatLine(t *testing.T) {
 		t.Error("ParseStatLine(garbage) succeeded")
 	}
 }
+
+// Limits that would silently become "no limit" or overflow a backend's
+// arithmetic are refused by every backend's Check, naming the key.
+func TestResourcesValidate(t *testing.T) {
+	for _, r := range []Resources{{CPUs: 1e-10}, {CPUs: 1e30}, {CPUs: -1}, {MemoryBytes: -1}, {PidsLimit: -2}, {ShmBytes: -3}} {
+		err := (Capabilities{CPULimit: true, MemoryLimit: true, PidsLimit: true, ShmSize: true}).Check("x", Spec{Resources: r})
+		if !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%+v: got %v, want ErrInvalidConfig", r, err)
+		}
+	}
+	for _, r := range []Resources{{}, {CPUs: 0.01}, {CPUs: 1.5}, {CPUs: 1024}} {
+		if err := r.Validate(); err != nil {
+			t.Errorf("%+v: %v", r, err)
+		}
+	}
+}

@@ -71,6 +71,9 @@ type Capabilities struct {
 // and otherwise an error wrapping errors.ErrUnsupported that names every
 // option it cannot honour, with the backend's name.
 func (c Capabilities) Check(backendName string, spec Spec) error {
+	if err := spec.Resources.Validate(); err != nil {
+		return err
+	}
 	var bad []string
 	need := func(ok bool, option string) {
 		if !ok {

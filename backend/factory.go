@@ -42,6 +42,15 @@ type Factory struct {
 	// leave them alone when they decode an entry's extra table strictly, so
 	// an entry may carry them whichever backend the file selects.
 	EntryExtraKeys []string
+	// AutoRank makes the backend a candidate of backend = "auto", which
+	// opens the candidate of highest rank that opens and passes Probe on
+	// this machine. 0: never chosen by auto. The built-in ranks: native 30
+	// (a Docker or Podman daemon), lite 20 (runc), local 10 (no isolation).
+	AutoRank int
+	// Probe, when set, checks quickly that an opened backend can make
+	// sandboxes here now (a daemon that answers). Open alone may succeed
+	// without contacting anything; auto calls Probe before choosing.
+	Probe func(ctx context.Context, b Backend) error
 	// RemoteHostPaths says that the host paths of volume specs name
 	// folders on another machine (remotedocker's server): they must be
 	// absolute and are not looked up (or skipped when missing) here.

@@ -1,9 +1,13 @@
 package backend
 
-import "time"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // Spec describes a sandbox to create. It covers what an OpenSage sandbox
-// entry can say; the root package's config turns TOML entries into Specs.
+// entry can say; package config turns TOML entries into Specs.
 // Zero values mean "backend default".
 type Spec struct {
 	// Name is the entry name ("main", "neo4j", ...); Session groups the
@@ -111,6 +115,14 @@ type Port struct {
 	HostPort int    // 0 lets the backend choose
 }
 
+// The range of Resources.CPUs besides 0 (no limit): Docker's smallest
+// quota, and a bound far above any machine's cores that keeps every
+// backend's arithmetic (runc quotas, nanoCPUs) from overflowing.
+const (
+	MinCPUs = 0.01
+	MaxCPUs = 1024
+)
+
 // Resources are limits on the sandbox. Zero means no limit (or the backend's
 // default, such as native's pids limit).
 type Resources struct {
@@ -120,4 +132,28 @@ type Resources struct {
 	// GPUs is "all", a count ("2") or comma-separated device IDs.
 	GPUs     string
 	ShmBytes int64
+}
+
+// Validate refuses limits no backend can carry out faithfully, naming the
+// config key: a CPU quota outside MinCPUs..MaxCPUs (which would silently
+// become "no limit" or overflow), and negative sizes. Capabilities.Check
+// calls it, so every backend refuses them at Create.
+func (r Resources) Validate() error {
+	var bad []string
+	if c := r.CPUs; c != 0 && !(c >= MinCPUs && c <= MaxCPUs) {
+		bad = append(bad, fmt.Sprintf("cpus = %v: want 0 (no limit) or %v to %v", c, MinCPUs, float64(MaxCPUs)))
+	}
+	if r.MemoryBytes < 0 {
+		bad = append(bad, fmt.Sprintf("mem_limit = %d: must not be negative", r.MemoryBytes))
+	}
+	if r.PidsLimit < 0 {
+		bad = append(bad, fmt.Sprintf("pids_limit = %d: must not be negative", r.PidsLimit))
+	}
+	if r.ShmBytes < 0 {
+		bad = append(bad, fmt.Sprintf("shm_size = %d: must not be negative", r.ShmBytes))
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return InvalidConfigf("%s", strings.Join(bad, "; "))
 }

@@ -26,10 +26,22 @@ const EnvConfig = "SBX_CONFIG"
 // current directory, if neither a path nor SBX_CONFIG is given.
 const DefaultConfigFile = "sandbox.toml"
 
-// DefaultBackend is the backend used when [sandbox] has no backend key.
-// (OpenSage's default is "native"; ours is the backend that needs nothing
-// installed.)
-const DefaultBackend = "local"
+// DefaultBackend is the backend of a config file without a [sandbox]
+// backend key: OpenSage's default, Docker on this machine. (Only the
+// embedded default config, used when there is no file at all, runs on
+// local, and it says so in its Warnings.)
+const DefaultBackend = "native"
+
+// AutoBackend is the [sandbox] backend value that picks the strongest
+// isolation this machine can run now; see Registry.Open.
+const AutoBackend = "auto"
+
+// LocalNotice is the warning of a config whose commands run as host
+// processes without the user having asked for it (the embedded default, or
+// backend = "auto" on a machine without Docker, Podman or runc).
+const LocalNotice = "commands run as processes on this machine, without isolation (the local backend); " +
+	"for isolation write a sandbox.toml with [sandbox] backend = \"auto\" (Docker, Podman or runc, whichever this machine runs) " +
+	"or pass --backend native; writing backend = \"local\" yourself silences this notice"
 
 // Defaults of [sandbox] keys.
 const (
@@ -50,6 +62,9 @@ type Config struct {
 	// or the current directory for the embedded default.
 	Dir     string
 	Sandbox SandboxConfig
+	// Chosen is the backend that backend = "auto" opened ("" before Open,
+	// or when the backend is named).
+	Chosen string
 	// Warnings are problems that did not stop loading, such as a volume
 	// whose host path does not exist (skipped). Show them to the user.
 	Warnings []string
@@ -266,8 +281,10 @@ func (c *Config) SetBackend(name string) error {
 	if c.reg == nil {
 		return errNoRegistry
 	}
-	if _, err := c.reg.Lookup(name); err != nil {
-		return err
+	if name != AutoBackend {
+		if _, err := c.reg.Lookup(name); err != nil {
+			return err
+		}
 	}
 	c.Sandbox.Backend = name
 	c.applyBackend()
@@ -335,6 +352,11 @@ func (s settings) Extras(key string) map[string]any {
 // applyBackend derives the settings that depend on the selected backend.
 func (c *Config) applyBackend() {
 	c.entryTTLKey, c.remoteHostPaths = "", ""
+	c.Warnings = slices.DeleteFunc(c.Warnings, func(w string) bool { return w == LocalNotice })
+	if c.Path == "" && c.Sandbox.Backend == "local" {
+		// The embedded default: nobody asked for host processes.
+		c.Warnings = append(c.Warnings, LocalNotice)
+	}
 	name, f, ok := c.reg.resolve(c.Sandbox.Backend)
 	if !c.ttlWritten {
 		c.Sandbox.DefaultTTL = DefaultTTL

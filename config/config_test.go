@@ -50,7 +50,7 @@ func TestEmbeddedDefault(t *testing.T) {
 
 	assert.Equal(t, "", cfg.Path)
 	assert.Equal(t, wd, cfg.Dir)
-	assert.Empty(t, cfg.Warnings)
+	assert.Equal(t, []string{LocalNotice}, cfg.Warnings, "the embedded default says it runs on the host")
 	assert.Equal(t, "local", cfg.Sandbox.Backend)
 	assert.Equal(t, DefaultTTL, cfg.Sandbox.DefaultTTL)
 	assert.Equal(t, DefaultExecuteTimeout, cfg.Sandbox.ExecuteTimeout)
@@ -62,6 +62,31 @@ func TestEmbeddedDefault(t *testing.T) {
 	assert.Equal(t, "main", e.Name)
 	assert.Equal(t, "main", e.Type, "type defaults to the entry name")
 	assert.Equal(t, backend.Spec{Name: "main", TTL: DefaultTTL}, mustSpec(t, cfg, "main"))
+}
+
+// Only the embedded default runs on local unasked, and it says so; a file
+// without a backend key gets OpenSage's default, native; a file that writes
+// backend = "local" itself is not warned; choosing another backend for the
+// embedded default (sbx --backend) drops the notice.
+func TestDefaultBackendIsIsolated(t *testing.T) {
+	cfg, err := builtinRegistry().ParseConfig([]byte("[sandbox.sandboxes.main]\n"), "sandbox.toml")
+	require.NoError(t, err)
+	assert.Equal(t, "native", cfg.Sandbox.Backend)
+	assert.NotContains(t, cfg.Warnings, LocalNotice)
+
+	cfg, err = builtinRegistry().ParseConfig([]byte("[sandbox]\nbackend = \"local\"\n"), "sandbox.toml")
+	require.NoError(t, err)
+	assert.Empty(t, cfg.Warnings, "writing backend = local yourself silences the notice")
+
+	def, err := builtinRegistry().ParseConfig(defaultConfig, "")
+	require.NoError(t, err)
+	require.Contains(t, def.Warnings, LocalNotice)
+	require.NoError(t, def.SetBackend("lite"))
+	assert.NotContains(t, def.Warnings, LocalNotice)
+	require.NoError(t, def.SetBackend("local"))
+	assert.Equal(t, []string{LocalNotice}, def.Warnings, "once, however often it is set")
+	require.NoError(t, def.SetBackend("auto"))
+	assert.Equal(t, "auto", def.Sandbox.Backend)
 }
 
 func TestLoadConfigResolution(t *testing.T) {
@@ -422,7 +447,11 @@ func TestValueErrors(t *testing.T) {
 		{"bad gpus", "[sandbox.sandboxes.main]\ngpus = \"some\"\n",
 			`sandbox.sandboxes.main.gpus: want "all", a count or "device=ID[,ID...]", got "some"`},
 		{"negative cpus", "[sandbox.sandboxes.main]\ncpus = -1\n",
-			`sandbox.sandboxes.main.cpus: want a positive number of CPUs, got -1`},
+			`sandbox.sandboxes.main.cpus: want 0 (no limit) or 0.01 to 1024 CPUs, got -1`},
+		{"cpus too small to be a quota", "[sandbox.sandboxes.main]\ncpus = 0.0000000001\n",
+			`sandbox.sandboxes.main.cpus: want 0 (no limit) or 0.01 to 1024 CPUs, got 1e-10`},
+		{"cpus that overflow a quota", "[sandbox.sandboxes.main]\ncpus = 1e30\n",
+			`sandbox.sandboxes.main.cpus: want 0 (no limit) or 0.01 to 1024 CPUs, got 1e+30`},
 		{"reserved label", "[sandbox.sandboxes.main.labels]\n\"sandboxkit.id\" = \"x\"\n",
 			`sandbox.sandboxes.main.labels."sandboxkit.id": the sandboxkit. prefix is reserved for sandboxkit's own labels`},
 		{"two dockerfiles", "[sandbox.sandboxes.main]\nabsolute_dockerfile_path = \"/a\"\nproject_relative_dockerfile_path = \"b\"\n",
@@ -430,7 +459,7 @@ func TestValueErrors(t *testing.T) {
 		{"unterminated quote in command", "[sandbox.sandboxes.main]\ncommand = \"sh -c 'echo\"\n",
 			`sandbox.sandboxes.main.command: command "sh -c 'echo": unterminated single quote`},
 		{"unknown backend", "[sandbox]\nbackend = \"fkae\"\n",
-			`sandbox.backend: unknown backend "fkae" (known: fake, local) (did you mean "fake"?)`},
+			`sandbox.backend: unknown backend "fkae" (known: fake, local, native) (did you mean "fake"?)`},
 		{"malformed mount_host_paths", "[sandbox]\nmount_host_paths = [\"/tmp\"]\n[sandbox.sandboxes.a]\n[sandbox.sandboxes.b]\n",
 			`sandbox.mount_host_paths: volume "/tmp": no sandbox path (want host:sandbox[:ro|rw])`},
 	}

@@ -164,7 +164,7 @@ func (p *parser) checkBackend() {
 	if sc.Backend == "" {
 		sc.Backend = DefaultBackend
 	}
-	if _, _, ok := p.reg.resolve(sc.Backend); ok {
+	if _, _, ok := p.reg.resolve(sc.Backend); ok || sc.Backend == AutoBackend {
 		return
 	}
 	known := strings.Join(p.reg.Names(), ", ")

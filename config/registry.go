@@ -53,6 +53,9 @@ func (r *Registry) Register(f backend.Factory) {
 		if name == "" {
 			panic("config: Register backend " + f.Name + " with an empty alias")
 		}
+		if name == AutoBackend {
+			panic("config: backend name " + name + " is reserved for backend = \"auto\"")
+		}
 		if slices.Contains(sandboxKeys(), name) {
 			panic("config: backend name " + name + " clashes with the [sandbox] key of the same name")
 		}
@@ -149,21 +152,29 @@ func (r *Registry) Open(ctx context.Context, cfg *Config, logger *slog.Logger) (
 		logger = slog.New(slog.DiscardHandler)
 	}
 	name := cmp.Or(cfg.Sandbox.Backend, DefaultBackend)
+	if name == AutoBackend {
+		return r.openAuto(ctx, cfg, logger)
+	}
 	f, err := r.Lookup(name)
 	if err != nil {
 		return nil, err
 	}
 	canonical, _, _ := r.resolve(name)
+	return openFactory(ctx, canonical, f, cfg, logger)
+}
+
+// openFactory opens one backend with its decoded table.
+func openFactory(ctx context.Context, name string, f backend.Factory, cfg *Config, logger *slog.Logger) (backend.Backend, error) {
 	var table any
 	if f.NewConfig != nil {
-		table = cfg.BackendConfig(canonical)
+		table = cfg.BackendConfig(name)
 		if table == nil {
 			table = f.NewConfig()
 		}
 	}
 	b, err := f.Open(ctx, backend.OpenRequest{Table: table, Settings: settings{cfg}, Logger: logger})
 	if err != nil {
-		return nil, fmt.Errorf("open backend %s: %w", canonical, err)
+		return nil, fmt.Errorf("open backend %s: %w", name, err)
 	}
 	return b, nil
 }

@@ -60,12 +60,15 @@ func fakeFactory(name string, got *opened, aliases ...string) backend.Factory {
 	}
 }
 
-// testRegistry has "local" and "fake" (alias "fake-alias") backends made of
-// fakes, and "nitrobox" planned.
+// testRegistry has "local", "native" and "fake" (alias "fake-alias")
+// backends made of fakes, and "nitrobox" planned.
 func testRegistry(got *opened) *Registry {
 	r := NewRegistry()
 	r.Register(backend.Factory{Name: "local", Open: func(context.Context, backend.OpenRequest) (backend.Backend, error) {
 		return &fakeBackend{name: "local"}, nil
+	}})
+	r.Register(backend.Factory{Name: "native", Open: func(context.Context, backend.OpenRequest) (backend.Backend, error) {
+		return &fakeBackend{name: "native"}, nil
 	}})
 	r.Register(fakeFactory("fake", got, "fake-alias"))
 	r.Plan("nitrobox")
@@ -102,15 +105,15 @@ func TestLookup(t *testing.T) {
 	r.Register(fakeFactory("zeta", nil))
 	r.Register(fakeFactory("alpha", nil, "agentdocker-alpha"))
 
-	assert.Equal(t, []string{"alpha", "fake", "local", "zeta"}, r.Names(), "sorted, aliases left out")
+	assert.Equal(t, []string{"alpha", "fake", "local", "native", "zeta"}, r.Names(), "sorted, aliases left out")
 
 	_, err := r.Lookup("dokcer")
 	require.ErrorIs(t, err, backend.ErrInvalidConfig)
-	assert.EqualError(t, err, `unknown backend "dokcer" (known: alpha, fake, local, zeta)`)
+	assert.EqualError(t, err, `unknown backend "dokcer" (known: alpha, fake, local, native, zeta)`)
 
 	_, err = r.Lookup("nitrobox")
 	require.ErrorIs(t, err, backend.ErrInvalidConfig)
-	assert.EqualError(t, err, `backend "nitrobox" is not built into this version of sandboxkit (known: alpha, fake, local, zeta)`)
+	assert.EqualError(t, err, `backend "nitrobox" is not built into this version of sandboxkit (known: alpha, fake, local, native, zeta)`)
 
 	f, err := r.Lookup("agentdocker-alpha")
 	require.NoError(t, err)
@@ -129,7 +132,7 @@ func TestRegistryOpen(t *testing.T) {
 		wantCfg  any    // what reached the factory as backendCfg
 		wantErr  string
 	}{
-		{name: "absent backend is local", toml: "[sandbox]\n", want: "local"},
+		{name: "absent backend is native", toml: "[sandbox]\n", want: "native"},
 		{name: "decoded table reaches the factory",
 			toml: "[sandbox]\nbackend = \"fake\"\n[sandbox.fake]\nendpoint = \"https://x\"\nretries = 3\n[sandbox.fake.nested]\nzone = \"eu\"\n",
 			want: "fake", wantCfg: &fakeConfig{Endpoint: "https://x", Retries: 3, Nested: fakeSubConfig{Zone: "eu"}}},
@@ -142,7 +145,7 @@ func TestRegistryOpen(t *testing.T) {
 			toml:     "[sandbox]\n[sandbox.fake]\nverbose = true\n",
 			override: "fake", want: "fake", wantCfg: &fakeConfig{Verbose: true}},
 		{name: "planned backend loads but does not open", toml: "[sandbox]\nbackend = \"nitrobox\"\n",
-			wantErr: `backend "nitrobox" is not built into this version of sandboxkit (known: fake, local)`},
+			wantErr: `backend "nitrobox" is not built into this version of sandboxkit (known: fake, local, native)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -90,11 +90,8 @@ func unsupportedOptions(e *Entry) []string {
 // name the key too. While loading, malformed mount_host_paths are left to
 // the caller, which reports them once for the file rather than per entry.
 func (c *Config) buildSpec(e *Entry, loading bool) (spec backend.Spec, warnings, problems []string) {
-	key := entryKey(e.Name)
-	at := func(k ...string) string { return slices.Concat(key, toml.Key(k)).String() }
-	fail := func(k, format string, args ...any) { problems = append(problems, k+": "+fmt.Sprintf(format, args...)) }
-
-	spec = backend.Spec{
+	b := &specBuilder{c: c, e: e, key: entryKey(e.Name), loading: loading}
+	b.spec = backend.Spec{
 		Name:           e.Name,
 		Image:          cmp.Or(e.Image, c.Sandbox.DefaultImage),
 		WorkingDir:     e.WorkingDir,
@@ -108,151 +105,210 @@ func (c *Config) buildSpec(e *Entry, loading bool) (spec backend.Spec, warnings,
 		Runtime:        e.Runtime,
 		TTL:            c.Sandbox.DefaultTTL,
 	}
-	if e.TTL != nil {
-		spec.TTL = *e.TTL
-	} else if v, ok := e.Extra[c.entryTTLKey]; ok && c.entryTTLKey != "" {
-		if secs, ok := wholeSeconds(v); ok {
-			spec.TTL = time.Duration(secs) * time.Second
-		} else {
-			fail(at("extra", c.entryTTLKey), "want a whole number of seconds, got %s", describeValue(v))
-		}
-	}
 	if len(e.Environment) > 0 {
-		spec.Env = maps.Clone(e.Environment)
+		b.spec.Env = maps.Clone(e.Environment)
 	}
+	b.ttl()
+	b.command()
+	b.volumes()
+	b.ports()
+	b.resources()
+	b.labels()
+	b.build()
+	b.existing()
+	return b.spec, b.warnings, b.problems
+}
 
-	if e.Command != nil {
-		argv, err := splitCommand(*e.Command)
-		switch {
-		case err != nil:
-			fail(at("command"), "%v", err)
-		case len(argv) == 0:
-			spec.ImageCommand = true
-		default:
-			spec.Command = argv
+// specBuilder holds one entry's Spec while buildSpec fills it, key by key.
+type specBuilder struct {
+	c        *Config
+	e        *Entry
+	key      toml.Key
+	loading  bool
+	spec     backend.Spec
+	warnings []string
+	problems []string
+	// dockerfile is the Dockerfile key that is set, for existing's message.
+	dockerfile string
+}
+
+// at is the dotted key of one of the entry's keys.
+func (b *specBuilder) at(k ...string) string { return slices.Concat(b.key, toml.Key(k)).String() }
+
+func (b *specBuilder) fail(k, format string, args ...any) {
+	b.problems = append(b.problems, k+": "+fmt.Sprintf(format, args...))
+}
+
+// ttl: the entry's ttl, else the backend's [extra] TTL key, else
+// default_ttl (already set).
+func (b *specBuilder) ttl() {
+	e, k := b.e, b.c.entryTTLKey
+	if e.TTL != nil {
+		b.spec.TTL = *e.TTL
+		return
+	}
+	if v, ok := e.Extra[k]; ok && k != "" {
+		if secs, ok := wholeSeconds(v); ok {
+			b.spec.TTL = time.Duration(secs) * time.Second
+		} else {
+			b.fail(b.at("extra", k), "want a whole number of seconds, got %s", describeValue(v))
 		}
 	}
+}
 
-	// Volumes: the entry's, its mounts, then mount_host_paths; each target
-	// at most once.
+func (b *specBuilder) command() {
+	if b.e.Command == nil {
+		return
+	}
+	argv, err := splitCommand(*b.e.Command)
+	switch {
+	case err != nil:
+		b.fail(b.at("command"), "%v", err)
+	case len(argv) == 0:
+		b.spec.ImageCommand = true
+	default:
+		b.spec.Command = argv
+	}
+}
+
+// volumes: the entry's, its mounts, then mount_host_paths; each target at
+// most once.
+func (b *specBuilder) volumes() {
 	targets := map[string]string{}
-	addVolume := func(k, raw string, v backend.Volume, skip string, err error, report bool) {
+	add := func(k, raw string, v backend.Volume, skip string, err error, report bool) {
 		switch {
 		case err != nil:
-			fail(k, "volume %q: %v", raw, err)
+			b.fail(k, "volume %q: %v", raw, err)
 		case skip != "":
 			if report {
-				warnings = append(warnings, fmt.Sprintf("%s: volume %q: %s (skipped)", k, raw, skip))
+				b.warnings = append(b.warnings, fmt.Sprintf("%s: volume %q: %s (skipped)", k, raw, skip))
 			}
 		case targets[v.Target] != "":
-			fail(k, "volume %q: %s is already mounted by %q", raw, v.Target, targets[v.Target])
+			b.fail(k, "volume %q: %s is already mounted by %q", raw, v.Target, targets[v.Target])
 		default:
 			targets[v.Target] = raw
-			spec.Volumes = append(spec.Volumes, v)
+			b.spec.Volumes = append(b.spec.Volumes, v)
 		}
 	}
-	hp := hostPaths{dir: c.Dir, remote: c.remoteHostPaths}
-	for _, s := range e.Volumes {
+	hp := hostPaths{dir: b.c.Dir, remote: b.c.remoteHostPaths}
+	for _, s := range b.e.Volumes {
 		v, skip, err := parseVolumeOn(s, hp)
-		addVolume(at("volumes"), s, v, skip, err, true)
+		add(b.at("volumes"), s, v, skip, err, true)
 	}
-	for _, s := range e.Mounts {
+	for _, s := range b.e.Mounts {
 		v, skip, err := parseMount(s, hp)
-		addVolume(at("mounts"), s, v, skip, err, true)
+		add(b.at("mounts"), s, v, skip, err, true)
 	}
-	for _, s := range c.Sandbox.MountHostPaths {
+	for _, s := range b.c.Sandbox.MountHostPaths {
 		v, skip, err := parseVolumeOn(s, hp)
-		if err != nil && loading {
+		if err != nil && b.loading {
 			continue
 		}
-		addVolume("sandbox.mount_host_paths", s, v, skip, err, false)
+		add("sandbox.mount_host_paths", s, v, skip, err, false)
 	}
+}
 
-	for _, p := range sortedKeys(e.Ports) {
-		port, err := parsePort(p, e.Ports[p])
+func (b *specBuilder) ports() {
+	for _, p := range sortedKeys(b.e.Ports) {
+		port, err := parsePort(p, b.e.Ports[p])
 		if err != nil {
-			fail(at("ports", p), "%v", err)
+			b.fail(b.at("ports", p), "%v", err)
 			continue
 		}
-		spec.Ports = append(spec.Ports, port)
+		b.spec.Ports = append(b.spec.Ports, port)
 	}
-	slices.SortFunc(spec.Ports, func(a, b backend.Port) int {
-		return cmp.Or(cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol))
+	slices.SortFunc(b.spec.Ports, func(x, y backend.Port) int {
+		return cmp.Or(cmp.Compare(x.Port, y.Port), cmp.Compare(x.Protocol, y.Protocol))
 	})
+}
 
-	if e.CPUs < 0 || math.IsNaN(e.CPUs) || math.IsInf(e.CPUs, 0) {
-		fail(at("cpus"), "want a positive number of CPUs, got %v", e.CPUs)
+func (b *specBuilder) resources() {
+	e := b.e
+	if c := e.CPUs; c != 0 && !(c >= backend.MinCPUs && c <= backend.MaxCPUs) {
+		// Out of range a quota silently becomes "no limit" or overflows.
+		b.fail(b.at("cpus"), "want 0 (no limit) or %v to %v CPUs, got %v", backend.MinCPUs, float64(backend.MaxCPUs), c)
 	}
 	if e.PidsLimit < 0 {
-		fail(at("pids_limit"), "must not be negative, got %d", e.PidsLimit)
+		b.fail(b.at("pids_limit"), "must not be negative, got %d", e.PidsLimit)
 	}
 	gpus, err := parseGPUs(e.GPUs)
 	if err != nil {
-		fail(at("gpus"), "%v", err)
+		b.fail(b.at("gpus"), "%v", err)
 	}
-	spec.Resources = backend.Resources{
+	b.spec.Resources = backend.Resources{
 		CPUs:        e.CPUs,
 		MemoryBytes: int64(e.MemLimit),
 		PidsLimit:   e.PidsLimit,
 		GPUs:        gpus,
 		ShmBytes:    int64(e.ShmSize),
 	}
+}
 
-	for _, k := range sortedKeys(e.Labels) {
+func (b *specBuilder) labels() {
+	for _, k := range sortedKeys(b.e.Labels) {
 		if strings.HasPrefix(k, backend.LabelPrefix) {
-			fail(at("labels", k), "the %s prefix is reserved for sandboxkit's own labels", backend.LabelPrefix)
+			b.fail(b.at("labels", k), "the %s prefix is reserved for sandboxkit's own labels", backend.LabelPrefix)
 		}
 	}
-	if len(e.Labels) > 0 {
-		spec.Labels = maps.Clone(e.Labels)
+	if len(b.e.Labels) > 0 {
+		b.spec.Labels = maps.Clone(b.e.Labels)
 	}
+}
 
-	var dockerfiles []string
+// build: a Dockerfile key (at most one) with build_args becomes Spec.Build.
+func (b *specBuilder) build() {
+	e := b.e
+	var set []string
 	for k, v := range map[string]string{
 		"absolute_dockerfile_path":         e.AbsoluteDockerfilePath,
 		"agent_relative_dockerfile_path":   e.AgentRelativeDockerfilePath,
 		"project_relative_dockerfile_path": e.ProjectRelativeDockerfilePath,
 	} {
 		if v != "" {
-			dockerfiles = append(dockerfiles, k)
+			set = append(set, k)
 		}
 	}
-	slices.Sort(dockerfiles)
+	slices.Sort(set)
 	switch {
-	case len(dockerfiles) > 1:
-		fail(key.String(), "%s are set; use exactly one", strings.Join(dockerfiles, " and "))
-	case len(dockerfiles) == 1:
+	case len(set) > 1:
+		b.fail(b.key.String(), "%s are set; use exactly one", strings.Join(set, " and "))
+	case len(set) == 1:
+		b.dockerfile = set[0]
 		df := e.DockerfilePath()
 		if !filepath.IsAbs(df) {
-			fail(at(dockerfiles[0]), "cannot resolve %q to an absolute path", df)
-			break
+			b.fail(b.at(set[0]), "cannot resolve %q to an absolute path", df)
+			return
 		}
-		spec.Build = &backend.Build{ContextDir: filepath.Dir(df), Dockerfile: df}
+		b.spec.Build = &backend.Build{ContextDir: filepath.Dir(df), Dockerfile: df}
 		if len(e.BuildArgs) > 0 {
-			spec.Build.Args = maps.Clone(e.BuildArgs)
+			b.spec.Build.Args = maps.Clone(e.BuildArgs)
 		}
 		// The image names what is built, not a base to run.
-		spec.Image = cmp.Or(e.Image, DefaultBuildImage(e.Name))
+		b.spec.Image = cmp.Or(e.Image, DefaultBuildImage(e.Name))
 	case len(e.BuildArgs) > 0:
-		warnings = append(warnings, fmt.Sprintf("%s: no Dockerfile is set (project_relative_dockerfile_path, ...), so build_args are not used", at("build_args")))
+		b.warnings = append(b.warnings, fmt.Sprintf("%s: no Dockerfile is set (project_relative_dockerfile_path, ...), so build_args are not used", b.at("build_args")))
 	}
+}
 
+// existing: container_id, or pod_name (with container_name), attaches to
+// a running container instead of making one.
+func (b *specBuilder) existing() {
+	e, key := b.e, b.key.String()
 	existingKey := ""
 	switch {
 	case e.ContainerID != "" && e.PodName != "":
-		fail(key.String(), "container_id and pod_name are set; use one")
+		b.fail(key, "container_id and pod_name are set; use one")
 	case e.ContainerID != "":
-		spec.Existing, existingKey = e.ContainerID, "container_id"
+		b.spec.Existing, existingKey = e.ContainerID, "container_id"
 	case e.PodName != "" && e.ContainerName != "":
-		spec.Existing, existingKey = e.PodName+"/"+e.ContainerName, "pod_name"
+		b.spec.Existing, existingKey = e.PodName+"/"+e.ContainerName, "pod_name"
 	case e.PodName != "":
-		spec.Existing, existingKey = e.PodName, "pod_name"
+		b.spec.Existing, existingKey = e.PodName, "pod_name"
 	}
-	if spec.Existing != "" && spec.Build != nil {
-		fail(key.String(), "%s attaches to an existing container, so nothing is built from %s; remove one of them",
-			existingKey, dockerfiles[0])
+	if b.spec.Existing != "" && b.spec.Build != nil {
+		b.fail(key, "%s attaches to an existing container, so nothing is built from %s; remove one of them",
+			existingKey, b.dockerfile)
 	}
-	return spec, warnings, problems
 }
 
 // DefaultBuildImage is the image name an entry with a Dockerfile but no

@@ -11,6 +11,8 @@ import (
 // (or [sandbox.agentdocker-lite], OpenSage's name for it). Its folders, and
 // a runtime given as a path, resolve like the file's other host paths;
 // [sandbox] default_image is the image of sandboxes that name none.
+// backend = "auto" chooses it when no Docker daemon answers and runc can
+// run here (as root, or rootless).
 var Factory = backend.Factory{
 	Name:      Name,
 	Aliases:   []string{"agentdocker-lite"},
@@ -44,4 +46,5 @@ var Factory = backend.Factory{
 		c.DefaultImage = req.Settings.DefaultImage()
 		return New(c, WithLogger(req.Logger))
 	},
+	AutoRank: 20, // New checks privileges and finds the runtime
 }

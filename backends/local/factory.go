@@ -21,4 +21,5 @@ var Factory = backend.Factory{
 		}
 		return New(c, WithLogger(req.Logger))
 	},
+	AutoRank: 10, // the last resort of backend = "auto", with config.LocalNotice
 }

@@ -2,6 +2,7 @@ package native
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 )
@@ -9,7 +10,8 @@ import (
 // Factory opens the native backend from a config file's [sandbox.native]
 // table. Its host defaults to [sandbox] docker_host (OpenSage's key; an
 // ssh:// host is refused with a pointer to remotedocker), else DOCKER_HOST;
-// sbxd_path resolves like the file's other host paths.
+// sbxd_path resolves like the file's other host paths. backend = "auto"
+// prefers it when its daemon (Docker, or Podman's Docker API) answers.
 var Factory = backend.Factory{
 	Name:      Name,
 	NewConfig: func() any { return new(Config) },
@@ -25,5 +27,16 @@ var Factory = backend.Factory{
 			return nil, err
 		}
 		return New(c, WithLogger(req.Logger))
+	},
+	AutoRank: 30,
+	Probe: func(ctx context.Context, b backend.Backend) error {
+		nb, ok := b.(*Backend)
+		if !ok {
+			return fmt.Errorf("native probe: got a %T", b)
+		}
+		if _, err := nb.cli.Ping(ctx); err != nil {
+			return nb.translate(err)
+		}
+		return nil
 	},
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/config"
 )
 
 // Exit codes sbx itself chooses; run and exec otherwise return the
@@ -148,8 +150,10 @@ func (a *app) loadConfig(path string) (*sandboxkit.Config, error) {
 	}
 	// Checked here too, not only by Open, so config check (which opens
 	// nothing) reports it.
-	if _, err := sandboxkit.DefaultRegistry().Lookup(cfg.Sandbox.Backend); err != nil {
-		return nil, err
+	if cfg.Sandbox.Backend != config.AutoBackend {
+		if _, err := sandboxkit.DefaultRegistry().Lookup(cfg.Sandbox.Backend); err != nil {
+			return nil, err
+		}
 	}
 	return cfg, nil
 }
@@ -164,6 +168,12 @@ func (a *app) open(ctx context.Context) (*sandboxkit.Config, backend.Backend, er
 	b, err := sandboxkit.Open(ctx, cfg, a.logger)
 	if err != nil {
 		return nil, nil, err
+	}
+	if cfg.Chosen != "" {
+		fmt.Fprintf(a.stderr, "backend auto: using %s\n", cfg.Chosen)
+		if slices.Contains(cfg.Warnings, config.LocalNotice) {
+			fmt.Fprintf(a.stderr, "warning: %s\n", config.LocalNotice)
+		}
 	}
 	return cfg, b, nil
 }

@@ -18,12 +18,36 @@ import (
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 )
 
-// setup gives the test its own state dir and the built-in default config
-// (one "main" sandbox on the local backend).
+// setup gives the test its own state dir and a config like the built-in
+// default (one "main" sandbox on the local backend), but written as a file
+// that asks for local, so sbx prints no notice about it.
 func setup(t *testing.T) {
 	t.Helper()
 	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	path := filepath.Join(t.TempDir(), "sandbox.toml")
+	if err := os.WriteFile(path, []byte("[sandbox]\nbackend = \"local\"\n[sandbox.sandboxes.main]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SBX_CONFIG", path)
+}
+
+// The embedded default (no file anywhere) runs on the host, and says so on
+// stderr once per command.
+func TestEmbeddedDefaultSaysItRunsOnTheHost(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
 	t.Setenv("SBX_CONFIG", "")
+	t.Chdir(t.TempDir())
+	r := sbx(t, "run", "--", "echo", "hi")
+	r.expect(t, 0)
+	if r.stdout != "hi\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+	if n := strings.Count(r.stderr, "without isolation"); n != 1 {
+		t.Errorf("the notice appears %d times in stderr %q, want once", n, r.stderr)
+	}
+	if !strings.Contains(r.stderr, `backend = "auto"`) {
+		t.Errorf("the notice must say how to get isolation: %q", r.stderr)
+	}
 }
 
 type result struct {
@@ -304,6 +328,8 @@ workng_dir = "x"
 
 func TestConfigCheck(t *testing.T) {
 	setup(t)
+	t.Setenv("SBX_CONFIG", "")
+	t.Chdir(t.TempDir())
 	r := sbx(t, "config", "check")
 	r.expect(t, 0)
 	if r.stdout != "ok: built-in default config (backend local, 1 sandbox: main)\n" {
