@@ -22,7 +22,41 @@ import (
 const (
 	exitError       = 1
 	exitInterrupted = 130 // 128 + SIGINT, as shells report it
+	exitBrokenPipe  = 141 // 128 + SIGPIPE: stdout's reader went away
 )
+
+// stoppedStatus is sbx's exit status when ctx was cancelled: 128 + the
+// signal's number, 141 when stdout's reader went away.
+func stoppedStatus(ctx context.Context) int {
+	cause := context.Cause(ctx)
+	if s, ok := errors.AsType[interrupted](cause); ok {
+		return s.exitStatus()
+	}
+	if _, ok := errors.AsType[outputGone](cause); ok {
+		return exitBrokenPipe
+	}
+	return exitInterrupted
+}
+
+// outputGone is the cancel cause when writing to stdout failed.
+type outputGone struct{ err error }
+
+func (e outputGone) Error() string { return "standard output closed: " + e.err.Error() }
+
+// stopOnWriteError passes writes through and stops the command on the first
+// failed one.
+type stopOnWriteError struct {
+	w    io.Writer
+	stop context.CancelCauseFunc
+}
+
+func (s *stopOnWriteError) Write(p []byte) (int, error) {
+	n, err := s.w.Write(p)
+	if err != nil {
+		s.stop(outputGone{err})
+	}
+	return n, err
+}
 
 // cleanupTimeout bounds removing a sandbox after the command ended, also
 // when sbx was interrupted.
@@ -31,6 +65,11 @@ const cleanupTimeout = 30 * time.Second
 // run is sbx without the process around it: tests call it in-process. It
 // returns the exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// A reader of stdout that went away (sbx exec ID -- yes | head -1)
+	// stops sbx like Ctrl-C: the command must not keep running unread.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	stdout = &stopOnWriteError{w: stdout, stop: stop}
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := a.rootCmd()
 	root.SetArgs(args)
@@ -46,7 +85,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	if ctx.Err() != nil {
 		fmt.Fprintf(stderr, "sbx: interrupted (%v)\n", context.Cause(ctx))
-		return exitInterrupted
+		return stoppedStatus(ctx)
 	}
 	a.printError(err)
 	return exitError

@@ -282,7 +282,7 @@ func (a *app) benchScale(ctx context.Context, o scaleOptions) error {
 		printScale(a, rep)
 	}
 	if ctx.Err() != nil {
-		return &exitCode{exitInterrupted}
+		return &exitCode{stoppedStatus(ctx)}
 	}
 	if rep.Failures > 0 || rep.Leaked > 0 {
 		return &exitCode{exitError}

@@ -10,16 +10,23 @@ import (
 	"syscall"
 )
 
+// stopSignals end sbx's work the way Ctrl-C does: the running command is
+// killed and its sandbox removed. SIGHUP is a closed terminal; SIGPIPE a
+// reader that went away (handled here, a write to a broken stdout returns
+// an error instead of killing sbx before it could clean up).
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE}
+
 func main() {
-	// The first SIGINT or SIGTERM cancels the context: the running command is
-	// killed and its sandbox removed. Handling then stops, so a second one
-	// ends sbx at once (sbx gc reaps what that leaves).
+	// The first stop signal cancels the context. Handling then stops (but
+	// SIGPIPE stays caught, so late writes to a gone reader cannot kill sbx
+	// mid-cleanup), so a second SIGINT or SIGTERM ends sbx at once (sbx gc
+	// reaps what that leaves).
 	ctx, cancel := context.WithCancelCause(context.Background())
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, stopSignals...)
 	go func() {
 		s := <-sigs
-		signal.Stop(sigs)
+		signal.Reset(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 		cancel(interrupted{s})
 	}()
 	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
@@ -29,3 +36,12 @@ func main() {
 type interrupted struct{ sig os.Signal }
 
 func (e interrupted) Error() string { return e.sig.String() + " received" }
+
+// exitStatus is 128 + the signal's number, as shells report a command a
+// signal ended.
+func (e interrupted) exitStatus() int {
+	if s, ok := e.sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return exitInterrupted
+}

@@ -411,15 +411,8 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the sbx binary")
-	}
+	bin := sbxBin(t)
 	setup(t)
-	bin := filepath.Join(t.TempDir(), "sbx")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	out, err := exec.Command(bin, "run", "--", "echo", "hello").Output()
 	if err != nil || string(out) != "hello\n" {
 		t.Fatalf("sbx run -- echo hello: %q, %v", out, err)

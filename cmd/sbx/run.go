@@ -113,7 +113,7 @@ func (a *app) execute(ctx context.Context, sb backend.Sandbox, argv []string, ti
 	res, err := sb.Exec(ctx, req)
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return &exitCode{exitInterrupted}
+		return &exitCode{stoppedStatus(ctx)}
 	case err != nil:
 		return err
 	case res.TimedOut:
