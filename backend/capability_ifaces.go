@@ -215,3 +215,11 @@ type NetworkManager interface {
 	// (Filter.Name is ignored).
 	ListNetworks(ctx context.Context, filter Filter) ([]NetworkInfo, error)
 }
+
+// CachePruner is implemented by backends that keep caches which outlive
+// sandboxes (native's sbxd volume, one per build of the agent).
+// PruneCaches removes the ones no sandbox uses and this program does not
+// need, and names them; with dryRun it only names them. sbx gc calls it.
+type CachePruner interface {
+	PruneCaches(ctx context.Context, dryRun bool) ([]string, error)
+}

@@ -13,11 +13,13 @@ import (
 	"path/filepath"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
 )
 
 // sbxd reaches sandboxes through one engine volume per sbxd build,
@@ -59,23 +61,13 @@ func (b *Backend) sbxdVolume(ctx context.Context, bin []byte, image string) (str
 	if _, err := b.cli.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: labels}); err != nil {
 		return "", fmt.Errorf("creating volume %s: %w", name, b.translate(err))
 	}
-	helper, err := b.cli.ContainerCreate(ctx,
-		&container.Config{Image: image, Entrypoint: []string{sbxdPath}, Labels: labels},
-		&container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: name, Target: sbxdDir,
-			VolumeOptions: &mount.VolumeOptions{NoCopy: true}}}},
-		nil, nil, "")
+	helper, err := b.helperContainer(ctx, image, name, sbxdDir, map[string]string{labelSbxd: hash})
 	if err != nil {
-		return "", fmt.Errorf("creating a container to fill volume %s: %w", name, b.translate(err))
+		return "", fmt.Errorf("creating a container to fill volume %s: %w", name, err)
 	}
-	defer func() {
-		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := b.cli.ContainerRemove(rmCtx, helper.ID, container.RemoveOptions{Force: true}); err != nil {
-			b.log.Warn("removing the helper container failed", "container", helper.ID, "err", err)
-		}
-	}()
-	if st, err := b.cli.ContainerStatPath(ctx, helper.ID, sbxdPath); err != nil || st.Size != int64(len(bin)) {
-		if err := b.cli.CopyToContainer(ctx, helper.ID, sbxdDir, sbxdTar(bin, ""), container.CopyToContainerOptions{}); err != nil {
+	defer b.removeHelper(ctx, helper)
+	if st, err := b.cli.ContainerStatPath(ctx, helper, sbxdPath); err != nil || st.Size != int64(len(bin)) {
+		if err := b.cli.CopyToContainer(ctx, helper, sbxdDir, sbxdTar(bin, ""), container.CopyToContainerOptions{}); err != nil {
 			return "", fmt.Errorf("filling volume %s: %w", name, b.translate(err))
 		}
 	}
@@ -102,4 +94,49 @@ func sbxdTar(bin []byte, prefix string) io.Reader {
 	tw.Write(bin)
 	tw.Close()
 	return &buf
+}
+
+var _ backend.CachePruner = (*Backend)(nil)
+
+// PruneCaches removes the sbxd volumes of other builds of the agent that no
+// container uses (each build of sbx makes its own; see sbxdVolume). The
+// volume of this program's build stays: removing it would only make the
+// next Create fill it again.
+func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error) {
+	keep := ""
+	if facts, err := b.facts(ctx); err == nil {
+		if bin, err := sbxdbin.Find(b.cfg.SbxdPath, facts.arch); err == nil {
+			keep = sbxdHash(bin)
+		}
+	}
+	vols, err := b.cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(
+		filters.Arg("label", backend.LabelBackend+"="+Name), filters.Arg("label", labelSbxd))})
+	if err != nil {
+		return nil, b.opErr("prune caches", "", b.translate(err))
+	}
+	var pruned []string
+	for _, v := range vols.Volumes {
+		if v.Labels[labelSbxd] == keep {
+			continue
+		}
+		users, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("volume", v.Name))})
+		if err != nil {
+			return pruned, b.opErr("prune caches", "", b.translate(err))
+		}
+		if len(users) > 0 {
+			continue
+		}
+		if !dryRun {
+			// A container made since the listing makes the engine refuse:
+			// the volume is in use, so it stays.
+			if err := b.cli.VolumeRemove(ctx, v.Name, false); err != nil {
+				if cerrdefs.IsConflict(err) {
+					continue
+				}
+				return pruned, b.opErr("prune caches", "", b.translate(err))
+			}
+		}
+		pruned = append(pruned, v.Name)
+	}
+	return pruned, nil
 }

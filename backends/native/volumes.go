@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/owner"
 	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
 	"github.com/sandboxkit/sandboxkit/internal/tartree"
 )
@@ -100,6 +101,37 @@ func volumeSource(from string) (func() (io.ReadCloser, error), error) {
 	return tartree.Source(from, tartree.Options{}, false)
 }
 
+// helperTTL bounds the life of a helper container whose maker died before
+// removing it: sbx gc removes it once its owner is gone, or after this.
+const helperTTL = 10 * time.Minute
+
+// helperContainer creates (never starts) a container of image with volume
+// vol mounted at target, to reach the volume through the archive API. It
+// carries the labels sbx gc reads (an ID, this process as owner, an
+// expiry), so a maker killed before removeHelper leaves nothing gc cannot
+// see.
+func (b *Backend) helperContainer(ctx context.Context, image, vol, target string, extra map[string]string) (string, error) {
+	labels := b.labels(backend.Spec{Name: "sandboxkit-helper", Owner: owner.Self(), TTL: helperTTL, Labels: extra}, newID(), time.Now())
+	helper, err := b.cli.ContainerCreate(ctx,
+		&container.Config{Image: image, Entrypoint: []string{sbxdPath}, Labels: labels},
+		&container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: target,
+			VolumeOptions: &mount.VolumeOptions{NoCopy: true}}}},
+		nil, nil, "")
+	if err != nil {
+		return "", b.translate(err)
+	}
+	return helper.ID, nil
+}
+
+// removeHelper removes a helper container, also when ctx is done.
+func (b *Backend) removeHelper(ctx context.Context, id string) {
+	rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := b.cli.ContainerRemove(rmCtx, id, container.RemoveOptions{Force: true}); err != nil {
+		b.log.Warn("removing the helper container failed", "container", id, "err", err)
+	}
+}
+
 // fillVolume extracts src's tar stream into volume name through a helper
 // container that is never started.
 func (b *Backend) fillVolume(ctx context.Context, name string, src func() (io.ReadCloser, error)) error {
@@ -107,27 +139,17 @@ func (b *Backend) fillVolume(ctx context.Context, name string, src func() (io.Re
 	if err != nil {
 		return err
 	}
-	helper, err := b.cli.ContainerCreate(ctx,
-		&container.Config{Image: img, Entrypoint: []string{sbxdPath}, Labels: map[string]string{backend.LabelBackend: Name, labelHelper: name}},
-		&container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: name, Target: volumeMount,
-			VolumeOptions: &mount.VolumeOptions{NoCopy: true}}}},
-		nil, nil, "")
+	helper, err := b.helperContainer(ctx, img, name, volumeMount, map[string]string{labelHelper: name})
 	if err != nil {
-		return fmt.Errorf("creating a helper container: %w", b.translate(err))
+		return fmt.Errorf("creating a helper container: %w", err)
 	}
-	defer func() {
-		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := b.cli.ContainerRemove(rmCtx, helper.ID, container.RemoveOptions{Force: true}); err != nil {
-			b.log.Warn("removing the helper container failed", "container", helper.ID, "err", err)
-		}
-	}()
+	defer b.removeHelper(ctx, helper)
 	rc, err := src()
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	if err := b.cli.CopyToContainer(ctx, helper.ID, volumeMount, rc, container.CopyToContainerOptions{}); err != nil {
+	if err := b.cli.CopyToContainer(ctx, helper, volumeMount, rc, container.CopyToContainerOptions{}); err != nil {
 		return b.translate(err)
 	}
 	return nil

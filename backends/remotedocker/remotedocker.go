@@ -233,43 +233,38 @@ func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.In
 	return infos, nil
 }
 
-// volumes is native's VolumeManager: the remote engine's volumes, made
-// through native's engine code over the SSH link.
-func (b *Backend) volumes() (backend.VolumeManager, error) { return b.nat, nil }
-
-// CreateVolume makes a volume on the remote engine; a FromPath on this
-// machine is uploaded into it through the Engine API.
+// CreateVolume makes a volume on the remote engine (through native's
+// engine code over the SSH link); a FromPath on this machine is uploaded
+// into it through the Engine API.
 func (b *Backend) CreateVolume(ctx context.Context, spec backend.VolumeSpec) (string, error) {
-	vm, err := b.volumes()
-	if err == nil {
-		err = b.ready(ctx)
-	}
-	if err != nil {
+	if err := b.ready(ctx); err != nil {
 		return "", b.opErr("create volume", "", err)
 	}
-	name, err := vm.CreateVolume(ctx, spec)
+	name, err := b.nat.CreateVolume(ctx, spec)
 	return name, b.opErr("create volume", "", err)
 }
 
 func (b *Backend) RemoveVolume(ctx context.Context, name string) error {
-	vm, err := b.volumes()
-	if err == nil {
-		err = b.ready(ctx)
-	}
-	if err != nil {
+	if err := b.ready(ctx); err != nil {
 		return b.opErr("remove volume", "", err)
 	}
-	return b.opErr("remove volume", "", vm.RemoveVolume(ctx, name))
+	return b.opErr("remove volume", "", b.nat.RemoveVolume(ctx, name))
+}
+
+// PruneCaches removes the remote engine's unused sbxd volumes of other
+// builds; see native.Backend.PruneCaches.
+func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error) {
+	if err := b.ready(ctx); err != nil {
+		return nil, b.opErr("prune caches", "", err)
+	}
+	names, err := b.nat.PruneCaches(ctx, dryRun)
+	return names, b.opErr("prune caches", "", err)
 }
 
 func (b *Backend) ListVolumes(ctx context.Context, filter backend.Filter) ([]backend.VolumeInfo, error) {
-	vm, err := b.volumes()
-	if err == nil {
-		err = b.ready(ctx)
-	}
-	if err != nil {
+	if err := b.ready(ctx); err != nil {
 		return nil, b.opErr("list volumes", "", err)
 	}
-	vols, err := vm.ListVolumes(ctx, filter)
+	vols, err := b.nat.ListVolumes(ctx, filter)
 	return vols, b.opErr("list volumes", "", err)
 }

@@ -25,7 +25,8 @@ left to their TTL.
 On backends with shared volumes it then removes the volumes whose TTL has run
 out, and those of a session that has no sandboxes left (once the volume is
 older than 10 minutes, so a session being launched keeps its volumes).
-Volumes still mounted by a sandbox are kept.`,
+Volumes still mounted by a sandbox are kept. Last it removes caches nothing
+uses any more (native: the agent's volumes of other sbx builds).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.gc(cmd.Context(), dryRun)
@@ -36,7 +37,7 @@ Volumes still mounted by a sandbox are kept.`,
 }
 
 type gcResult struct {
-	Kind    string `json:"kind"` // "sandbox" or "volume" (ID is its name)
+	Kind    string `json:"kind"` // "sandbox", "volume", "network" or "cache" (ID is its name)
 	ID      string `json:"id"`
 	Name    string `json:"name"`
 	Reason  string `json:"reason"`
@@ -92,6 +93,11 @@ func (a *app) gc(ctx context.Context, dryRun bool) error {
 	}
 	results = append(results, shared...)
 	failed = failed || sharedFailed
+	caches, err := a.gcCaches(ctx, b, dryRun)
+	if err != nil {
+		return err
+	}
+	results = append(results, caches...)
 	if a.json {
 		if err := printJSON(a.stdout, results); err != nil {
 			return err
@@ -101,6 +107,29 @@ func (a *app) gc(ctx context.Context, dryRun bool) error {
 		return &exitCode{exitError}
 	}
 	return nil
+}
+
+// gcCaches removes the backend's caches that nothing uses any more (native's
+// sbxd volumes of other builds of the agent).
+func (a *app) gcCaches(ctx context.Context, b backend.Backend, dryRun bool) ([]gcResult, error) {
+	cp, ok := backend.AsBackend[backend.CachePruner](b)
+	if !ok {
+		return nil, nil
+	}
+	names, err := cp.PruneCaches(ctx, dryRun)
+	var results []gcResult
+	for _, name := range names {
+		r := gcResult{Kind: "cache", ID: name, Reason: "a cache no sandbox uses", Removed: !dryRun}
+		results = append(results, r)
+		if !a.json {
+			verb := "removed"
+			if dryRun {
+				verb = "would remove"
+			}
+			fmt.Fprintf(a.stdout, "%s cache %s: %s\n", verb, name, r.Reason)
+		}
+	}
+	return results, err
 }
 
 // volumeGrace is how old a volume or network of a session without

@@ -1,0 +1,132 @@
+package native
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/docker/docker/api/types/volume"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/dockertest"
+	"github.com/sandboxkit/sandboxkit/internal/owner"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
+)
+
+// The sbxd volumes of other agent builds are caches gc reclaims once no
+// container uses them; this build's volume, and one still mounted, stay.
+func TestPruneCaches(t *testing.T) {
+	ctx := context.Background()
+	cli := dockertest.Client(t)
+	dockertest.RequireImage(t, cli, dockertest.BusyboxImage)
+	b, err := New(Config{PullPolicy: PullNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	// This build's volume exists once a sandbox was made.
+	sb, err := b.Create(ctx, backend.Spec{Image: dockertest.BusyboxImage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(context.WithoutCancel(ctx))
+	facts, err := b.facts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := sbxdbin.Find("", facts.arch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := "sandboxkit-sbxd-" + sbxdHash(bin)
+
+	stale := func(hash string) string {
+		name := "sandboxkit-sbxd-" + hash
+		if _, err := cli.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: map[string]string{backend.LabelBackend: Name, labelSbxd: hash}}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.VolumeRemove(context.Background(), name, true) })
+		return name
+	}
+	unused, used := stale("0000test0001"), stale("0000test0002")
+	user, err := b.helperContainer(ctx, dockertest.BusyboxImage, used, "/v", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.removeHelper(ctx, user)
+
+	dry, err := b.PruneCaches(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(dry, unused) || slices.Contains(dry, used) || slices.Contains(dry, current) {
+		t.Fatalf("dry run names %v: want %s, not %s (in use) or %s (this build)", dry, unused, used, current)
+	}
+	if _, err := cli.VolumeInspect(ctx, unused); err != nil {
+		t.Fatalf("a dry run removed %s: %v", unused, err)
+	}
+	pruned, err := b.PruneCaches(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(pruned, unused) {
+		t.Fatalf("pruned %v, want %s", pruned, unused)
+	}
+	if _, err := cli.VolumeInspect(ctx, unused); err == nil {
+		t.Errorf("%s is still there", unused)
+	}
+	for _, keep := range []string{used, current} {
+		if _, err := cli.VolumeInspect(ctx, keep); err != nil {
+			t.Errorf("%s was removed: %v", keep, err)
+		}
+	}
+}
+
+// A helper container carries the labels gc reads: an ID, this process as
+// owner and an expiry, so a maker killed mid-fill leaves nothing gc cannot
+// find.
+func TestHelperContainerIsReapable(t *testing.T) {
+	ctx := context.Background()
+	cli := dockertest.Client(t)
+	dockertest.RequireImage(t, cli, dockertest.BusyboxImage)
+	b, err := New(Config{PullPolicy: PullNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	vol := "sandboxkit-test-helper-" + newID()
+	if _, err := cli.VolumeCreate(ctx, volume.CreateOptions{Name: vol}); err != nil {
+		t.Fatal(err)
+	}
+	defer cli.VolumeRemove(context.Background(), vol, true)
+	id, err := b.helperContainer(ctx, dockertest.BusyboxImage, vol, "/v", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.removeHelper(ctx, id)
+	c, err := cli.ContainerInspect(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := c.Config.Labels
+	if l[backend.LabelID] == "" || l[backend.LabelOwner] != owner.Self() || l[backend.LabelExpiresAt] == "" {
+		t.Fatalf("helper labels %v: want an ID, this process as owner and an expiry", l)
+	}
+	infos, err := b.List(ctx, backend.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(infos, func(i backend.Info) bool { return i.ID == l[backend.LabelID] }) {
+		t.Fatalf("List does not show the helper, so gc could not reap it")
+	}
+	sb, err := b.Get(ctx, l[backend.LabelID])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.ContainerInspect(ctx, id); err == nil {
+		t.Errorf("Destroy left the helper container")
+	}
+}
