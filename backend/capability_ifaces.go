@@ -223,3 +223,14 @@ type NetworkManager interface {
 type CachePruner interface {
 	PruneCaches(ctx context.Context, dryRun bool) ([]string, error)
 }
+
+// Labeler is implemented by backends whose sandboxes' labels can change
+// after Create (local and lite keep them in a record file, k8s in pod
+// labels; Docker's are fixed). A session records that its launch completed
+// this way where the backend has no VolumeManager.
+type Labeler interface {
+	// SetLabels sets labels on sandbox id; an empty value removes the
+	// label. Labels under LabelPrefix that the backend itself manages
+	// (LabelID, LabelBackend) cannot be changed.
+	SetLabels(ctx context.Context, id string, labels map[string]string) error
+}

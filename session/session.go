@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/config"
 	"github.com/sandboxkit/sandboxkit/initializers"
+	"github.com/sandboxkit/sandboxkit/internal/owner"
 )
 
 // Labels a session puts on its sandboxes, besides backend.LabelSession.
@@ -26,6 +27,14 @@ const (
 	LabelMembers = "sandboxkit.session.members"
 	// LabelType is the sandbox's initializer type.
 	LabelType = "sandboxkit.type"
+	// LabelLauncher is the process launching the session (an owner
+	// string, see backend.LabelOwner) on every sandbox of a session with
+	// no owner (sbx up): sbx gc reaps such a session when its launcher
+	// died before the launch completed (LaunchStateOf).
+	LabelLauncher = "sandboxkit.session.launcher"
+	// LabelLaunched marks the launch as complete: on the session's marker
+	// volume, or on each sandbox where the backend can change labels.
+	LabelLaunched = "sandboxkit.session.launched"
 )
 
 // EnvFile is the session's environment file inside the shared folder
@@ -65,8 +74,11 @@ type Launcher struct {
 	// ID is the new session's ID; "" picks a random one.
 	ID string
 	// Owner is set on every resource (see backend.LabelOwner); "" for
-	// sessions meant to outlive their creator (sbx up).
+	// sessions meant to outlive their creator (sbx up), which then carry
+	// LabelLauncher while they launch.
 	Owner string
+
+	launcher string // LabelLauncher's value during Launch
 }
 
 // Progress is one step of one sandbox of a launch.
@@ -382,6 +394,14 @@ func (l *Launcher) Launch(ctx context.Context, names ...string) (*Session, error
 	if err != nil {
 		return nil, err
 	}
+	if l.Owner == "" && canMarkLaunched(b) {
+		// A session meant to outlive this process holds a lease while it
+		// launches: if this process dies first, gc knows the launch was cut.
+		l.launcher = owner.Self()
+		for _, m := range ms {
+			m.spec.Labels[LabelLauncher] = l.launcher
+		}
+	}
 	s := &Session{ID: id, backend: b, ownsBackend: owned, log: l.logger()}
 	ok := false
 	defer func() {
@@ -398,6 +418,11 @@ func (l *Launcher) Launch(ctx context.Context, names ...string) (*Session, error
 	}
 	if err := l.start(ctx, s, ms); err != nil {
 		return nil, err
+	}
+	if l.launcher != "" {
+		if err := markLaunched(ctx, s, ms, l.Owner); err != nil {
+			return nil, fmt.Errorf("session %s: recording that the launch completed: %w", id, err)
+		}
 	}
 	s.finish(ms)
 	ok = true

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
+	"github.com/sandboxkit/sandboxkit/session"
 )
 
 func (a *app) gcCmd() *cobra.Command {
@@ -19,7 +20,8 @@ func (a *app) gcCmd() *cobra.Command {
 		Short: "Remove expired sandboxes and volumes, and those whose owner is gone",
 		Long: `Gc removes every sandbox of the backend whose TTL has run out, and every
 sandbox owned by a process that no longer runs (an sbx run that was killed
-before it could clean up). Sandboxes owned by processes on other hosts are
+before it could clean up), and every sandbox of a session whose launch was
+cut short (an sbx up killed before the session was ready). Sandboxes owned by processes on other hosts are
 left to their TTL.
 
 On backends with shared volumes it then removes the volumes whose TTL has run
@@ -55,11 +57,18 @@ func (a *app) gc(ctx context.Context, dryRun bool) error {
 	if err != nil {
 		return err
 	}
+	abandoned, err := abandonedLaunches(ctx, b, infos)
+	if err != nil {
+		return err
+	}
 	now := time.Now()
 	results := []gcResult{}
 	failed := false
 	for _, info := range infos {
 		reason := reapReason(info, now)
+		if reason == "" && abandoned[info.Session] {
+			reason = "the launch of session " + info.Session + " was cut short: its launcher " + info.Labels[session.LabelLauncher] + " is gone"
+		}
 		if reason == "" {
 			continue
 		}
@@ -220,6 +229,26 @@ func volumeReapReason(v backend.VolumeInfo, live map[string]bool, now time.Time)
 		return "session " + v.Session + " has no sandboxes left"
 	}
 	return ""
+}
+
+// abandonedLaunches finds the sessions whose launcher died before the
+// launch completed (see session.LaunchStateOf).
+func abandonedLaunches(ctx context.Context, b backend.Backend, infos []backend.Info) (map[string]bool, error) {
+	leased := map[string][]backend.Info{}
+	for _, info := range infos {
+		if info.Session != "" && info.Labels[session.LabelLauncher] != "" {
+			leased[info.Session] = append(leased[info.Session], info)
+		}
+	}
+	abandoned := map[string]bool{}
+	for id, members := range leased {
+		state, err := session.LaunchStateOf(ctx, b, id, members)
+		if err != nil {
+			return nil, err
+		}
+		abandoned[id] = state == session.Abandoned
+	}
+	return abandoned, nil
 }
 
 // reapReason says why gc removes a sandbox, or "" to keep it.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/session"
 )
 
 func (a *app) statusCmd() *cobra.Command {
@@ -42,6 +43,10 @@ type sessionRow struct {
 	Session   string            `json:"session"`
 	Sandboxes map[string]string `json:"sandboxes"` // name -> state
 	Created   time.Time         `json:"created"`
+	// Launch is session.LaunchStateOf: launched, launching, abandoned
+	// (its sbx up was killed: incomplete, gc removes it) or unknown.
+	Launch session.LaunchState `json:"launch"`
+	members []backend.Info
 }
 
 func (a *app) statusAll(ctx context.Context) error {
@@ -68,11 +73,17 @@ func (a *app) statusAll(ctx context.Context) error {
 			}
 		}
 		r.Sandboxes[info.Name] = string(info.State)
+		r.members = append(r.members, info)
 		if info.CreatedAt.Before(r.Created) {
 			r.Created = info.CreatedAt
 		}
 	}
 	rows := slices.Collect(maps.Values(bySession))
+	for _, r := range rows {
+		if r.Launch, err = session.LaunchStateOf(ctx, b, r.Session, r.members); err != nil {
+			return err
+		}
+	}
 	slices.SortFunc(rows, func(x, y *sessionRow) int { return x.Created.Compare(y.Created) })
 	if a.json {
 		if rows == nil {
@@ -80,14 +91,18 @@ func (a *app) statusAll(ctx context.Context) error {
 		}
 		return printJSON(a.stdout, rows)
 	}
-	t := newTable(a.stdout, "SESSION", "SANDBOXES", "CREATED")
+	t := newTable(a.stdout, "SESSION", "LAUNCH", "SANDBOXES", "CREATED")
 	now := time.Now()
 	for _, r := range rows {
 		var parts []string
 		for _, n := range slices.Sorted(maps.Keys(r.Sandboxes)) {
 			parts = append(parts, n+"("+r.Sandboxes[n]+")")
 		}
-		t.row(r.Session, strings.Join(parts, " "), shortDuration(now.Sub(r.Created))+" ago")
+		launch := string(r.Launch)
+		if r.Launch == session.Abandoned {
+			launch = "incomplete (its sbx up was stopped; sbx gc removes it)"
+		}
+		t.row(r.Session, launch, strings.Join(parts, " "), shortDuration(now.Sub(r.Created))+" ago")
 	}
 	return t.flush()
 }
