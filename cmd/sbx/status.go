@@ -45,7 +45,7 @@ type sessionRow struct {
 	Created   time.Time         `json:"created"`
 	// Launch is session.LaunchStateOf: launched, launching, abandoned
 	// (its sbx up was killed: incomplete, gc removes it) or unknown.
-	Launch session.LaunchState `json:"launch"`
+	Launch  session.LaunchState `json:"launch"`
 	members []backend.Info
 }
 
