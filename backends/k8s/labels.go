@@ -1,13 +1,16 @@
 package k8s
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sandboxkit/sandboxkit/backend"
@@ -91,4 +94,46 @@ func selector(filter backend.Filter) string {
 func expiresAt(all map[string]string) time.Time {
 	t, _ := time.Parse(time.RFC3339, all[backend.LabelExpiresAt])
 	return t
+}
+
+var _ backend.Labeler = (*Backend)(nil)
+
+// SetLabels changes a sandbox's labels (an empty value removes one): the
+// annotation that holds them all, and the pod labels for the pairs
+// Kubernetes accepts. The pod's resourceVersion guards against a change
+// made meanwhile (a Renew).
+func (b *Backend) SetLabels(ctx context.Context, id string, set map[string]string) error {
+	for k := range set {
+		if k == backend.LabelID || k == backend.LabelBackend {
+			return b.opErr("set labels", id, fmt.Errorf("%w: label %s is the backend's own", backend.ErrInvalidConfig, k))
+		}
+	}
+	pod, err := b.getPod(ctx, id)
+	if err != nil {
+		return b.opErr("set labels", id, err)
+	}
+	all := labelsOf(pod.ObjectMeta)
+	podSet := map[string]any{}
+	for k, v := range set {
+		if v == "" {
+			delete(all, k)
+			if _, ok := pod.Labels[k]; ok {
+				podSet[k] = nil // a merge patch's null removes the key
+			}
+			continue
+		}
+		all[k] = v
+		if validLabel(k, v) {
+			podSet[k] = v
+		}
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations":     map[string]string{annotationLabels: encodeLabels(all)},
+		"labels":          podSet,
+		"resourceVersion": pod.ResourceVersion,
+	}})
+	rctx, cancel := b.reqCtx(ctx)
+	defer cancel()
+	_, err = b.cs.CoreV1().Pods(b.ns).Patch(rctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return b.opErr("set labels", id, b.translate(err))
 }
