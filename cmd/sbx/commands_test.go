@@ -431,7 +431,7 @@ func TestVolumeReapReason(t *testing.T) {
 		{backend.VolumeInfo{Session: "busy", CreatedAt: now.Add(-time.Hour)}, ""},
 		{backend.VolumeInfo{CreatedAt: now.Add(-time.Hour)}, ""}, // no session, no TTL: kept on purpose
 	} {
-		if got := volumeReapReason(tt.v, live, now); got != tt.want {
+		if got := volumeReapReason(tt.v, live, now, volumeGrace); got != tt.want {
 			t.Errorf("volumeReapReason(%+v) = %q, want %q", tt.v, got, tt.want)
 		}
 	}

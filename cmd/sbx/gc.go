@@ -15,6 +15,7 @@ import (
 
 func (a *app) gcCmd() *cobra.Command {
 	var dryRun bool
+	grace := volumeGrace
 	cmd := &cobra.Command{
 		Use:   "gc",
 		Short: "Remove expired sandboxes and volumes, and those whose owner is gone",
@@ -31,10 +32,14 @@ Volumes still mounted by a sandbox are kept. Last it removes caches nothing
 uses any more (native: the agent's volumes of other sbx builds).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.gc(cmd.Context(), dryRun)
+			if grace < 0 {
+				return usageError(cmd, "--grace %s: want a duration of 0 or more", grace)
+			}
+			return a.gc(cmd.Context(), dryRun, grace)
 		},
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only print what would be removed")
+	cmd.Flags().DurationVar(&grace, "grace", volumeGrace, "how old the volumes and networks of a session without sandboxes must be before they go (a session makes them before its sandboxes)")
 	return cmd
 }
 
@@ -47,7 +52,7 @@ type gcResult struct {
 	Error   string `json:"error,omitempty"`
 }
 
-func (a *app) gc(ctx context.Context, dryRun bool) error {
+func (a *app) gc(ctx context.Context, dryRun bool, grace time.Duration) error {
 	_, b, err := a.open(ctx)
 	if err != nil {
 		return err
@@ -96,7 +101,7 @@ func (a *app) gc(ctx context.Context, dryRun bool) error {
 		}
 	}
 	// Volumes and networks go after the sandboxes that used them.
-	shared, sharedFailed, err := a.gcShared(ctx, b, infos, results, dryRun)
+	shared, sharedFailed, err := a.gcShared(ctx, b, infos, results, dryRun, grace)
 	if err != nil {
 		return err
 	}
@@ -142,8 +147,8 @@ func (a *app) gcCaches(ctx context.Context, b backend.Backend, dryRun bool) ([]g
 }
 
 // volumeGrace is how old a volume or network of a session without
-// sandboxes must be before gc removes it: a session makes them before its
-// sandboxes.
+// sandboxes must be, by default, before gc removes it: a session makes them
+// before its sandboxes.
 const volumeGrace = 10 * time.Minute
 
 // sharedResource is a volume or a network a backend made for sessions.
@@ -155,7 +160,7 @@ type sharedResource struct {
 
 // gcShared removes the volumes and networks volumeReapReason names, after
 // the sandboxes were reaped (removed holds what the sandbox pass did).
-func (a *app) gcShared(ctx context.Context, b backend.Backend, infos []backend.Info, removed []gcResult, dryRun bool) ([]gcResult, bool, error) {
+func (a *app) gcShared(ctx context.Context, b backend.Backend, infos []backend.Info, removed []gcResult, dryRun bool, grace time.Duration) ([]gcResult, bool, error) {
 	var res []sharedResource
 	if vm, ok := backend.AsBackend[backend.VolumeManager](b); ok {
 		vols, err := vm.ListVolumes(ctx, backend.Filter{})
@@ -190,7 +195,7 @@ func (a *app) gcShared(ctx context.Context, b backend.Backend, infos []backend.I
 	var results []gcResult
 	failed := false
 	for _, sr := range res {
-		reason := volumeReapReason(sr.info, live, now)
+		reason := volumeReapReason(sr.info, live, now, grace)
 		if reason == "" {
 			continue
 		}
@@ -221,11 +226,11 @@ func (a *app) gcShared(ctx context.Context, b backend.Backend, infos []backend.I
 
 // volumeReapReason says why gc removes a volume (or network), or "" to
 // keep it. live holds the sessions that still have sandboxes.
-func volumeReapReason(v backend.VolumeInfo, live map[string]bool, now time.Time) string {
+func volumeReapReason(v backend.VolumeInfo, live map[string]bool, now time.Time, grace time.Duration) string {
 	if !v.ExpiresAt.IsZero() && !now.Before(v.ExpiresAt) {
 		return "expired " + shortDuration(now.Sub(v.ExpiresAt)) + " ago"
 	}
-	if v.Session != "" && !live[v.Session] && !v.CreatedAt.IsZero() && now.Sub(v.CreatedAt) >= volumeGrace {
+	if v.Session != "" && !live[v.Session] && !v.CreatedAt.IsZero() && now.Sub(v.CreatedAt) >= grace {
 		return "session " + v.Session + " has no sandboxes left"
 	}
 	return ""
