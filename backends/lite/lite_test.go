@@ -3,7 +3,6 @@ package lite
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/rootfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
@@ -31,7 +31,7 @@ func requireHost(t testing.TB) {
 	if _, err := lookRuntime(testRuntime(), ""); err != nil {
 		missing = append(missing, err.Error())
 	}
-	if _, err := busyboxPath(); err != nil {
+	if _, err := rootfs.BusyboxPath(); err != nil {
 		missing = append(missing, "busybox (apt-get install busybox-static)")
 	}
 	if len(missing) == 0 {
@@ -51,15 +51,6 @@ func testRuntime() string {
 		return r
 	}
 	return "runc"
-}
-
-func busyboxPath() (string, error) {
-	for _, p := range []string{"/bin/busybox", "/usr/bin/busybox"} {
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	return exec.LookPath("busybox")
 }
 
 // TestMain removes the busybox root file system the tests built.
@@ -83,59 +74,12 @@ var (
 func busyboxRootfs(t testing.TB) string {
 	t.Helper()
 	busyboxOnce.Do(func() {
-		busyboxDir, busyboxErr = buildBusybox()
+		busyboxDir, busyboxErr = rootfs.Busybox()
 	})
 	if busyboxErr != nil {
 		t.Fatalf("building the busybox root file system: %v", busyboxErr)
 	}
 	return busyboxDir
-}
-
-func buildBusybox() (string, error) {
-	bb, err := busyboxPath()
-	if err != nil {
-		return "", err
-	}
-	dir, err := os.MkdirTemp("", "sbx-lite-busybox-")
-	if err != nil {
-		return "", err
-	}
-	os.Chmod(dir, 0o755)
-	data, err := os.ReadFile(bb)
-	if err != nil {
-		return "", err
-	}
-	for _, d := range []string{"bin", "sbin", "usr/bin", "usr/sbin", "etc", "root", "tmp", "proc", "sys", "dev"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			return "", err
-		}
-	}
-	os.Chmod(filepath.Join(dir, "tmp"), 0o1777|os.ModeSticky)
-	if err := os.WriteFile(filepath.Join(dir, "bin/busybox"), data, 0o755); err != nil {
-		return "", err
-	}
-	out, err := exec.Command(bb, "--list-full").Output()
-	if err != nil {
-		return "", err
-	}
-	for _, applet := range strings.Fields(string(out)) {
-		if applet == "bin/busybox" {
-			continue
-		}
-		if err := os.Symlink("/bin/busybox", filepath.Join(dir, applet)); err != nil && !os.IsExist(err) {
-			return "", err
-		}
-	}
-	files := map[string]string{
-		"etc/passwd": "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
-		"etc/group":  "root:x:0:\nnogroup:x:65534:\n",
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			return "", err
-		}
-	}
-	return dir, nil
 }
 
 // testEnv is one test's backend with private state, image and runtime
