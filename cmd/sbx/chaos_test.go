@@ -1,0 +1,367 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backends/local"
+	"github.com/sandboxkit/sandboxkit/internal/dockertest"
+	"github.com/sandboxkit/sandboxkit/internal/k8stest"
+	"github.com/sandboxkit/sandboxkit/internal/rootfs"
+)
+
+// The chaos test: sbx run, sbx up and sbx exec are killed at random moments
+// (SIGKILL, then SIGHUP, then their stdout closed), and after sbx gc
+// nothing of ours may be left on the backend or the host. It is long, so it
+// runs only with SBX_CHAOS=1 (.ci/run sets it, in a step of its own, so no
+// other test's sandboxes come and go meanwhile); SBX_CHAOS_SEED picks the
+// seed (default: the time, printed).
+const envChaos = "SBX_CHAOS"
+
+// chaosTarget is one backend under test: its config and how to list what
+// of ours exists on it.
+type chaosTarget struct {
+	config    string
+	kills     int           // SIGKILLs at least
+	maxDelay  time.Duration // kill delays are uniform in [0, maxDelay]
+	inventory func(t *testing.T) []string
+}
+
+func TestChaos(t *testing.T) {
+	if os.Getenv(envChaos) != "1" {
+		t.Skip("set SBX_CHAOS=1 to run the chaos test (minutes)")
+	}
+	bin := sbxBin(t)
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("SBX_CHAOS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("SBX_CHAOS_SEED=%q: %v", s, err)
+		}
+	}
+	t.Logf("seed %d (SBX_CHAOS_SEED=%d repeats this run)", seed, seed)
+	for _, target := range []struct {
+		name string
+		make func(t *testing.T) chaosTarget
+	}{{"local", chaosLocal}, {"lite", chaosLite}, {"native", chaosNative}, {"k8s", chaosK8s}} {
+		t.Run(target.name, func(t *testing.T) {
+			runChaos(t, bin, target.make(t), rand.New(rand.NewPCG(seed, 0x5b)))
+		})
+	}
+}
+
+func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
+	t.Setenv("SBX_CONFIG", tg.config)
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	before := tg.inventory(t)
+
+	// A sandbox for sbx exec, kept across the loop and removed at the end.
+	r := sbx(t, "run", "--keep", "--", "true")
+	r.expect(t, 0)
+	kept := strings.TrimSpace(r.stderr[strings.LastIndexByte(strings.TrimSpace(r.stderr), '\n')+1:])
+
+	ops := []string{"run", "up", "exec"}
+	phases := []struct {
+		name  string
+		count int
+		stop  func(cmd *exec.Cmd, out *os.File)
+	}{
+		{"SIGKILL", tg.kills, func(cmd *exec.Cmd, _ *os.File) { cmd.Process.Signal(syscall.SIGKILL) }},
+		{"SIGHUP", max(tg.kills/5, 5), func(cmd *exec.Cmd, _ *os.File) { cmd.Process.Signal(syscall.SIGHUP) }},
+		{"stdout closed", max(tg.kills/5, 5), func(_ *exec.Cmd, out *os.File) { out.Close() }},
+	}
+	n := 0
+	for _, ph := range phases {
+		for i := 0; i < ph.count; i++ {
+			n++
+			op := ops[rng.IntN(len(ops))]
+			var args []string
+			switch op {
+			case "run":
+				args = []string{"run", "--", "sh", "-c", "echo started; sleep 60"}
+			case "up":
+				args = []string{"up", "--id", fmt.Sprintf("chaos%d", n)}
+			case "exec":
+				args = []string{"exec", kept, "--", "sh", "-c", "echo started; sleep 60"}
+			}
+			delay := time.Duration(rng.Int64N(int64(tg.maxDelay) + 1))
+			chaosOnce(t, bin, args, delay, ph.stop)
+		}
+	}
+
+	gc := sbx(t, "gc", "--grace", "0")
+	gc.expect(t, 0)
+	t.Logf("gc after %d interruptions:\n%s", n, gc.stdout)
+	// The sessions sbx up completed before it was stopped are not leaks:
+	// they were asked for. Remove them, and the kept sandbox.
+	for _, id := range sessionsLeft(t) {
+		sbx(t, "down", id)
+	}
+	sbx(t, "rm", kept)
+	sbx(t, "gc", "--grace", "0").expect(t, 0)
+	if after := tg.inventory(t); !slices.Equal(before, after) {
+		t.Errorf("left behind (seed above):\n  before: %v\n  after:  %v", before, after)
+	}
+}
+
+// chaosOnce starts sbx, stops it after delay with stop, and waits for it.
+func chaosOnce(t *testing.T, bin string, args []string, delay time.Duration, stop func(*exec.Cmd, *os.File)) {
+	t.Helper()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	// Drain stdout in the background, so sbx never blocks on it.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+		}
+	}()
+	timer := time.NewTimer(delay)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	// Once sbx has exited the pipe is closed on our side: what sbx left
+	// running (a killed sbx's command on local inherits its stdout) must
+	// not hold the loop up; gc deals with it.
+	select {
+	case <-exited:
+		timer.Stop()
+		pr.Close()
+		<-done
+		return
+	case <-timer.C:
+	}
+	stop(cmd, pr)
+	select {
+	case <-exited:
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		<-exited
+		t.Errorf("sbx %s did not end within 2 minutes of being stopped", strings.Join(args, " "))
+	}
+	pr.Close()
+	<-done
+}
+
+// sessionsLeft lists the sessions sbx status shows.
+func sessionsLeft(t *testing.T) []string {
+	t.Helper()
+	var ids []string
+	out := must(t, "status")
+	for i, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(line); i > 0 && len(f) > 0 {
+			ids = append(ids, f[0])
+		}
+	}
+	return ids
+}
+
+func writeChaosConfig(t *testing.T, head, image string) string {
+	t.Helper()
+	return writeConfig(t, fmt.Sprintf(`%s
+[sandbox.sandboxes.main]
+image = %q
+[sandbox.sandboxes.worker]
+image = %q
+`, head, image, image))
+}
+
+func chaosLocal(t *testing.T) chaosTarget {
+	state := t.TempDir()
+	return chaosTarget{
+		config:   writeChaosConfig(t, fmt.Sprintf("[sandbox]\nbackend = \"local\"\n[sandbox.local]\nstate_dir = %q\n", state), ""),
+		kills:    50,
+		maxDelay: 600 * time.Millisecond,
+		inventory: func(t *testing.T) []string {
+			inv := dirEntries(t, state, "state")
+			inv = append(inv, processesWithEnv(t, local.EnvSandboxID)...)
+			return append(inv, dirEntries(t, "/tmp/.sbxd", "agent")...)
+		},
+	}
+}
+
+func chaosLite(t *testing.T) chaosTarget {
+	if _, err := exec.LookPath("runc"); err != nil {
+		t.Fatalf("lite: no runc: %v", err)
+	}
+	fs, err := rootfs.Busybox()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(fs) })
+	base := t.TempDir()
+	state, runtimeRoot := filepath.Join(base, "state"), filepath.Join(base, "runtime")
+	head := fmt.Sprintf("[sandbox]\nbackend = \"lite\"\n[sandbox.lite]\nstate_dir = %q\nimage_dir = %q\nruntime_root = %q\n",
+		state, filepath.Join(base, "images"), runtimeRoot)
+	return chaosTarget{
+		config:   writeChaosConfig(t, head, "dir:"+fs),
+		kills:    50,
+		maxDelay: 800 * time.Millisecond,
+		inventory: func(t *testing.T) []string {
+			inv := dirEntries(t, state, "state")
+			inv = append(inv, dirEntries(t, runtimeRoot, "runc")...)
+			inv = append(inv, mountsUnder(t, base)...)
+			matches, _ := filepath.Glob("/sys/fs/cgroup/*/sandboxkit-lite/*")
+			more, _ := filepath.Glob("/sys/fs/cgroup/sandboxkit-lite/*")
+			for _, m := range append(matches, more...) {
+				if fi, err := os.Stat(m); err == nil && fi.IsDir() {
+					inv = append(inv, "cgroup "+m)
+				}
+			}
+			slices.Sort(inv)
+			return inv
+		},
+	}
+}
+
+func chaosNative(t *testing.T) chaosTarget {
+	cli := dockertest.Client(t)
+	dockertest.RequireImage(t, cli, dockertest.BusyboxImage)
+	return chaosTarget{
+		config:   writeChaosConfig(t, "[sandbox]\nbackend = \"native\"\n", dockertest.BusyboxImage),
+		kills:    50,
+		maxDelay: 1500 * time.Millisecond,
+		inventory: func(t *testing.T) []string {
+			ctx := context.Background()
+			f := filters.NewArgs(filters.Arg("label", backend.LabelBackend))
+			var inv []string
+			cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range cs {
+				inv = append(inv, "container "+c.ID[:12])
+			}
+			vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range vs.Volumes {
+				if v.Labels["sandboxkit.native.sbxd"] == "" { // the agent's cache: kept on purpose
+					inv = append(inv, "volume "+v.Name)
+				}
+			}
+			ns, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range ns {
+				inv = append(inv, "network "+n.Name)
+			}
+			slices.Sort(inv)
+			return inv
+		},
+	}
+}
+
+func chaosK8s(t *testing.T) chaosTarget {
+	c := k8stest.Get(t)
+	ns := c.Namespace(t)
+	cs := c.Client(t)
+	head := fmt.Sprintf("[sandbox]\nbackend = \"k8s\"\n[sandbox.k8s]\nkubeconfig = %q\nnamespace = %q\nimage_pull_policy = \"IfNotPresent\"\n", c.Kubeconfig, ns)
+	return chaosTarget{
+		config:   writeChaosConfig(t, head, k8stest.BusyboxImage),
+		kills:    20,
+		maxDelay: 3 * time.Second,
+		inventory: func(t *testing.T) []string {
+			ctx := context.Background()
+			var inv []string
+			pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range pods.Items {
+				inv = append(inv, "pod "+p.Name)
+			}
+			pvcs, err := cs.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range pvcs.Items {
+				inv = append(inv, "pvc "+p.Name)
+			}
+			slices.Sort(inv)
+			return inv
+		},
+	}
+}
+
+// dirEntries names what is in dir ("" when it does not exist).
+func dirEntries(t *testing.T, dir, kind string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.Name() == "sbxd" || strings.HasPrefix(e.Name(), ".") {
+			continue // the agent binary a backend installs once: a cache
+		}
+		out = append(out, kind+" "+e.Name())
+	}
+	return out
+}
+
+// processesWithEnv names the live processes whose environment sets key.
+func processesWithEnv(t *testing.T, key string) []string {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	var out []string
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for kv := range strings.SplitSeq(string(data), "\x00") {
+			if strings.HasPrefix(kv, key+"=") {
+				cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
+				out = append(out, "process "+filepath.Base(filepath.Dir(p))+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+				break
+			}
+		}
+	}
+	return out
+}
+
+// mountsUnder names the mount points below dir.
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, "mount "+f[4])
+		}
+	}
+	return out
+}
