@@ -24,10 +24,11 @@
 // sandboxes implement.
 //
 // Commands run in the sandboxes need only POSIX sh and coreutils or busybox
-// (cat, head, yes, ln, mkdir, cut, id, kill, sleep, and stat and find for the
-// generic file path), so a busybox image passes; where orphans are not
-// reaped, /proc tells zombies from live processes. The sandbox's working
-// directory must be writable.
+// (cat, head, yes, ln, mkdir, mv, cut, id, kill, sleep with fractions of a
+// second, and stat and find for the generic file path), so a busybox image
+// passes; where orphans are not reaped, /proc tells zombies from live
+// processes. The Endpointer case serves HTTP with busybox's httpd or
+// python3. The sandbox's working directory must be writable.
 //
 // Subtest names are stable, so a backend that cannot pass one yet can skip
 // it with go test -skip while it is fixed.
