@@ -37,6 +37,9 @@ func (s *suite) testOptional(t *testing.T) {
 			}
 			t.Skip("not covered: checkpoints make images the suite would have to remove")
 		}},
+		{"Resetter", s.testResetter},
+		{"LogReader", s.testLogReader},
+		{"AgentDialer", testAgentDialer(s.cfg.agentCheck)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -39,6 +39,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"maps"
+	"net"
 	"testing"
 	"time"
 
@@ -52,6 +53,7 @@ type config struct {
 	spec         func(name string) backend.Spec
 	image        string
 	rerunsHidden bool
+	agentCheck   func(ctx context.Context, conn net.Conn) error
 }
 
 // WithSpec sets the base Spec of every sandbox the suite creates. The suite
@@ -71,6 +73,15 @@ func WithImage(image string) Option {
 // whose optional capabilities are hidden (see HideCapabilities).
 func WithoutCapabilityRerun() Option {
 	return func(c *config) { c.rerunsHidden = false }
+}
+
+// WithAgentCheck tells the suite how to check that an agent answers on a
+// connection from backend.AgentDialer: the suite dials, check speaks the
+// agent's protocol (sbxd's handshake, for instance through sbxd's client)
+// and returns an error if the agent does not answer as one. A sandbox that
+// is an AgentDialer fails the suite when Run has no check.
+func WithAgentCheck(check func(ctx context.Context, conn net.Conn) error) Option {
+	return func(c *config) { c.agentCheck = check }
 }
 
 // Limits on how long the suite waits for the backend. They are generous
