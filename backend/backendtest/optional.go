@@ -19,7 +19,8 @@ import (
 )
 
 // testOptional runs a subtest per optional capability; each skips when the
-// sandbox (found through Unwrap chains) does not implement it.
+// sandbox (found through Unwrap chains) or, for volumes and networks, the
+// backend does not implement it.
 func (s *suite) testOptional(t *testing.T) {
 	sb := s.create(t, s.spec("optional"))
 	for _, c := range []struct {
@@ -40,6 +41,8 @@ func (s *suite) testOptional(t *testing.T) {
 		{"Resetter", s.testResetter},
 		{"LogReader", s.testLogReader},
 		{"AgentDialer", testAgentDialer(s.cfg.agentCheck)},
+		{"VolumeManager", func(t *testing.T, _ backend.Sandbox) { s.testVolumeManager(t) }},
+		{"NetworkManager", func(t *testing.T, _ backend.Sandbox) { s.testNetworkManager(t) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

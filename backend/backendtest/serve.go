@@ -1,6 +1,8 @@
 package backendtest
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -29,6 +31,51 @@ exit 127`
 // port.
 func serveCommand(port int, body string) []string {
 	return []string{"sh", "-c", serveScript, "sh", strconv.Itoa(port), body}
+}
+
+// fetchScript sends GET / over HTTP/1.0 to the host and port in its
+// arguments and prints the raw response, with python3 or nc, whichever the
+// sandbox has. (busybox-static's wget crashes in Debian's build, so no
+// HTTP client of the sandbox's is used; the caller parses the response.)
+const fetchScript = `if command -v python3 >/dev/null 2>&1; then
+	exec python3 -c 'import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+s.sendall(("GET / HTTP/1.0\r\nHost: %s\r\n\r\n" % sys.argv[1]).encode())
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    sys.stdout.buffer.write(b)' "$1" "$2"
+fi
+if command -v nc >/dev/null 2>&1; then
+	printf 'GET / HTTP/1.0\r\nHost: %s\r\n\r\n' "$1" | nc -w 5 "$1" "$2"
+	exit
+fi
+echo "backendtest: no TCP client in the sandbox (python3 or nc)" >&2
+exit 127`
+
+// fetchCommand is an ExecRequest.Cmd printing the raw response to GET /
+// from host:port.
+func fetchCommand(host string, port int) []string {
+	return []string{"sh", "-c", fetchScript, "sh", host, strconv.Itoa(port)}
+}
+
+// responseBody returns the body of a raw HTTP response, or an error when
+// it is not a whole 200 response.
+func responseBody(raw []byte) (string, error) {
+	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(raw)), nil)
+	if err != nil {
+		return "", fmt.Errorf("not an HTTP response: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return string(body), fmt.Errorf("%s", resp.Status)
+	}
+	return string(body), nil
 }
 
 // readyTimeout bounds how long a case waits for a server it started in a

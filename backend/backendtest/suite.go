@@ -27,8 +27,9 @@
 // (cat, head, yes, ln, mkdir, mv, cut, id, kill, sleep with fractions of a
 // second, and stat and find for the generic file path), so a busybox image
 // passes; where orphans are not reaped, /proc tells zombies from live
-// processes. The Endpointer case serves HTTP with busybox's httpd or
-// python3. The sandbox's working directory must be writable.
+// processes. The Endpointer and NetworkManager cases serve HTTP with
+// busybox's httpd or python3, and the NetworkManager case fetches with
+// python3 or nc. The sandbox's working directory must be writable.
 //
 // Subtest names are stable, so a backend that cannot pass one yet can skip
 // it with go test -skip while it is fixed.
@@ -213,14 +214,34 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// testNothingLeftBehind checks that every sandbox the suite made is gone.
+// testNothingLeftBehind checks that every sandbox, volume and network the
+// suite made is gone.
 func (s *suite) testNothingLeftBehind(t *testing.T) {
-	infos, err := s.b.List(testCtx(t), backend.Filter{Labels: map[string]string{labelRun: s.runID}})
+	mine := backend.Filter{Labels: map[string]string{labelRun: s.runID}}
+	infos, err := s.b.List(testCtx(t), mine)
 	if err != nil {
 		t.Fatalf("List: %v", err)
 	}
 	for _, info := range infos {
 		t.Errorf("sandbox %s (name %q, state %s) is left behind", info.ID, info.Name, info.State)
+	}
+	if vm, ok := backend.AsBackend[backend.VolumeManager](s.b); ok {
+		vols, err := vm.ListVolumes(testCtx(t), mine)
+		if err != nil {
+			t.Errorf("ListVolumes: %v", err)
+		}
+		for _, v := range vols {
+			t.Errorf("volume %s is left behind", v.Name)
+		}
+	}
+	if nm, ok := backend.AsBackend[backend.NetworkManager](s.b); ok {
+		nets, err := nm.ListNetworks(testCtx(t), mine)
+		if err != nil {
+			t.Errorf("ListNetworks: %v", err)
+		}
+		for _, n := range nets {
+			t.Errorf("network %s is left behind", n.Name)
+		}
 	}
 }
 
