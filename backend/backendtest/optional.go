@@ -32,12 +32,7 @@ func (s *suite) testOptional(t *testing.T) {
 		{"Archiver", testArchiver},
 		{"Pauser", s.testPauser},
 		{"Endpointer", s.testEndpointer},
-		{"Checkpointer", func(t *testing.T, sb backend.Sandbox) {
-			if _, ok := backend.As[backend.Checkpointer](sb); !ok {
-				t.Skip("the sandbox is not a Checkpointer")
-			}
-			t.Skip("not covered: checkpoints make images the suite would have to remove")
-		}},
+		{"Checkpointer", s.testCheckpointer},
 		{"Resetter", s.testResetter},
 		{"LogReader", s.testLogReader},
 		{"AgentDialer", testAgentDialer(s.cfg.agentCheck)},

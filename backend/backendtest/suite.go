@@ -31,6 +31,17 @@
 // busybox's httpd or python3, and the NetworkManager case fetches with
 // python3 or nc. The sandbox's working directory must be writable.
 //
+// Optional capabilities are tested where the sandbox (through [backend.As])
+// or the backend (through [backend.AsBackend]) has them: each case checks
+// what the capability does, not only that it answers (a file written
+// before Reset is gone; a counter stops while paused; a server inside is
+// reached through Endpoint; two sandboxes on a session network reach each
+// other by name; a volume's files are seen from two sandboxes; a sandbox
+// made from a checkpoint has the file written before it; Logs returns what
+// the main command printed; the agent dialled through AgentDialer
+// answers). The NothingLeftBehind check covers the volumes and networks
+// the suite made too.
+//
 // Subtest names are stable, so a backend that cannot pass one yet can skip
 // it with go test -skip while it is fixed.
 package backendtest
@@ -54,6 +65,7 @@ type config struct {
 	spec         func(name string) backend.Spec
 	image        string
 	rerunsHidden bool
+	removeImage  func(ctx context.Context, ref string) error
 	agentCheck   func(ctx context.Context, conn net.Conn) error
 }
 
@@ -74,6 +86,14 @@ func WithImage(image string) Option {
 // whose optional capabilities are hidden (see HideCapabilities).
 func WithoutCapabilityRerun() Option {
 	return func(c *config) { c.rerunsHidden = false }
+}
+
+// WithImageRemover gives the suite a way to remove the image its
+// Checkpointer case makes (the contract has no call for it). Without one,
+// the case logs the image it leaves behind; the image carries the labels
+// of the sandbox it was committed from.
+func WithImageRemover(remove func(ctx context.Context, ref string) error) Option {
+	return func(c *config) { c.removeImage = remove }
 }
 
 // WithAgentCheck tells the suite how to check that an agent answers on a

@@ -115,7 +115,8 @@ func create(t *testing.T, b backend.Backend, s backend.Spec) backend.Sandbox {
 func TestConformance(t *testing.T) {
 	h := remotetest.Get(t)
 	backendtest.Run(t, func(t *testing.T) backend.Backend { return open(t, config(h)) },
-		backendtest.WithSpec(func(name string) backend.Spec { return spec(name, dockertest.BusyboxImage) }))
+		backendtest.WithSpec(func(name string) backend.Spec { return spec(name, dockertest.BusyboxImage) }),
+		backendtest.WithImageRemover(dockertest.ImageRemover(h.DockerClient(t))))
 }
 
 func TestFileops(t *testing.T) {
