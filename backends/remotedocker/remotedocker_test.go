@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -366,9 +365,8 @@ func TestVolumeOnRemote(t *testing.T) {
 	session := "vol-" + testRun
 	name, err := b.CreateVolume(ctx, backend.VolumeSpec{Session: session, FromPath: src,
 		Labels: map[string]string{labelTestRun: testRun}, TTL: time.Hour})
-	if errors.Is(err, errors.ErrUnsupported) {
-		t.Skip(err)
-	}
+	// remotedocker always has volumes (the remote engine's, through
+	// native's code): ErrUnsupported here is a regression, not a skip.
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		assert.NoError(t, b.RemoveVolume(context.Background(), name))
