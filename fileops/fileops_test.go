@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend/backendtest"
 	"github.com/sandboxkit/sandboxkit/backends/local"
 	"github.com/sandboxkit/sandboxkit/fileops/fileopstest"
+	"github.com/sandboxkit/sandboxkit/internal/harness"
 )
 
 // newLocalSandbox makes a sandbox on a local backend with a state dir of
@@ -67,11 +68,15 @@ func (s busyboxSandbox) Exec(ctx context.Context, req backend.ExecRequest) (back
 	return s.Sandbox.Exec(ctx, req)
 }
 
+// envRequireBusybox makes TestLocalBusybox fail instead of skipping when
+// busybox is missing (CI sets it).
+const envRequireBusybox = "SBX_REQUIRE_BUSYBOX"
+
 func TestLocalBusybox(t *testing.T) {
 	t.Parallel()
 	bb, err := exec.LookPath("busybox")
 	if err != nil {
-		t.Skip("busybox is not installed")
+		harness.Unavailable(t, envRequireBusybox, "busybox is not installed (scripts/test.sh installs busybox-static)")
 	}
 	bin := t.TempDir()
 	out, err := exec.Command(bb, "--install", "-s", bin).CombinedOutput()

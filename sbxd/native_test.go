@@ -55,7 +55,8 @@ func TestConformanceNative(t *testing.T) {
 	log := noWarnings(t)
 	backendtest.Run(t, func(t *testing.T) backend.Backend {
 		return sbxd.WrapBackend(b, sbxd.WithLogger(log))
-	}, backendtest.WithImage(dockertest.BusyboxImage), backendtest.WithoutCapabilityRerun())
+	}, backendtest.WithImage(dockertest.BusyboxImage), backendtest.WithoutCapabilityRerun(),
+		backendtest.WithImageRemover(dockertest.ImageRemover(dockertest.Client(t))))
 }
 
 func TestFileopsNative(t *testing.T) {

@@ -256,3 +256,17 @@ func stat(t *testing.T, ctx context.Context, sb backend.Sandbox, name string) fs
 	}
 	return fi
 }
+
+// mainLogs returns the last lines a sandbox's main command printed, as a
+// suffix for a failure message ("" when the sandbox has no LogReader).
+func mainLogs(ctx context.Context, sb backend.Sandbox) (string, error) {
+	lr, ok := backend.As[backend.LogReader](sb)
+	if !ok {
+		return "", nil
+	}
+	out, err := lr.Logs(ctx, 20)
+	if err != nil {
+		return "", err
+	}
+	return "\nthe main command's last output:\n" + string(out), nil
+}

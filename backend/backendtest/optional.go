@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"maps"
-	"net"
 	"path"
 	"slices"
 	"strings"
@@ -20,7 +19,8 @@ import (
 )
 
 // testOptional runs a subtest per optional capability; each skips when the
-// sandbox (found through Unwrap chains) does not implement it.
+// sandbox (found through Unwrap chains) or, for volumes and networks, the
+// backend does not implement it.
 func (s *suite) testOptional(t *testing.T) {
 	sb := s.create(t, s.spec("optional"))
 	for _, c := range []struct {
@@ -32,12 +32,12 @@ func (s *suite) testOptional(t *testing.T) {
 		{"Archiver", testArchiver},
 		{"Pauser", s.testPauser},
 		{"Endpointer", s.testEndpointer},
-		{"Checkpointer", func(t *testing.T, sb backend.Sandbox) {
-			if _, ok := backend.As[backend.Checkpointer](sb); !ok {
-				t.Skip("the sandbox is not a Checkpointer")
-			}
-			t.Skip("not covered: checkpoints make images the suite would have to remove")
-		}},
+		{"Checkpointer", s.testCheckpointer},
+		{"Resetter", s.testResetter},
+		{"LogReader", s.testLogReader},
+		{"AgentDialer", testAgentDialer(s.cfg.agentCheck)},
+		{"VolumeManager", func(t *testing.T, _ backend.Sandbox) { s.testVolumeManager(t) }},
+		{"NetworkManager", func(t *testing.T, _ backend.Sandbox) { s.testNetworkManager(t) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -281,59 +281,5 @@ func getArchive(t *testing.T, ctx context.Context, a backend.Archiver, name stri
 			t.Fatalf("GetArchive(%q): reading %s: %v", name, hdr.Name, err)
 		}
 		entries[path.Clean(hdr.Name)] = data
-	}
-}
-
-func (s *suite) testPauser(t *testing.T, sb backend.Sandbox) {
-	if _, ok := backend.As[backend.Pauser](sb); !ok {
-		t.Skip("the sandbox is not a Pauser")
-	}
-	// A sandbox of its own: the others are in use.
-	sb = s.create(t, s.spec("pause"))
-	p, _ := backend.As[backend.Pauser](sb)
-	ctx := testCtx(t)
-	state := func() backend.State {
-		info, err := sb.Info(ctx)
-		if err != nil {
-			t.Fatalf("Info: %v", err)
-		}
-		return info.State
-	}
-	if err := p.Pause(ctx); err != nil {
-		t.Fatalf("Pause: %v", err)
-	}
-	if st := state(); st != backend.StatePaused {
-		t.Errorf("State after Pause = %q, want %q", st, backend.StatePaused)
-	}
-	if err := p.Resume(ctx); err != nil {
-		t.Fatalf("Resume: %v", err)
-	}
-	if st := state(); st != backend.StateRunning {
-		t.Errorf("State after Resume = %q, want %q", st, backend.StateRunning)
-	}
-	res := mustExec(t, ctx, sb, backend.ExecRequest{Cmd: []string{"echo", "resumed"}})
-	checkOutput(t, "stdout after Resume", res.Stdout, "resumed\n")
-}
-
-func (s *suite) testEndpointer(t *testing.T, sb backend.Sandbox) {
-	if _, ok := backend.As[backend.Endpointer](sb); !ok {
-		t.Skip("the sandbox is not an Endpointer")
-	}
-	if !s.caps.Ports {
-		t.Skip("the backend cannot publish ports")
-	}
-	spec := s.spec("ports")
-	spec.Ports = []backend.Port{{Port: 8080}}
-	sb = s.create(t, spec)
-	e, _ := backend.As[backend.Endpointer](sb)
-	addr, err := e.Endpoint(testCtx(t), 8080)
-	if err != nil {
-		t.Fatalf("Endpoint(8080): %v", err)
-	}
-	if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || port == "" || port == "0" {
-		t.Errorf("Endpoint(8080) = %q, want host:port", addr)
-	}
-	if addr, err := e.Endpoint(testCtx(t), 8081); err == nil {
-		t.Errorf("Endpoint of a port not published = %q, want an error", addr)
 	}
 }

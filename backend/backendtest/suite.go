@@ -24,10 +24,23 @@
 // sandboxes implement.
 //
 // Commands run in the sandboxes need only POSIX sh and coreutils or busybox
-// (cat, head, yes, ln, mkdir, cut, id, kill, sleep, and stat and find for the
-// generic file path), so a busybox image passes; where orphans are not
-// reaped, /proc tells zombies from live processes. The sandbox's working
-// directory must be writable.
+// (cat, head, yes, ln, mkdir, mv, cut, id, kill, sleep with fractions of a
+// second, and stat and find for the generic file path), so a busybox image
+// passes; where orphans are not reaped, /proc tells zombies from live
+// processes. The Endpointer and NetworkManager cases serve HTTP with
+// busybox's httpd or python3, and the NetworkManager case fetches with
+// python3 or nc. The sandbox's working directory must be writable.
+//
+// Optional capabilities are tested where the sandbox (through [backend.As])
+// or the backend (through [backend.AsBackend]) has them: each case checks
+// what the capability does, not only that it answers (a file written
+// before Reset is gone; a counter stops while paused; a server inside is
+// reached through Endpoint; two sandboxes on a session network reach each
+// other by name; a volume's files are seen from two sandboxes; a sandbox
+// made from a checkpoint has the file written before it; Logs returns what
+// the main command printed; the agent dialled through AgentDialer
+// answers). The NothingLeftBehind check covers the volumes and networks
+// the suite made too.
 //
 // Subtest names are stable, so a backend that cannot pass one yet can skip
 // it with go test -skip while it is fixed.
@@ -38,6 +51,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"maps"
+	"net"
 	"testing"
 	"time"
 
@@ -51,6 +65,8 @@ type config struct {
 	spec         func(name string) backend.Spec
 	image        string
 	rerunsHidden bool
+	removeImage  func(ctx context.Context, ref string) error
+	agentCheck   func(ctx context.Context, conn net.Conn) error
 }
 
 // WithSpec sets the base Spec of every sandbox the suite creates. The suite
@@ -70,6 +86,23 @@ func WithImage(image string) Option {
 // whose optional capabilities are hidden (see HideCapabilities).
 func WithoutCapabilityRerun() Option {
 	return func(c *config) { c.rerunsHidden = false }
+}
+
+// WithImageRemover gives the suite a way to remove the image its
+// Checkpointer case makes (the contract has no call for it). Without one,
+// the case logs the image it leaves behind; the image carries the labels
+// of the sandbox it was committed from.
+func WithImageRemover(remove func(ctx context.Context, ref string) error) Option {
+	return func(c *config) { c.removeImage = remove }
+}
+
+// WithAgentCheck tells the suite how to check that an agent answers on a
+// connection from backend.AgentDialer: the suite dials, check speaks the
+// agent's protocol (sbxd's handshake, for instance through sbxd's client)
+// and returns an error if the agent does not answer as one. A sandbox that
+// is an AgentDialer fails the suite when Run has no check.
+func WithAgentCheck(check func(ctx context.Context, conn net.Conn) error) Option {
+	return func(c *config) { c.agentCheck = check }
 }
 
 // Limits on how long the suite waits for the backend. They are generous
@@ -201,14 +234,34 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// testNothingLeftBehind checks that every sandbox the suite made is gone.
+// testNothingLeftBehind checks that every sandbox, volume and network the
+// suite made is gone.
 func (s *suite) testNothingLeftBehind(t *testing.T) {
-	infos, err := s.b.List(testCtx(t), backend.Filter{Labels: map[string]string{labelRun: s.runID}})
+	mine := backend.Filter{Labels: map[string]string{labelRun: s.runID}}
+	infos, err := s.b.List(testCtx(t), mine)
 	if err != nil {
 		t.Fatalf("List: %v", err)
 	}
 	for _, info := range infos {
 		t.Errorf("sandbox %s (name %q, state %s) is left behind", info.ID, info.Name, info.State)
+	}
+	if vm, ok := backend.AsBackend[backend.VolumeManager](s.b); ok {
+		vols, err := vm.ListVolumes(testCtx(t), mine)
+		if err != nil {
+			t.Errorf("ListVolumes: %v", err)
+		}
+		for _, v := range vols {
+			t.Errorf("volume %s is left behind", v.Name)
+		}
+	}
+	if nm, ok := backend.AsBackend[backend.NetworkManager](s.b); ok {
+		nets, err := nm.ListNetworks(testCtx(t), mine)
+		if err != nil {
+			t.Errorf("ListNetworks: %v", err)
+		}
+		for _, n := range nets {
+			t.Errorf("network %s is left behind", n.Name)
+		}
 	}
 }
 

@@ -55,7 +55,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestNewMissingKubeconfig(t *testing.T) {
-	_, err := New(Config{Kubeconfig: "/nonexistent/kubeconfig"}, nil)
+	_, err := New(Config{Kubeconfig: "/nonexistent/kubeconfig"})
 	assert.ErrorIs(t, err, backend.ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "[sandbox.k8s] kubeconfig")
 }

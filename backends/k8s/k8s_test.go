@@ -39,6 +39,8 @@ func openBackend(t *testing.T, c *k8stest.Cluster, ns string) *k8s.Backend {
 		Namespace:       ns,
 		ImagePullPolicy: "IfNotPresent",
 		StartTimeoutSec: 120,
+		// The cluster pulls nothing: volumes are filled by the test image.
+		HelperImage: k8stest.BusyboxImage,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })

@@ -222,7 +222,8 @@ func TestRootlessHelper(t *testing.T) {
 	})
 
 	t.Run("conformance", func(t *testing.T) {
-		backendtest.Run(t, func(t *testing.T) backend.Backend { return open(t) }, backendtest.WithImage(image))
+		backendtest.Run(t, func(t *testing.T) backend.Backend { return open(t) },
+			backendtest.WithImage(image), backendtest.WithAgentCheck(agentAnswers))
 	})
 	t.Run("fileops", func(t *testing.T) {
 		fsb, err := b.Create(ctx, backend.Spec{Name: "rootless-fileops", Image: image, WorkingDir: "/work"})

@@ -105,7 +105,7 @@ func conformance(t *testing.T, image string) {
 	newB := func(t *testing.T) backend.Backend { return newBackend(t, image) }
 	backendtest.Run(t, newB, backendtest.WithSpec(func(name string) backend.Spec {
 		return spec(name, image)
-	}))
+	}), backendtest.WithImageRemover(dockertest.ImageRemover(dockertest.Client(t))))
 }
 
 // fileops runs the fileops table on image, through the sandbox's own file

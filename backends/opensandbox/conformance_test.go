@@ -60,12 +60,10 @@ func TestConformanceInProcessServer(t *testing.T) {
 	}, backendtest.WithImage(testImage))
 }
 
-// envFull turns on the slow variant of TestFileopsInProcessServer.
-const envFull = "SBX_TEST_OPENSANDBOX_FULL"
-
 // TestFileopsInProcessServer runs the fileops table, with execd reached
-// through the server proxy, on a sandbox as it is and, with
-// SBX_TEST_OPENSANDBOX_FULL=1, once more with its capabilities hidden.
+// through the server proxy, on a sandbox as it is and once more with its
+// capabilities hidden (fileops' generic path, about 1000 commands through
+// Exec), the two at once.
 func TestFileopsInProcessServer(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t, opensandboxtest.Options{APIKey: testAPIKey})
@@ -80,10 +78,6 @@ func TestFileopsInProcessServer(t *testing.T) {
 		fileopstest.Run(t, func(t *testing.T) backend.Sandbox { return sb })
 	})
 	t.Run("capabilities hidden", func(t *testing.T) {
-		if os.Getenv(envFull) != "1" {
-			t.Skipf("set %s=1 to run it: it drives fileops' generic path (about 1000 commands) through Exec, "+
-				"which fileops' own tests cover on the local backend and the conformance suite's hidden file cases cover here", envFull)
-		}
 		t.Parallel()
 		fileopstest.Run(t, func(t *testing.T) backend.Sandbox { return backendtest.HideCapabilities(sb) })
 	})

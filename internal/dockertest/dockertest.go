@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
@@ -106,6 +107,18 @@ func Leftovers(ctx context.Context, cli *client.Client, key, value string) ([]st
 		out = append(out, "image "+strings.Join(append(i.RepoTags, i.ID), ","))
 	}
 	return out, nil
+}
+
+// ImageRemover returns a function removing an image from cli's engine (an
+// image that is gone is not an error), for backendtest.WithImageRemover.
+func ImageRemover(cli *client.Client) func(ctx context.Context, ref string) error {
+	return func(ctx context.Context, ref string) error {
+		_, err := cli.ImageRemove(ctx, ref, image.RemoveOptions{Force: true, PruneChildren: true})
+		if cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
 }
 
 // AssertNoLeftovers registers a cleanup, run after every cleanup registered
