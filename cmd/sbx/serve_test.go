@@ -123,6 +123,38 @@ func TestServeRefusesOpenListenWithoutKey(t *testing.T) {
 	}
 }
 
+// TestServeUnisolated: on the local backend (no isolation) sbx serve warns,
+// and listening beyond loopback needs --allow-unisolated, API key or not.
+func TestServeUnisolated(t *testing.T) {
+	setup(t)
+	t.Setenv("SBX_API_KEY", "k")
+	// Bounded, so a server that starts anyway fails the test instead of
+	// hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := sbxIn(t, ctx, "", "serve", "--listen", "0.0.0.0:8765")
+	r.expect(t, exitError)
+	for _, want := range []string{"no isolation", "is not loopback", "--allow-unisolated"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Fatalf("sbx serve --listen 0.0.0.0:8765 on local: want %q in stderr: %s", want, r.stderr)
+		}
+	}
+
+	url, stop := startServe(t, "--listen", "0.0.0.0:0", "--allow-unisolated")
+	resp, err := http.Get(url + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	code, stderr := stop()
+	if code != 0 {
+		t.Fatalf("sbx serve --allow-unisolated exited %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "warning: the local backend gives no isolation") {
+		t.Fatalf("sbx serve on local: no isolation warning in stderr: %s", stderr)
+	}
+}
+
 func TestMCPStdio(t *testing.T) {
 	setup(t)
 	mcpStdio(t, "", nil)
