@@ -80,7 +80,7 @@ func defineTool[In any](name, description string, fn func(context.Context, *Serv
 		register: func(r *mcpRegistrar) {
 			mcp.AddTool(r.srv, &mcp.Tool{Name: name, Description: description},
 				func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
-					res, err := fn(ctx, r.s, r.conv(req), in)
+					res, err := fn(withTool(ctx, name), r.s, r.conv(req), in)
 					res = r.s.finish(name, res, err)
 					return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.Output}}, IsError: res.IsError}, nil, nil
 				})
@@ -94,7 +94,7 @@ func defineTool[In any](name, description string, fn func(context.Context, *Serv
 					return Result{}, &httpError{code: http.StatusBadRequest, msg: fmt.Sprintf("tool %s: bad JSON arguments: %v", name, err)}
 				}
 			}
-			res, err := fn(ctx, s, conv, in)
+			res, err := fn(withTool(ctx, name), s, conv, in)
 			return s.finish(name, res, err), nil
 		},
 		schema: func() (any, error) { return jsonschema.For[In](nil) },
@@ -108,6 +108,10 @@ func (s *Server) finish(tool string, res Result, err error) Result {
 		return res
 	}
 	res.IsError = true
+	if oe, ok := errors.AsType[*OutsideError](err); ok {
+		res.Output = oe.agentText()
+		return res
+	}
 	if te, ok := errors.AsType[*fileops.ToolError](err); ok {
 		res.Output = te.Error()
 		return res

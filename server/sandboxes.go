@@ -194,6 +194,13 @@ func (s *Server) attach(ctx context.Context, b *box) error {
 		}
 		b.agent, sb = c, c
 	}
+	if Unisolated(s.opts.Backend) {
+		c, err := newConfinedSandbox(ctx, sb)
+		if err != nil {
+			return err
+		}
+		sb = c
+	}
 	b.tools = fileops.New(sb, fileops.Options{ExecuteTimeout: s.opts.ExecuteTimeout, OutputLimit: s.opts.OutputLimit})
 	return nil
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,7 +57,7 @@ type (
 	GlobInput struct {
 		SandboxID string `json:"sandbox_id" jsonschema:"the sandbox_id create_sandbox returned"`
 		Pattern   string `json:"pattern" jsonschema:"glob pattern such as **/*.go"`
-		Path      string `json:"path,omitempty" jsonschema:"directory to search; default /"`
+		Path      string `json:"path,omitempty" jsonschema:"directory to search; default the working directory"`
 	}
 	GrepInput struct {
 		SandboxID  string `json:"sandbox_id" jsonschema:"the sandbox_id create_sandbox returned"`
@@ -177,7 +178,7 @@ func tools() []toolDef {
 		defineTool("glob", "Find files in the sandbox by glob pattern (** for any depth), most recently modified first."+sandboxIDHint,
 			func(ctx context.Context, s *Server, conv string, in GlobInput) (Result, error) {
 				return s.tool(ctx, conv, in.SandboxID, func(ctx context.Context, t *fileops.Tools) (string, error) {
-					return t.Glob(ctx, in.Pattern, in.Path)
+					return t.Glob(ctx, in.Pattern, cmp.Or(in.Path, ".")) // the working directory, not fileops' "/"
 				})
 			}),
 		defineTool("grep", "Search file contents in the sandbox with a regular expression."+sandboxIDHint,
