@@ -163,7 +163,7 @@ func (s *Server) serveToolList(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
-		list = append(list, toolInfo{Name: t.name, Description: t.description, InputSchema: schema})
+		list = append(list, toolInfo{Name: t.name, Description: s.describe(t.name, t.description), InputSchema: schema})
 	}
 	writeJSON(w, http.StatusOK, list)
 }

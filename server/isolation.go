@@ -44,3 +44,51 @@ func CheckUnisolatedListen(addr string, b backend.Backend, allow bool) error {
 		"Listen on 127.0.0.1, use an isolating backend (native, lite, k8s, ...), or pass %s if that is what you want",
 		addr, b.Name(), FlagAllowUnisolated)
 }
+
+// isolationNote tells the model, in a tool's description, what the
+// sandbox isolates (see describe).
+func isolationNote(iso backend.Isolation) string {
+	switch iso {
+	case backend.IsolationNone:
+		return "A sandbox here is a folder on the server's host, without isolation: commands run as host processes " +
+			"with the server user's rights and can reach the host's files and network; file tools only reach files inside the sandbox's folder."
+	case backend.IsolationVM:
+		return "A sandbox is an isolated virtual machine (a kernel, file system and processes of its own)."
+	case backend.IsolationContainer:
+		return "A sandbox is an isolated container (a file system and processes of its own, sharing the host's kernel)."
+	}
+	return ""
+}
+
+// describe returns tool name's description as agents see it on this
+// server's backend: the text of tools(), with what the backend isolates.
+func (s *Server) describe(name, description string) string {
+	iso := s.opts.Backend.Capabilities().Isolation
+	switch name {
+	case "create_sandbox":
+		if note := isolationNote(iso); note != "" {
+			description += " " + note
+		}
+	case "execute":
+		if iso == backend.IsolationNone {
+			description += " NOT isolated: the command runs as a host process and is not confined to the sandbox's folder."
+		}
+	case "ls", "read_file", "write_file", "edit_file", "glob", "grep":
+		if iso == backend.IsolationNone {
+			description += " Only paths inside the sandbox's folder are allowed."
+		}
+	}
+	return description
+}
+
+// instructions tell the model how the tools fit together.
+func (s *Server) instructions() string {
+	text := "Sandboxes are places to run commands and edit files in."
+	if note := isolationNote(s.opts.Backend.Capabilities().Isolation); note != "" {
+		text += " " + note
+	}
+	return text + `
+Start with create_sandbox and pass the sandbox_id it returns to every other tool.
+When resuming work, call connect_sandbox with the sandbox_id from earlier in the conversation; if it is gone, create a new one.
+A sandbox is removed after a while without tool calls; delete_sandbox it when the work is done.`
+}

@@ -1,9 +1,13 @@
 package server_test
 
 import (
+	"context"
+	"encoding/json"
+	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/server"
@@ -51,4 +55,60 @@ func TestCheckUnisolatedListen(t *testing.T) {
 	}
 	assert.Contains(t, server.UnisolatedWarning(local), "no isolation")
 	assert.Empty(t, server.UnisolatedWarning(container))
+}
+
+// TestToolTextsSayWhatIsIsolated: the tool descriptions and instructions
+// agents read say what the backend isolates, over MCP and GET /tools.
+func TestToolTextsSayWhatIsIsolated(t *testing.T) {
+	local := localBackend(t)
+	for _, c := range []struct {
+		name     string
+		b        backend.Backend
+		want     map[string]string // tool (or "instructions") -> text it contains
+		unwanted []string          // in no text
+	}{
+		{"local", local, map[string]string{
+			"instructions":   "without isolation",
+			"create_sandbox": "a folder on the server's host, without isolation",
+			"execute":        "runs as a host process and is not confined",
+			"read_file":      "Only paths inside the sandbox's folder",
+			"glob":           "Only paths inside the sandbox's folder",
+		}, []string{"isolated machine"}},
+		{"container", fakeIsolatedBackend{local, backend.IsolationContainer}, map[string]string{
+			"instructions":   "isolated container",
+			"create_sandbox": "isolated container",
+		}, []string{"isolated machine", "without isolation", "not confined", "Only paths inside"}},
+		{"vm", fakeIsolatedBackend{local, backend.IsolationVM}, map[string]string{
+			"create_sandbox": "isolated virtual machine",
+		}, []string{"without isolation"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newServer(t, c.b, nil)
+			url := serveHTTP(t, s)
+			cs := mcpClient(t, url+"/mcp", nil)
+			texts := map[string]string{"instructions": cs.InitializeResult().Instructions}
+			list, err := cs.ListTools(context.Background(), nil)
+			require.NoError(t, err)
+			for _, tl := range list.Tools {
+				texts[tl.Name] = tl.Description
+			}
+			resp, err := http.Get(url + "/tools")
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			var httpTools []struct{ Name, Description string }
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&httpTools))
+			require.Len(t, httpTools, len(list.Tools))
+			for _, tl := range httpTools {
+				assert.Equal(t, texts[tl.Name], tl.Description, "GET /tools and MCP describe %s alike", tl.Name)
+			}
+			for name, want := range c.want {
+				assert.Contains(t, texts[name], want, name)
+			}
+			for name, text := range texts {
+				for _, bad := range c.unwanted {
+					assert.NotContains(t, text, bad, name)
+				}
+			}
+		})
+	}
 }

@@ -104,7 +104,7 @@ const sandboxIDHint = " Pass the sandbox_id from create_sandbox (or from earlier
 func tools() []toolDef {
 	return []toolDef{
 		defineTool("create_sandbox",
-			"Create a sandbox: an isolated machine to run commands and edit files in. Call this FIRST, before any other tool, "+
+			"Create a sandbox to run commands and edit files in. Call this FIRST, before any other tool, "+
 				"unless this conversation already has a sandbox_id (then call connect_sandbox with it). Returns the sandbox_id every other tool needs. "+
 				"The sandbox is removed after timeout_minutes without tool calls (default 30); every tool call renews it.",
 			func(ctx context.Context, s *Server, conv string, in CreateInput) (Result, error) {
