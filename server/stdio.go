@@ -191,6 +191,12 @@ func idOf(line []byte) jsonrpc.ID {
 
 // answer writes a JSON-RPC error response (ID null when id is the zero ID).
 func (s *stdioReader) answer(id jsonrpc.ID, code int64, message string) {
+	s.out.Write(append(rpcError(id, code, message), '\n'))
+}
+
+// rpcError is a JSON-RPC error response (ID null when id is the zero ID:
+// the request's ID could not be read).
+func rpcError(id jsonrpc.ID, code int64, message string) []byte {
 	resp := struct {
 		JSONRPC string `json:"jsonrpc"`
 		ID      any    `json:"id"`
@@ -200,9 +206,6 @@ func (s *stdioReader) answer(id jsonrpc.ID, code int64, message string) {
 		} `json:"error"`
 	}{JSONRPC: "2.0", ID: id.Raw()}
 	resp.Error.Code, resp.Error.Message = code, message
-	data, err := json.Marshal(resp)
-	if err != nil {
-		return
-	}
-	s.out.Write(append(data, '\n'))
+	data, _ := json.Marshal(resp) // cannot fail: strings and numbers
+	return data
 }
