@@ -127,6 +127,31 @@ func TestServeRefusesOpenListenWithoutKey(t *testing.T) {
 	}
 }
 
+// TestServeAPIKeyWhitespace: a key read with its newline is used trimmed,
+// with a warning, instead of refusing every request with 401.
+func TestServeAPIKeyWhitespace(t *testing.T) {
+	setup(t)
+	t.Setenv("SBX_API_KEY", "k\n")
+	url, stop := startServe(t, "--listen", "127.0.0.1:0")
+	req, err := http.NewRequest(http.MethodGet, url+"/sandbox/status", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	_, stderr := stop()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/sandbox/status with the key: %s, want 200\nstderr: %s", resp.Status, stderr)
+	}
+	if !strings.Contains(stderr, "warning: $SBX_API_KEY has whitespace around it") {
+		t.Fatalf("no warning about the key's whitespace: %s", stderr)
+	}
+}
+
 // TestServeUnisolated: on the local backend (no isolation) sbx serve warns,
 // and listening beyond loopback needs --allow-unisolated, API key or not.
 func TestServeUnisolated(t *testing.T) {
