@@ -22,7 +22,8 @@
 //
 // A sandbox is removed after its idle TTL (Options.IdleTTL, or
 // timeout_minutes) without tool calls; every call renews it, including
-// connect_sandbox, and a call still running counts as activity. It is removed
+// connect_sandbox, and a call or background job still running counts as
+// activity. It is removed
 // at Options.MaxLifetime in any case: that is also the backend TTL it is
 // created with, so sbx gc reaps what a dead server left. The server's reaper
 // (Reap) does the removing; a call that finds its sandbox expired removes it
