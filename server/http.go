@@ -25,8 +25,9 @@ import (
 // restarted server) keeps its sandboxes.
 const HeaderConversation = "X-Conversation-Id"
 
-// maxBodyBytes bounds a JSON API request (write_file content included).
-const maxBodyBytes = 64 << 20
+// MaxJSONBodyBytes bounds a JSON API request (write_file content
+// included); larger ones get 413.
+const MaxJSONBodyBytes = 64 << 20
 
 // MaxMCPBodyBytes bounds a request of MCP over streamable HTTP (the MCP
 // SDK's limit; larger ones get 413).
@@ -99,7 +100,7 @@ func (s *Server) Handler() http.Handler {
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
 		// A session nobody used for a sandbox's whole life has nothing
 		// left to reach: close it, so vanished clients cost no memory.
-		&mcp.StreamableHTTPOptions{Logger: s.opts.Logger, SessionTimeout: s.opts.MaxLifetime})
+		&mcp.StreamableHTTPOptions{Logger: s.opts.Logger, SessionTimeout: s.opts.MaxLifetime, MaxRequestBodyBytes: MaxMCPBodyBytes})
 	checkConv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := ConversationFromHeader(r.Header); err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
@@ -202,7 +203,7 @@ func (s *Server) serveTool(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBodyBytes))
 	if err != nil {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body: %v", err))
 		return

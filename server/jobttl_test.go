@@ -58,12 +58,19 @@ func startBlockedJob(t *testing.T, call servertest.Caller, id string) (job strin
 	t.Helper()
 	dir := t.TempDir()
 	started, gate := filepath.Join(dir, "started"), filepath.Join(dir, "go")
-	text := servertest.Must(t, call, "execute", map[string]any{"sandbox_id": id, "background": true,
-		"command": "touch " + started + "; while [ ! -e " + gate + " ]; do sleep 0.05; done"})
+	job, _ = startJob(t, call, id, "touch "+started+"; while [ ! -e "+gate+" ]; do sleep 0.05; done")
+	waitFor(t, func() bool { _, err := os.Stat(started); return err == nil })
+	return job, func() { require.NoError(t, os.WriteFile(gate, nil, 0o644)) }
+}
+
+// startJob starts command in the background and returns its job's ID and
+// the answer.
+func startJob(t *testing.T, call servertest.Caller, id, command string) (job, text string) {
+	t.Helper()
+	text = servertest.Must(t, call, "execute", map[string]any{"sandbox_id": id, "background": true, "command": command})
 	m := jobIDRE.FindStringSubmatch(text)
 	require.NotNil(t, m, text)
-	waitFor(t, func() bool { _, err := os.Stat(started); return err == nil })
-	return m[1], func() { require.NoError(t, os.WriteFile(gate, nil, 0o644)) }
+	return m[1], text
 }
 
 // waitJobDone waits until job has finished. Its calls renew the sandbox at

@@ -202,7 +202,7 @@ func tools() []toolDef {
 					if in.Timeout < 0 {
 						return "", toolError("timeout must not be negative (got %d)", in.Timeout)
 					}
-					res, err := t.Execute(ctx, in.Command, time.Duration(in.Timeout)*time.Second)
+					res, err := t.Execute(ctx, inOrder(in.Command), time.Duration(in.Timeout)*time.Second)
 					if err != nil {
 						return "", err
 					}
@@ -285,7 +285,7 @@ func (s *Server) startJob(ctx context.Context, conv string, in ExecuteInput) (Re
 	var st jobState
 	err := s.withBox(ctx, conv, in.SandboxID, func(ctx context.Context, b *box) error {
 		var err error
-		st, err = b.jobs.start(ctx, in.Command)
+		st, err = b.jobs.start(ctx, inOrder(in.Command))
 		return err
 	})
 	if err != nil {
