@@ -150,6 +150,9 @@ func (s *stdioReader) checkBatch(line []byte) string {
 	if v := s.out.version.Load(); v != nil && *v >= firstBatchlessVersion {
 		return fmt.Sprintf("JSON-RPC batches are not part of MCP protocol version %s", *v)
 	}
+	if nesting(line) > maxNesting {
+		return fmt.Sprintf("nested deeper than %d levels", maxNesting)
+	}
 	var batch []json.RawMessage
 	if err := json.Unmarshal(line, &batch); err != nil {
 		return fmt.Sprintf("not a batch of JSON-RPC messages (%v)", err)
@@ -171,6 +174,35 @@ func (s *stdioReader) checkBatch(line []byte) string {
 		}
 	}
 	return ""
+}
+
+// maxNesting is how deep the MCP SDK's decoder lets JSON nest; a message
+// nested deeper ends its session. Each entry of a batch is checked by the
+// SDK's own decoder, the batch around them here.
+const maxNesting = 1000
+
+// nesting returns how deep objects and arrays nest in the JSON text data.
+func nesting(data []byte) int {
+	depth, deepest := 0, 0
+	inString, escaped := false, false
+	for _, b := range data {
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && b == '\\':
+			escaped = true
+		case inString:
+			inString = b != '"'
+		case b == '"':
+			inString = true
+		case b == '{' || b == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case b == '}' || b == ']':
+			depth--
+		}
+	}
+	return deepest
 }
 
 // idOf returns the request ID a malformed message carries, if it has a

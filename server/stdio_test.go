@@ -156,7 +156,10 @@ func TestStdioBatchesInOldProtocol(t *testing.T) {
 	s := newServer(t, localBackend(t), nil)
 	c := startRawStdio(t, s)
 	c.initialize("2025-03-26")
-	for _, bad := range []string{`[]`, `[1]`, `[{"jsonrpc":"2.0","id":2,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`} {
+	// An entry the SDK's decoder takes, in a batch nested one level too
+	// deep for it.
+	deep := `{"jsonrpc":"2.0","id":9,"method":"ping","params":` + strings.Repeat(`{"a":`, 999) + "1" + strings.Repeat("}", 999) + "}"
+	for _, bad := range []string{`[]`, `[1]`, `[{"jsonrpc":"2.0","id":2,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`, "[" + deep + "]"} {
 		c.send(bad)
 		a := c.next()
 		if assert.NotNil(t, a.Error, bad) {
