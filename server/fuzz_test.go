@@ -20,13 +20,14 @@ import (
 
 // The fuzz targets feed the server what callers send: a JSON API request
 // (tool name, conversation header, body) and an MCP tools/call's
-// arguments; stdio lines are fuzzed in stdio_fuzz_test.go. They run on
-// fuzzBackend, so no input makes a sandbox. Bounded runs (one target per
-// go test -fuzz):
+// arguments; stdio lines and MCP HTTP bodies sent without a session are
+// fuzzed in stdio_fuzz_test.go. They run on fuzzBackend, so no input makes
+// a sandbox. Bounded runs (one target per go test -fuzz):
 //
 //	go test -run '^$' -fuzz '^FuzzJSONAPI$' -fuzztime 30s ./server/
 //	go test -run '^$' -fuzz '^FuzzMCPToolArguments$' -fuzztime 30s ./server/
 //	go test -run '^$' -fuzz '^FuzzStdioLine$' -fuzztime 30s ./server/
+//	go test -run '^$' -fuzz '^FuzzSessionless$' -fuzztime 30s ./server/
 
 // fuzzBackend is an in-process fake backend for the fuzz targets: it has
 // no sandboxes and makes none, so every tool runs its argument checks and

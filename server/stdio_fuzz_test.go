@@ -116,3 +116,44 @@ func checkAnswer(t *testing.T, line string, answer []byte) {
 		t.Fatalf("%q answered with code %d: parse errors are for lines that are not JSON", line, wire.Error.Code)
 	}
 }
+
+// FuzzSessionless: a POST to /mcp without Mcp-Session-Id is refused (400)
+// only when it holds JSON-RPC messages, none of which initializes a session
+// or belongs to the sessionless protocol; anything else goes on to the SDK.
+func FuzzSessionless(f *testing.F) {
+	for _, seed := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`,
+		`[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"initialize"}]`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`, `{oops`, `[]`, ``, `{"jsonrpc":"2.0","id":3,"result":{}}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		id, refuse := sessionless(body)
+		if !refuse {
+			if id.IsValid() {
+				t.Fatalf("%q: passed with an ID", body)
+			}
+			return
+		}
+		raws := []json.RawMessage{bytes.TrimSpace(body)}
+		if len(raws[0]) > 0 && raws[0][0] == '[' {
+			if err := json.Unmarshal(raws[0], &raws); err != nil || len(raws) == 0 {
+				t.Fatalf("%q refused, but it is no batch: %v", body, err)
+			}
+		}
+		for _, raw := range raws {
+			msg, err := jsonrpc.DecodeMessage(raw)
+			if err != nil {
+				t.Fatalf("%q refused, but it is not JSON-RPC (the SDK should answer it): %v", body, err)
+			}
+			if req, ok := msg.(*jsonrpc.Request); ok && req.Method == "initialize" {
+				t.Fatalf("%q: an initialize refused", body)
+			}
+		}
+		if id.IsValid() && len(raws) != 1 {
+			t.Fatalf("%q: a batch answered with one ID", body)
+		}
+	})
+}
