@@ -29,6 +29,14 @@
 // (Reap) does the removing; a call that finds its sandbox expired removes it
 // too.
 //
+// On a backend without isolation (local: a sandbox is a folder and its
+// commands are host processes) the file tools are confined to the
+// sandbox's work folder through an os.Root, so no path or symlink reaches
+// other sandboxes or the rest of the host; execute is not confined. The
+// tool descriptions say what the backend isolates, sbx serve and sbx mcp
+// warn at start (UnisolatedWarning), and CheckUnisolatedListen keeps such a
+// server on loopback unless asked (FlagAllowUnisolated).
+//
 // Commands run through the sandbox's sbxd agent where it starts (background
 // jobs then live in the sandbox and outlive the server), else through the
 // backend, with jobs run by the server. The tools print the same either way.
@@ -37,7 +45,8 @@
 //
 // New makes a server over a backend; Adopt takes over the sandboxes an
 // earlier run of the same instance left, each with a fresh idle window;
-// Handler and Serve expose it over HTTP, RunStdio over a stdio transport;
+// Handler and Serve expose it over HTTP, RunStdio over a stdio transport
+// (StdioTransport answers malformed lines and carries on);
 // Close cancels calls in flight and keeps the sandboxes, unless
 // Options.DeleteOnShutdown.
 package server
