@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/fileops"
 )
 
 // On a backend without isolation (local) a sandbox is a folder on the host,
@@ -48,9 +49,9 @@ type sandboxFolder interface {
 // to: its work folder (<dir>/work), or its working directory when the config
 // put that elsewhere on the host. "" means there is nothing to confine to.
 func confineRoot(info backend.Info, sb backend.Sandbox) string {
-	wd := filepath.Clean(info.WorkDir)
-	if info.WorkDir == "" {
-		wd = ""
+	wd := ""
+	if filepath.IsAbs(info.WorkDir) {
+		wd = filepath.Clean(info.WorkDir)
 	}
 	if f, ok := backend.As[sandboxFolder](sb); ok && f.Dir() != "" {
 		work := filepath.Join(f.Dir(), "work")
@@ -107,6 +108,7 @@ type confinedSandbox struct {
 
 var (
 	_ backend.FileSystem = (*confinedSandbox)(nil)
+	_ fileops.FileWalker = (*confinedSandbox)(nil)
 )
 
 func newConfinedSandbox(ctx context.Context, sb backend.Sandbox) (*confinedSandbox, error) {
