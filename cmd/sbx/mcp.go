@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxkit/sandboxkit/server"
