@@ -22,11 +22,20 @@
 //
 // A sandbox is removed after its idle TTL (Options.IdleTTL, or
 // timeout_minutes) without tool calls; every call renews it, including
-// connect_sandbox, and a call still running counts as activity. It is removed
+// connect_sandbox, and a call or background job still running counts as
+// activity. It is removed
 // at Options.MaxLifetime in any case: that is also the backend TTL it is
 // created with, so sbx gc reaps what a dead server left. The server's reaper
 // (Reap) does the removing; a call that finds its sandbox expired removes it
 // too.
+//
+// On a backend without isolation (local: a sandbox is a folder and its
+// commands are host processes) the file tools are confined to the
+// sandbox's work folder through an os.Root, so no path or symlink reaches
+// other sandboxes or the rest of the host; execute is not confined. The
+// tool descriptions say what the backend isolates, sbx serve and sbx mcp
+// warn at start (UnisolatedWarning), and CheckUnisolatedListen keeps such a
+// server on loopback unless asked (FlagAllowUnisolated).
 //
 // Commands run through the sandbox's sbxd agent where it starts (background
 // jobs then live in the sandbox and outlive the server), else through the
@@ -36,7 +45,8 @@
 //
 // New makes a server over a backend; Adopt takes over the sandboxes an
 // earlier run of the same instance left, each with a fresh idle window;
-// Handler and Serve expose it over HTTP, RunStdio over a stdio transport;
+// Handler and Serve expose it over HTTP, RunStdio over a stdio transport
+// (StdioTransport answers malformed lines and carries on);
 // Close cancels calls in flight and keeps the sandboxes, unless
 // Options.DeleteOnShutdown.
 package server

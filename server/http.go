@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxkit/sandboxkit/backend"
@@ -23,8 +25,13 @@ import (
 // restarted server) keeps its sandboxes.
 const HeaderConversation = "X-Conversation-Id"
 
-// maxBodyBytes bounds a JSON API request (write_file content included).
-const maxBodyBytes = 64 << 20
+// MaxJSONBodyBytes bounds a JSON API request (write_file content
+// included); larger ones get 413.
+const MaxJSONBodyBytes = 64 << 20
+
+// MaxMCPBodyBytes bounds a request of MCP over streamable HTTP (the MCP
+// SDK's limit; larger ones get 413).
+const MaxMCPBodyBytes = mcp.DefaultMaxRequestBodyBytes
 
 var conversationRE = regexp.MustCompile(`^[A-Za-z0-9._:@/+=-]{1,200}$`)
 
@@ -93,10 +100,13 @@ func (s *Server) Handler() http.Handler {
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
 		// A session nobody used for a sandbox's whole life has nothing
 		// left to reach: close it, so vanished clients cost no memory.
-		&mcp.StreamableHTTPOptions{Logger: s.opts.Logger, SessionTimeout: s.opts.MaxLifetime})
+		&mcp.StreamableHTTPOptions{Logger: s.opts.Logger, SessionTimeout: s.opts.MaxLifetime, MaxRequestBodyBytes: MaxMCPBodyBytes})
 	checkConv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := ConversationFromHeader(r.Header); err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if refuseSessionless(w, r) {
 			return
 		}
 		mcpHandler.ServeHTTP(w, r)
@@ -163,7 +173,7 @@ func (s *Server) serveToolList(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
-		list = append(list, toolInfo{Name: t.name, Description: t.description, InputSchema: schema})
+		list = append(list, toolInfo{Name: t.name, Description: s.describe(t.name, t.description), InputSchema: schema})
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -193,7 +203,7 @@ func (s *Server) serveTool(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBodyBytes))
 	if err != nil {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body: %v", err))
 		return
@@ -208,4 +218,74 @@ func (s *Server) serveTool(w http.ResponseWriter, r *http.Request) {
 
 func statusFilter(instance string) backend.Filter {
 	return backend.Filter{Labels: map[string]string{LabelInstance: instance}}
+}
+
+// newProtocolMeta is the _meta key of requests of the sessionless MCP
+// protocol (2026-07-28 on).
+const newProtocolMeta = "io.modelcontextprotocol/protocolVersion"
+
+// refuseSessionless answers 400 Bad Request, with a JSON-RPC error, to a
+// POST without Mcp-Session-Id that does not initialize a session, as the
+// MCP spec asks of servers that require sessions (the SDK would make it a
+// session of its own and answer 200). Requests of the sessionless protocol
+// pass, so the SDK tells their clients which versions to fall back to.
+func refuseSessionless(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" || r.Header.Get("MCP-Protocol-Version") >= "2026-07-28" {
+		return false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxMCPBodyBytes+1))
+	// The SDK reads the body again, and answers a failed or too long one.
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+	if err != nil || len(body) > MaxMCPBodyBytes {
+		return false
+	}
+	id, refuse := sessionless(body)
+	if !refuse {
+		return false
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	w.Write(rpcError(id, jsonrpc.CodeInvalidRequest, "Bad Request: no Mcp-Session-Id header: start a session with initialize "+
+		"(sent without the header) and send the Mcp-Session-Id of its answer with every later request"))
+	return true
+}
+
+// sessionless reports whether an MCP request body sent without a session
+// needs one: it holds JSON-RPC messages, none of them initialize or of the
+// sessionless protocol. id is the request's ID when the body is one
+// request. Bodies that are not JSON-RPC are left to the SDK to answer.
+func sessionless(body []byte) (id jsonrpc.ID, refuse bool) {
+	body = bytes.TrimSpace(body)
+	raws := []json.RawMessage{body}
+	if len(body) > 0 && body[0] == '[' {
+		if json.Unmarshal(body, &raws) != nil || len(raws) == 0 {
+			return jsonrpc.ID{}, false
+		}
+	}
+	for _, raw := range raws {
+		msg, err := jsonrpc.DecodeMessage(raw)
+		if err != nil {
+			return jsonrpc.ID{}, false
+		}
+		req, ok := msg.(*jsonrpc.Request)
+		if !ok {
+			continue
+		}
+		if req.Method == "initialize" || req.Method == "server/discover" {
+			return jsonrpc.ID{}, false
+		}
+		var params struct {
+			Meta map[string]json.RawMessage `json:"_meta"`
+		}
+		if json.Unmarshal(req.Params, &params) == nil && params.Meta[newProtocolMeta] != nil {
+			return jsonrpc.ID{}, false
+		}
+		if len(raws) == 1 {
+			id = req.ID
+		}
+	}
+	return id, true
 }

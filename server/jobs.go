@@ -46,6 +46,9 @@ type jobRunner interface {
 	status(ctx context.Context, id string) (jobState, error)
 	output(ctx context.Context, id string, cursor, limit int64) (jobChunk, error)
 	kill(ctx context.Context, id string) (jobState, error)
+	// running reports whether a job is still running (which keeps the
+	// sandbox from being idle).
+	running(ctx context.Context) (bool, error)
 	close()
 }
 
@@ -99,6 +102,19 @@ func (j *agentJobs) output(ctx context.Context, id string, cursor, limit int64) 
 func (j *agentJobs) kill(ctx context.Context, id string) (jobState, error) {
 	st, err := j.c.KillJob(ctx, id)
 	return fromAgent(st), agentErr(err)
+}
+
+func (j *agentJobs) running(ctx context.Context) (bool, error) {
+	list, err := j.c.Jobs(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, st := range list {
+		if st.State == sbxd.JobRunning {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func (j *agentJobs) close() {}
@@ -245,6 +261,17 @@ func (l *localJobs) kill(ctx context.Context, id string) (jobState, error) {
 		return j.state(), ctx.Err()
 	}
 	return j.state(), nil
+}
+
+func (l *localJobs) running(context.Context) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, j := range l.jobs {
+		if j.state().Running {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func (l *localJobs) close() {

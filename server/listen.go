@@ -16,15 +16,23 @@ const ShutdownGrace = 10 * time.Second
 // CheckListen refuses to listen on anything but loopback without an API
 // key, unless insecure is set.
 func CheckListen(addr string, hasKey, insecure bool) error {
-	host, _, err := net.SplitHostPort(addr)
+	host, _, err := splitListen(addr)
 	if err != nil {
-		return fmt.Errorf("listen address %q: %v (want host:port, e.g. 127.0.0.1:8765)", addr, err)
+		return err
 	}
 	if hasKey || insecure || isLoopback(host) {
 		return nil
 	}
 	return fmt.Errorf("listen address %q is not loopback and no API key is set: set $%s or [sandbox.serve] api_key, "+
 		"listen on 127.0.0.1, or pass --insecure to serve without a key", addr, EnvAPIKey)
+}
+
+func splitListen(addr string) (host, port string, err error) {
+	host, port, err = net.SplitHostPort(addr)
+	if err != nil {
+		return "", "", fmt.Errorf("listen address %q: %v (want host:port, e.g. 127.0.0.1:8765)", addr, err)
+	}
+	return host, port, nil
 }
 
 func isLoopback(host string) bool {

@@ -19,12 +19,6 @@ import (
 // Implementation is how the server names itself to MCP clients.
 var Implementation = &mcp.Implementation{Name: "sandboxkit", Title: "sandboxkit sandboxes", Version: "0.1.0"}
 
-// instructions tell the model how the tools fit together.
-const instructions = `Sandboxes are isolated machines for running commands and editing files.
-Start with create_sandbox and pass the sandbox_id it returns to every other tool.
-When resuming work, call connect_sandbox with the sandbox_id from earlier in the conversation; if it is gone, create a new one.
-A sandbox is removed after a while without tool calls; delete_sandbox it when the work is done.`
-
 // sessionedVersions are the MCP protocol versions the server speaks: those
 // with sessions, since a conversation is an MCP session (protocol
 // 2026-07-28 has none; its clients fall back to an older version).
@@ -50,7 +44,7 @@ func (s *Server) MCPServer(conv func(*mcp.CallToolRequest) string) *mcp.Server {
 		}
 	}
 	srv := mcp.NewServer(Implementation, &mcp.ServerOptions{
-		Instructions:              instructions,
+		Instructions:              s.instructions(),
 		Logger:                    s.opts.Logger,
 		SupportedProtocolVersions: sessionedVersions,
 		Capabilities:              &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
@@ -78,9 +72,9 @@ func defineTool[In any](name, description string, fn func(context.Context, *Serv
 	return toolDef{
 		name: name, description: description,
 		register: func(r *mcpRegistrar) {
-			mcp.AddTool(r.srv, &mcp.Tool{Name: name, Description: description},
+			mcp.AddTool(r.srv, &mcp.Tool{Name: name, Description: r.s.describe(name, description)},
 				func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
-					res, err := fn(ctx, r.s, r.conv(req), in)
+					res, err := fn(withTool(ctx, name), r.s, r.conv(req), in)
 					res = r.s.finish(name, res, err)
 					return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.Output}}, IsError: res.IsError}, nil, nil
 				})
@@ -94,7 +88,7 @@ func defineTool[In any](name, description string, fn func(context.Context, *Serv
 					return Result{}, &httpError{code: http.StatusBadRequest, msg: fmt.Sprintf("tool %s: bad JSON arguments: %v", name, err)}
 				}
 			}
-			res, err := fn(ctx, s, conv, in)
+			res, err := fn(withTool(ctx, name), s, conv, in)
 			return s.finish(name, res, err), nil
 		},
 		schema: func() (any, error) { return jsonschema.For[In](nil) },
@@ -108,6 +102,10 @@ func (s *Server) finish(tool string, res Result, err error) Result {
 		return res
 	}
 	res.IsError = true
+	if oe, ok := errors.AsType[*OutsideError](err); ok {
+		res.Output = oe.agentText()
+		return res
+	}
 	if te, ok := errors.AsType[*fileops.ToolError](err); ok {
 		res.Output = te.Error()
 		return res

@@ -84,7 +84,9 @@ type Options struct {
 	// DeleteOnShutdown removes every sandbox the server knows in Close.
 	DeleteOnShutdown bool
 
-	// APIKey, when set, is required on every HTTP request but /health.
+	// APIKey, when set, is required on every HTTP request but /health. A
+	// key callers could not send in a header (whitespace around it, control
+	// characters) is refused by New.
 	APIKey string
 	// Instance names this server in its sandboxes' labels (default
 	// "serve"). At start a server adopts the sandboxes of its instance
@@ -135,6 +137,8 @@ func (o *Options) setDefaults() error {
 	case o.IdleTTL > o.MaxLifetime:
 		return fmt.Errorf("server: idle_ttl (%s) is longer than max_lifetime (%s): raise max_lifetime or lower idle_ttl: %w",
 			o.IdleTTL, o.MaxLifetime, backend.ErrInvalidConfig)
+	case apiKeyProblem(o.APIKey) != "":
+		return fmt.Errorf("server: Options.APIKey %s: no caller could send it: %w", apiKeyProblem(o.APIKey), backend.ErrInvalidConfig)
 	case !validInstance(o.Instance):
 		return fmt.Errorf("server: instance %q: want 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (it is a label value on every backend): %w",
 			o.Instance, backend.ErrInvalidConfig)
@@ -185,19 +189,66 @@ func ConfigOptions(cfg *sandboxkit.Config) (opts Options, warnings []string, err
 		ExecuteTimeout:   cfg.Sandbox.ExecuteTimeout,
 		OutputLimit:      int64(sc.OutputLimit),
 		DeleteOnShutdown: sc.DeleteOnShutdown,
-		APIKey:           cmp.Or(os.Getenv(EnvAPIKey), sc.APIKey),
 		Instance:         sc.Instance,
+	}
+	key, source := os.Getenv(EnvAPIKey), "$"+EnvAPIKey
+	if key == "" {
+		key, source = sc.APIKey, "[sandbox.serve] api_key"
+		if cfg.Path != "" {
+			source += " in " + cfg.Path
+		}
+	}
+	opts.APIKey, warnings, err = cleanAPIKey(key, source)
+	if err != nil {
+		return opts, warnings, err
 	}
 	types := cfg.SandboxNames()
 	if i := slices.Index(types, "main"); i > 0 {
 		types = slices.Concat([]string{"main"}, slices.Delete(slices.Clone(types), i, i+1))
 	}
 	opts.Types = types
-	opts.Volumes, warnings, err = ParseVolumeMounts(os.Getenv(EnvVolumeMounts), cfg.Dir)
+	vols, volWarnings, err := ParseVolumeMounts(os.Getenv(EnvVolumeMounts), cfg.Dir)
+	opts.Volumes, warnings = vols, append(warnings, volWarnings...)
 	if err != nil {
 		return opts, warnings, fmt.Errorf("$%s: %w", EnvVolumeMounts, err)
 	}
 	return opts, warnings, nil
+}
+
+// headerSpace is the whitespace HTTP strips around a header value (and
+// that a key read from a file often ends with).
+const headerSpace = " \t\r\n\v\f"
+
+// apiKeyProblem says why callers could never send key in a header, or
+// returns "".
+func apiKeyProblem(key string) string {
+	switch {
+	case strings.Trim(key, headerSpace) != key:
+		return "has leading or trailing whitespace, which HTTP strips from a header"
+	case strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }):
+		return "contains control characters, which a header cannot carry"
+	}
+	return ""
+}
+
+// cleanAPIKey returns the key a config gives, from source ($SBX_API_KEY or
+// api_key): whitespace around it (a newline from a key file) is trimmed
+// with a warning, since no caller could send it; a key that is only
+// whitespace, or has control characters inside, is an error.
+func cleanAPIKey(key, source string) (string, []string, error) {
+	var warnings []string
+	if trimmed := strings.Trim(key, headerSpace); trimmed != key {
+		if trimmed == "" {
+			return "", nil, fmt.Errorf("%s is only whitespace: set a key, or leave it empty to serve without one: %w", source, backend.ErrInvalidConfig)
+		}
+		warnings = append(warnings, fmt.Sprintf("%s has whitespace around it (%d bytes), which HTTP clients cannot send: using it trimmed",
+			source, len(key)-len(trimmed)))
+		key = trimmed
+	}
+	if p := apiKeyProblem(key); p != "" {
+		return "", warnings, fmt.Errorf("%s %s: no caller could send it; fix the key: %w", source, p, backend.ErrInvalidConfig)
+	}
+	return key, warnings, nil
 }
 
 // ParseVolumeMounts parses comma-separated "host:sandbox[:ro|rw]" specs

@@ -194,6 +194,13 @@ func (s *Server) attach(ctx context.Context, b *box) error {
 		}
 		b.agent, sb = c, c
 	}
+	if Unisolated(s.opts.Backend) {
+		c, err := newConfinedSandbox(ctx, sb)
+		if err != nil {
+			return err
+		}
+		sb = c
+	}
 	b.tools = fileops.New(sb, fileops.Options{ExecuteTimeout: s.opts.ExecuteTimeout, OutputLimit: s.opts.OutputLimit})
 	return nil
 }
@@ -260,13 +267,20 @@ func (s *Server) lookup(ctx context.Context, conv, id string) (*box, error) {
 }
 
 // use marks b busy (renewing its idle TTL) and returns the release func,
-// or errGone when b has expired, which removes it.
-func (s *Server) use(b *box) (func(), error) {
+// or errGone when b has expired, which removes it. A running background
+// job keeps b from expiring at its idle TTL.
+func (s *Server) use(ctx context.Context, b *box) (func(), error) {
 	s.mu.Lock()
 	now := s.now()
-	expired := (b.inflight == 0 && !now.Before(b.expiry())) ||
-		(!b.hardDeadline.IsZero() && !now.Before(b.hardDeadline))
-	if b.gone || expired {
+	idle := b.inflight == 0 && !now.Before(b.expiry())
+	if idle && !b.gone && !b.pastHardDeadline(now) {
+		s.mu.Unlock()
+		busy := s.jobsRunning(ctx, b)
+		s.mu.Lock()
+		now = s.now()
+		idle = !busy && b.inflight == 0 && !now.Before(b.expiry())
+	}
+	if b.gone || idle || b.pastHardDeadline(now) {
 		wasGone := b.gone
 		b.gone = true
 		if s.boxes[b.id] == b {
@@ -302,7 +316,7 @@ func (s *Server) withBox(ctx context.Context, conv, id string, fn func(context.C
 	if err != nil {
 		return err
 	}
-	release, err := s.use(b)
+	release, err := s.use(ctx, b)
 	if err != nil {
 		return err
 	}

@@ -159,22 +159,33 @@ func (b *box) expiry() time.Time {
 }
 
 // Reap removes the sandboxes whose idle TTL or hard limit has run out and
-// that no call is using, and returns their IDs.
+// that no call is using, and returns their IDs. A sandbox running a
+// background job is not idle: its idle window starts again.
 func (s *Server) Reap(ctx context.Context) []string {
 	now := s.now()
-	var dead []*box
+	var expired []*box
 	s.mu.Lock()
-	for id, b := range s.boxes {
-		if b.inflight > 0 {
-			continue // a call in flight is activity
-		}
-		if !now.Before(b.expiry()) {
-			b.gone = true
-			delete(s.boxes, id)
-			dead = append(dead, b)
+	for _, b := range s.boxes {
+		if b.inflight == 0 && !now.Before(b.expiry()) {
+			expired = append(expired, b) // a call in flight is activity
 		}
 	}
 	s.mu.Unlock()
+	var dead []*box
+	for _, b := range expired {
+		if !b.pastHardDeadline(now) && s.jobsRunning(ctx, b) {
+			s.renew(b, now)
+			continue
+		}
+		s.mu.Lock()
+		// Looked at again: a call may have come since.
+		if !b.gone && b.inflight == 0 && !now.Before(b.expiry()) && s.boxes[b.id] == b {
+			b.gone = true
+			delete(s.boxes, b.id)
+			dead = append(dead, b)
+		}
+		s.mu.Unlock()
+	}
 	var ids []string
 	for _, b := range dead {
 		s.opts.Logger.Info("removing expired sandbox", "sandbox", b.id, "conversation", b.conv)
@@ -184,6 +195,52 @@ func (s *Server) Reap(ctx context.Context) []string {
 		ids = append(ids, b.id)
 	}
 	return ids
+}
+
+// pastHardDeadline reports whether b's hard limit has passed at now.
+func (b *box) pastHardDeadline(now time.Time) bool {
+	return !b.hardDeadline.IsZero() && !now.Before(b.hardDeadline)
+}
+
+// renew starts b's idle window again at now.
+func (s *Server) renew(b *box, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !b.gone && b.lastActive.Before(now) {
+		b.lastActive = now
+	}
+}
+
+// jobsCheckTimeout bounds asking a sandbox whether a job runs.
+const jobsCheckTimeout = 30 * time.Second
+
+// jobsRunning reports whether a background job runs in b, which keeps it
+// from being idle. A sandbox this run has not used yet (adopted) is
+// attached to ask its agent, whose jobs outlive a server; one that cannot
+// be asked has none.
+func (s *Server) jobsRunning(ctx context.Context, b *box) bool {
+	ctx, cancel := context.WithTimeout(ctx, jobsCheckTimeout)
+	defer cancel()
+	b.attach.Lock()
+	jobs := b.jobs
+	b.attach.Unlock()
+	if jobs == nil {
+		if s.opts.NoAgent {
+			return false // the server's own jobs: none ran in this run
+		}
+		if err := s.attach(ctx, b); err != nil {
+			s.opts.Logger.Debug("cannot ask an idle sandbox for running jobs", "sandbox", b.id, "err", err)
+			return false
+		}
+		b.attach.Lock()
+		jobs = b.jobs
+		b.attach.Unlock()
+	}
+	running, err := jobs.running(ctx)
+	if err != nil {
+		s.opts.Logger.Debug("cannot ask an idle sandbox for running jobs", "sandbox", b.id, "err", err)
+	}
+	return running
 }
 
 func (s *Server) reapLoop() {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,7 +57,7 @@ type (
 	GlobInput struct {
 		SandboxID string `json:"sandbox_id" jsonschema:"the sandbox_id create_sandbox returned"`
 		Pattern   string `json:"pattern" jsonschema:"glob pattern such as **/*.go"`
-		Path      string `json:"path,omitempty" jsonschema:"directory to search; default /"`
+		Path      string `json:"path,omitempty" jsonschema:"directory to search; default the working directory"`
 	}
 	GrepInput struct {
 		SandboxID  string `json:"sandbox_id" jsonschema:"the sandbox_id create_sandbox returned"`
@@ -103,7 +104,7 @@ const sandboxIDHint = " Pass the sandbox_id from create_sandbox (or from earlier
 func tools() []toolDef {
 	return []toolDef{
 		defineTool("create_sandbox",
-			"Create a sandbox: an isolated machine to run commands and edit files in. Call this FIRST, before any other tool, "+
+			"Create a sandbox to run commands and edit files in. Call this FIRST, before any other tool, "+
 				"unless this conversation already has a sandbox_id (then call connect_sandbox with it). Returns the sandbox_id every other tool needs. "+
 				"The sandbox is removed after timeout_minutes without tool calls (default 30); every tool call renews it.",
 			func(ctx context.Context, s *Server, conv string, in CreateInput) (Result, error) {
@@ -177,7 +178,7 @@ func tools() []toolDef {
 		defineTool("glob", "Find files in the sandbox by glob pattern (** for any depth), most recently modified first."+sandboxIDHint,
 			func(ctx context.Context, s *Server, conv string, in GlobInput) (Result, error) {
 				return s.tool(ctx, conv, in.SandboxID, func(ctx context.Context, t *fileops.Tools) (string, error) {
-					return t.Glob(ctx, in.Pattern, in.Path)
+					return t.Glob(ctx, in.Pattern, cmp.Or(in.Path, ".")) // the working directory, not fileops' "/"
 				})
 			}),
 		defineTool("grep", "Search file contents in the sandbox with a regular expression."+sandboxIDHint,
@@ -201,7 +202,7 @@ func tools() []toolDef {
 					if in.Timeout < 0 {
 						return "", toolError("timeout must not be negative (got %d)", in.Timeout)
 					}
-					res, err := t.Execute(ctx, in.Command, time.Duration(in.Timeout)*time.Second)
+					res, err := t.Execute(ctx, inOrder(in.Command), time.Duration(in.Timeout)*time.Second)
 					if err != nil {
 						return "", err
 					}
@@ -284,7 +285,7 @@ func (s *Server) startJob(ctx context.Context, conv string, in ExecuteInput) (Re
 	var st jobState
 	err := s.withBox(ctx, conv, in.SandboxID, func(ctx context.Context, b *box) error {
 		var err error
-		st, err = b.jobs.start(ctx, in.Command)
+		st, err = b.jobs.start(ctx, inOrder(in.Command))
 		return err
 	})
 	if err != nil {

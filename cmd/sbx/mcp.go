@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"io"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxkit/sandboxkit/server"
@@ -60,13 +58,8 @@ func (a *app) mcp(ctx context.Context, conversation string) error {
 			return err
 		}
 	}
-	t := &mcp.IOTransport{Reader: io.NopCloser(a.stdin), Writer: nopWriteCloser{a.stdout}}
-	if err := s.RunStdio(ctx, conv, t); err != nil {
+	if err := s.RunStdio(ctx, conv, server.StdioTransport(a.stdin, a.stdout)); err != nil {
 		return err
 	}
 	return s.Close()
 }
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -14,7 +15,7 @@ import (
 
 func (a *app) serveCmd() *cobra.Command {
 	var listen string
-	var insecure bool
+	var insecure, allowUnisolated bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve sandboxes to agents over MCP (streamable HTTP) and a JSON API",
@@ -27,15 +28,22 @@ X-Conversation-Id header) and is removed after its idle TTL without tool calls
 or at max_lifetime. The API key is $SBX_API_KEY, else [sandbox.serve] api_key;
 without one, serve listens only on loopback unless --insecure is given.
 
+On a backend without isolation (local: commands run as host processes) serve
+warns at start and listens only on loopback unless --allow-unisolated is
+given, key or not: whoever reaches it could run commands on this host. File
+tools are confined to each sandbox's folder there; commands are not.
+
 On SIGINT or SIGTERM calls in flight get a few seconds to finish; sandboxes
 are kept (a restarted serve adopts them) unless delete_on_shutdown is set.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.serve(cmd.Context(), listen, insecure)
+			return a.serve(cmd.Context(), listen, insecure, allowUnisolated)
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "address to listen on (default [sandbox.serve] listen, else "+server.DefaultListen+")")
 	cmd.Flags().BoolVar(&insecure, "insecure", false, "allow listening on a non-loopback address without an API key")
+	cmd.Flags().BoolVar(&allowUnisolated, strings.TrimPrefix(server.FlagAllowUnisolated, "--"), false,
+		"allow listening on a non-loopback address with a backend without isolation (local), which lets callers run commands on this host")
 	return cmd
 }
 
@@ -54,6 +62,9 @@ func (a *app) newServer(ctx context.Context, edit func(*server.Options)) (*serve
 		b.Close()
 		return nil, nil, "", err
 	}
+	if w := server.UnisolatedWarning(b); w != "" {
+		fmt.Fprintf(a.stderr, "warning: %s\n", w)
+	}
 	opts.Backend, opts.Logger = b, a.logger
 	if edit != nil {
 		edit(&opts)
@@ -66,7 +77,7 @@ func (a *app) newServer(ctx context.Context, edit func(*server.Options)) (*serve
 	return s, b, cmp.Or(cfg.Sandbox.Serve.Listen, server.DefaultListen), nil
 }
 
-func (a *app) serve(ctx context.Context, listen string, insecure bool) error {
+func (a *app) serve(ctx context.Context, listen string, insecure, allowUnisolated bool) error {
 	var hasKey bool
 	s, b, cfgListen, err := a.newServer(ctx, func(o *server.Options) { hasKey = o.APIKey != "" })
 	if err != nil {
@@ -76,6 +87,9 @@ func (a *app) serve(ctx context.Context, listen string, insecure bool) error {
 	defer s.Close()
 	listen = cmp.Or(listen, cfgListen)
 	if err := server.CheckListen(listen, hasKey, insecure); err != nil {
+		return err
+	}
+	if err := server.CheckUnisolatedListen(listen, b, allowUnisolated); err != nil {
 		return err
 	}
 	// An unreachable backend does not stop the server: /sandbox/status

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -123,9 +127,120 @@ func TestServeRefusesOpenListenWithoutKey(t *testing.T) {
 	}
 }
 
+// TestServeAPIKeyWhitespace: a key read with its newline is used trimmed,
+// with a warning, instead of refusing every request with 401.
+func TestServeAPIKeyWhitespace(t *testing.T) {
+	setup(t)
+	t.Setenv("SBX_API_KEY", "k\n")
+	url, stop := startServe(t, "--listen", "127.0.0.1:0")
+	req, err := http.NewRequest(http.MethodGet, url+"/sandbox/status", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	_, stderr := stop()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/sandbox/status with the key: %s, want 200\nstderr: %s", resp.Status, stderr)
+	}
+	if !strings.Contains(stderr, "warning: $SBX_API_KEY has whitespace around it") {
+		t.Fatalf("no warning about the key's whitespace: %s", stderr)
+	}
+}
+
+// TestServeUnisolated: on the local backend (no isolation) sbx serve warns,
+// and listening beyond loopback needs --allow-unisolated, API key or not.
+func TestServeUnisolated(t *testing.T) {
+	setup(t)
+	t.Setenv("SBX_API_KEY", "k")
+	// Bounded, so a server that starts anyway fails the test instead of
+	// hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := sbxIn(t, ctx, "", "serve", "--listen", "0.0.0.0:8765")
+	r.expect(t, exitError)
+	for _, want := range []string{"no isolation", "is not loopback", "--allow-unisolated"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Fatalf("sbx serve --listen 0.0.0.0:8765 on local: want %q in stderr: %s", want, r.stderr)
+		}
+	}
+
+	url, stop := startServe(t, "--listen", "0.0.0.0:0", "--allow-unisolated")
+	resp, err := http.Get(url + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	code, stderr := stop()
+	if code != 0 {
+		t.Fatalf("sbx serve --allow-unisolated exited %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "warning: the local backend gives no isolation") {
+		t.Fatalf("sbx serve on local: no isolation warning in stderr: %s", stderr)
+	}
+}
+
 func TestMCPStdio(t *testing.T) {
 	setup(t)
 	mcpStdio(t, "", nil)
+}
+
+// TestMCPStdioBadLine: a malformed line on sbx mcp's stdin gets a JSON-RPC
+// parse error and the session carries on, sandbox and all; sbx mcp on the
+// local backend warns that it gives no isolation.
+func TestMCPStdioBadLine(t *testing.T) {
+	setup(t)
+	stdin, in := io.Pipe()
+	out, stdout := io.Pipe()
+	var stderr syncbuf.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(context.Background(), []string{"mcp"}, stdin, stdout, &stderr)
+		stdout.Close()
+	}()
+	t.Cleanup(func() { in.Close() })
+	lines := bufio.NewScanner(out)
+	lines.Buffer(nil, 16<<20)
+	exchange := func(line string) map[string]any {
+		t.Helper()
+		if _, err := io.WriteString(in, line+"\n"); err != nil {
+			t.Fatalf("writing %s: sbx mcp stopped reading (%v)\nstderr: %s", line, err, stderr.String())
+		}
+		if !lines.Scan() {
+			t.Fatalf("after %s: sbx mcp's output ended\nstderr: %s", line, stderr.String())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+			t.Fatalf("answer to %s: %v: %s", line, err, lines.Text())
+		}
+		return m
+	}
+	exchange(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	io.WriteString(in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n")
+	created := fmt.Sprint(exchange(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"create_sandbox","arguments":{}}}`))
+	m := regexp.MustCompile(`Created sandbox (\S+) `).FindStringSubmatch(created)
+	if m == nil {
+		t.Fatalf("create_sandbox: %s", created)
+	}
+	bad := exchange(`{oops`)
+	if e, _ := bad["error"].(map[string]any); e == nil || e["code"] != -32700.0 || bad["id"] != nil {
+		t.Fatalf("answer to {oops: %v, want a parse error (-32700) with id null", bad)
+	}
+	ran := fmt.Sprint(exchange(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"execute","arguments":{"sandbox_id":"` + m[1] + `","command":"echo alive"}}}`))
+	if !strings.Contains(ran, "alive") {
+		t.Fatalf("execute after the bad line: %s", ran)
+	}
+	in.Close()
+	if code := <-done; code != 0 {
+		t.Fatalf("sbx mcp exited %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "warning: the local backend gives no isolation") {
+		t.Fatalf("sbx mcp on local: no isolation warning in stderr: %s", stderr.String())
+	}
 }
 
 // TestMCPStdioNative runs sbx mcp on the native backend, from a config

@@ -1,0 +1,243 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// MaxStdioMessage bounds one message (line) on the stdio transport, as the
+// MCP SDK bounds it.
+const MaxStdioMessage = mcp.DefaultMaxLineLength
+
+// firstBatchlessVersion is the first MCP protocol version without JSON-RPC
+// batches.
+const firstBatchlessVersion = "2025-06-18"
+
+// StdioTransport returns the MCP transport sbx mcp serves on r and w:
+// newline-delimited JSON-RPC messages, as the MCP stdio transport
+// specifies. Unlike the SDK's own, one bad line does not end the session:
+// a line that is not JSON is answered with a JSON-RPC parse error (-32700),
+// one that is JSON but no JSON-RPC message (or is longer than
+// MaxStdioMessage) with an invalid request error (-32600), and the next
+// line is read. r and w are not closed.
+func StdioTransport(r io.Reader, w io.Writer) mcp.Transport {
+	out := &stdioWriter{w: w}
+	in := &stdioReader{br: bufio.NewReaderSize(r, 64<<10), out: out, max: MaxStdioMessage}
+	return &mcp.IOTransport{Reader: in, Writer: out, MaxLineLength: -1}
+}
+
+// stdioWriter serialises the SDK's messages and the reader's error answers
+// (each is one Write of a whole line), and notes the protocol version the
+// server settles on, which decides whether batches are allowed.
+type stdioWriter struct {
+	mu      sync.Mutex
+	w       io.Writer
+	version atomic.Pointer[string]
+}
+
+func (s *stdioWriter) Write(p []byte) (int, error) {
+	if s.version.Load() == nil && bytes.Contains(p, []byte(`"protocolVersion"`)) {
+		var m struct {
+			Result struct {
+				ProtocolVersion string `json:"protocolVersion"`
+			} `json:"result"`
+		}
+		if json.Unmarshal(p, &m) == nil && m.Result.ProtocolVersion != "" {
+			s.version.Store(&m.Result.ProtocolVersion)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func (*stdioWriter) Close() error { return nil }
+
+// stdioReader passes the SDK the lines that are JSON-RPC messages and
+// answers the others itself.
+type stdioReader struct {
+	br      *bufio.Reader
+	out     *stdioWriter
+	max     int
+	line    int    // lines read
+	pending []byte // the rest of a line handed to the SDK
+	err     error  // the reader's error, returned once pending is empty
+}
+
+func (s *stdioReader) Read(p []byte) (int, error) {
+	for len(s.pending) == 0 {
+		if s.err != nil {
+			return 0, s.err
+		}
+		var line []byte
+		var tooLong bool
+		line, tooLong, s.err = s.readLine()
+		if tooLong {
+			s.answer(jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, fmt.Sprintf("Invalid Request: line %d is longer than %d bytes", s.line, s.max))
+			continue
+		}
+		if msg, ok := s.check(line); ok {
+			s.pending = msg
+		}
+	}
+	n := copy(p, s.pending)
+	s.pending = s.pending[n:]
+	return n, nil
+}
+
+func (*stdioReader) Close() error { return nil }
+
+// readLine reads the next line, without its end. A line longer than max is
+// read to its end and dropped (tooLong).
+func (s *stdioReader) readLine() (line []byte, tooLong bool, err error) {
+	s.line++
+	for {
+		chunk, err := s.br.ReadSlice('\n')
+		if !tooLong {
+			line = append(line, chunk...)
+			if len(line) > s.max+1 {
+				line, tooLong = nil, true
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err == nil || (errors.Is(err, io.EOF) && len(line) > 0) {
+			return bytes.TrimRight(line, "\r\n"), tooLong, err
+		}
+		return nil, tooLong, err
+	}
+}
+
+// check returns line as the SDK should read it, or answers it and returns
+// false. It accepts what the SDK's stdio connection accepts without ending
+// the session: one JSON-RPC message, or a non-empty batch of them where
+// the protocol version has batches.
+func (s *stdioReader) check(line []byte) ([]byte, bool) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return nil, false
+	}
+	if !json.Valid(line) {
+		var v any
+		err := json.Unmarshal(line, &v) // the reason
+		s.answer(jsonrpc.ID{}, jsonrpc.CodeParseError, fmt.Sprintf("Parse error: line %d is not JSON (%v); send one JSON-RPC message per line", s.line, err))
+		return nil, false
+	}
+	if line[0] == '[' {
+		if msg := s.checkBatch(line); msg != "" {
+			s.answer(jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, fmt.Sprintf("Invalid Request: line %d: %s", s.line, msg))
+			return nil, false
+		}
+	} else if _, err := jsonrpc.DecodeMessage(line); err != nil {
+		s.answer(idOf(line), jsonrpc.CodeInvalidRequest, fmt.Sprintf("Invalid Request: line %d is not a JSON-RPC 2.0 message (%v)", s.line, err))
+		return nil, false
+	}
+	return append(line, '\n'), true
+}
+
+// checkBatch returns what is wrong with a batch, or "".
+func (s *stdioReader) checkBatch(line []byte) string {
+	if v := s.out.version.Load(); v != nil && *v >= firstBatchlessVersion {
+		return fmt.Sprintf("JSON-RPC batches are not part of MCP protocol version %s", *v)
+	}
+	if nesting(line) > maxNesting {
+		return fmt.Sprintf("nested deeper than %d levels", maxNesting)
+	}
+	var batch []json.RawMessage
+	if err := json.Unmarshal(line, &batch); err != nil {
+		return fmt.Sprintf("not a batch of JSON-RPC messages (%v)", err)
+	}
+	if len(batch) == 0 {
+		return "empty batch"
+	}
+	ids := map[jsonrpc.ID]bool{}
+	for i, raw := range batch {
+		msg, err := jsonrpc.DecodeMessage(raw)
+		if err != nil {
+			return fmt.Sprintf("batch entry %d is not a JSON-RPC 2.0 message (%v)", i, err)
+		}
+		if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
+			if ids[req.ID] {
+				return fmt.Sprintf("batch entry %d repeats request ID %v", i, req.ID.Raw())
+			}
+			ids[req.ID] = true
+		}
+	}
+	return ""
+}
+
+// maxNesting is how deep the MCP SDK's decoder lets JSON nest; a message
+// nested deeper ends its session. Each entry of a batch is checked by the
+// SDK's own decoder, the batch around them here.
+const maxNesting = 1000
+
+// nesting returns how deep objects and arrays nest in the JSON text data.
+func nesting(data []byte) int {
+	depth, deepest := 0, 0
+	inString, escaped := false, false
+	for _, b := range data {
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && b == '\\':
+			escaped = true
+		case inString:
+			inString = b != '"'
+		case b == '"':
+			inString = true
+		case b == '{' || b == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case b == '}' || b == ']':
+			depth--
+		}
+	}
+	return deepest
+}
+
+// idOf returns the request ID a malformed message carries, if it has a
+// valid one, so its answer can name it.
+func idOf(line []byte) jsonrpc.ID {
+	var probe struct {
+		ID any `json:"id"`
+	}
+	if json.Unmarshal(line, &probe) != nil {
+		return jsonrpc.ID{}
+	}
+	id, err := jsonrpc.MakeID(probe.ID)
+	if err != nil {
+		return jsonrpc.ID{}
+	}
+	return id
+}
+
+// answer writes a JSON-RPC error response (ID null when id is the zero ID).
+func (s *stdioReader) answer(id jsonrpc.ID, code int64, message string) {
+	s.out.Write(append(rpcError(id, code, message), '\n'))
+}
+
+// rpcError is a JSON-RPC error response (ID null when id is the zero ID:
+// the request's ID could not be read).
+func rpcError(id jsonrpc.ID, code int64, message string) []byte {
+	resp := struct {
+		JSONRPC string `json:"jsonrpc"`
+		ID      any    `json:"id"`
+		Error   struct {
+			Code    int64  `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}{JSONRPC: "2.0", ID: id.Raw()}
+	resp.Error.Code, resp.Error.Message = code, message
+	data, _ := json.Marshal(resp) // cannot fail: strings and numbers
+	return data
+}
