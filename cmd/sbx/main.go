@@ -5,9 +5,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // stopSignals end sbx's work the way Ctrl-C does: the running command is
@@ -29,7 +32,36 @@ func main() {
 		signal.Reset(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 		cancel(interrupted{s})
 	}()
+	go watchStdout(func() { cancel(outputGone{errors.New("its reader went away")}) })
 	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// watchStdout calls gone when stdout is a pipe or socket whose reader went
+// away: a command that writes nothing for a while (sleep) is stopped as
+// soon as `| head -1` is done with it, not at its next write. The kernel
+// reports POLLERR (pipe) or POLLHUP (socket) on the writer's end.
+func watchStdout(gone func()) {
+	var st unix.Stat_t
+	if unix.Fstat(1, &st) != nil {
+		return
+	}
+	if mode := st.Mode & unix.S_IFMT; mode != unix.S_IFIFO && mode != unix.S_IFSOCK {
+		return
+	}
+	fds := []unix.PollFd{{Fd: 1}}
+	for {
+		n, err := unix.Poll(fds, -1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		if n > 0 && fds[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0 {
+			gone()
+			return
+		}
+	}
 }
 
 // interrupted is the cancel cause when a signal arrived.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // sbxBinary builds sbx once for the tests that need a real process.
@@ -126,5 +127,31 @@ func TestClosedStdoutStopsTheCommand(t *testing.T) {
 	expectGone(t, pids)
 	if got := listSandboxes(t); len(got) != 1 {
 		t.Errorf("sbx exec must leave its sandbox: %+v", got)
+	}
+}
+
+// A command that prints once and then only waits is stopped as soon as the
+// reader goes, not at its next write (which may never come).
+func TestClosedStdoutStopsASilentCommand(t *testing.T) {
+	bin := sbxBin(t)
+	setup(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	cmd := exec.Command(bin, "run", "--", "sh", "-c", `echo $$ > "$1"; echo hi; exec sleep 120`, "sh", pidFile)
+	startReadingOneLine(t, cmd)
+	pids := readPIDs(t, pidFile)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if got := exitStatus(t, err); got != exitBrokenPipe {
+			t.Errorf("exit status %d, want %d", got, exitBrokenPipe)
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("sbx run kept running for 30 s after its reader went away")
+	}
+	expectGone(t, pids)
+	if got := listSandboxes(t); len(got) != 0 {
+		t.Errorf("sandboxes left: %+v", got)
 	}
 }
