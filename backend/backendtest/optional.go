@@ -38,6 +38,7 @@ func (s *suite) testOptional(t *testing.T) {
 		{"AgentDialer", testAgentDialer(s.cfg.agentCheck)},
 		{"VolumeManager", func(t *testing.T, _ backend.Sandbox) { s.testVolumeManager(t) }},
 		{"NetworkManager", func(t *testing.T, _ backend.Sandbox) { s.testNetworkManager(t) }},
+		{"Labeler", func(t *testing.T, _ backend.Sandbox) { s.testLabeler(t) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
