@@ -61,7 +61,10 @@
 // ports, token nonce) are not shown in Info.Labels. Get, List (paginated,
 // filtered by the server on what it can match and here on the rest) and a
 // reaper therefore need nothing but the server. Terminated sandboxes count
-// as gone; Failed ones are listed (as exited) so they can be removed.
+// as gone; Failed ones are listed (as exited) so they can be removed. The
+// Docker runtime fails a whole listing (500 DOCKER::SANDBOX_QUERY_FAILED,
+// "No such container") when a container vanishes while it lists them: List
+// then lists again from the first page, a few times, pausing in between.
 //
 // execd is not left open to anyone who can reach it: Create puts an access
 // token in the sandbox's environment (EXECD_ACCESS_TOKEN, which makes execd
@@ -114,7 +117,9 @@
 // (pause/resume, waiting for Paused/Running) and backend.Endpointer:
 // Endpoint(port) answers for ports listed in Spec.Ports with the endpoints
 // API's direct host:port (host addresses and ports asked for in the entry
-// cannot be chosen and are ignored with a warning; UDP is refused);
+// cannot be chosen and are ignored with a warning; UDP is refused); a port
+// the server publishes only as an HTTP route (host:port/proxy/PORT) has no
+// TCP address, and Endpoint answers a *RouteError naming its URL.
 // HTTPEndpoint gives the URL and headers of an HTTP service, through the
 // proxy when use_server_proxy is set.
 //
