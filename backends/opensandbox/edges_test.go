@@ -132,3 +132,33 @@ func TestEndpointOfARoutedPort(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "ok\n", string(res.Stdout))
 }
+
+// On the timeout path a failed final download is reported, not dropped.
+func TestTimeoutReportsAFailedDownload(t *testing.T) {
+	t.Parallel()
+	var failing sync.Map // paths whose download fails
+	srv := newServer(t, opensandboxtest.Options{APIKey: testAPIKey, Intercept: func(w http.ResponseWriter, r *http.Request) bool {
+		if p := r.URL.Query().Get("path"); r.URL.Path != "/files/download" || !strings.Contains(p, ".sbx-exec-") || !strings.HasSuffix(p, "out") {
+			return false
+		}
+		if _, ok := failing.Load("on"); !ok {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, `{"code":"RUNTIME_ERROR","message":"error accessing file: input/output error"}`)
+		return true
+	}})
+	b := newBackend(t, opensandbox.Config{Domain: srv.Domain(), APIKey: testAPIKey})
+	sb := create(t, b, backend.Spec{Name: "timeout"})
+	_, err := sb.Exec(testCtx(t), backend.ExecRequest{Cmd: []string{"true"}})
+	require.NoError(t, err)
+
+	failing.Store("on", true)
+	res, err := sb.Exec(testCtx(t), backend.ExecRequest{Shell: "echo partial; sleep 30", Timeout: 300 * time.Millisecond})
+	assert.True(t, res.TimedOut)
+	assert.Equal(t, backend.TimeoutExitCode, res.ExitCode)
+	require.Error(t, err, "the output that could not be read is reported")
+	assert.ErrorContains(t, err, "input/output error")
+	assert.ErrorContains(t, err, "timed out")
+}

@@ -253,6 +253,9 @@ func (r *execRun) run(ctx context.Context) (backend.ExecResult, error) {
 		return res, ctxErr
 	case timedOut:
 		res.ExitCode, res.TimedOut = backend.TimeoutExitCode, true
+		if poll.err != nil {
+			return res, fmt.Errorf("the command timed out, and reading its output failed: %w", poll.err)
+		}
 		return res, nil
 	case term.err != nil:
 		return res, term.err
