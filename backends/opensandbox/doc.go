@@ -79,9 +79,14 @@
 // execd's command stream reports output line by line (line ends dropped,
 // invalid UTF-8 replaced), and its commands have no stdin. So each command
 // runs through a small sh wrapper that writes its stdout and stderr to
-// files under the sandbox's TMPDIR, which the backend reads with ranged
-// downloads while it runs: output is byte-exact, streams to the caller's
-// writers, and is never fetched past the capture limit. Stdin is uploaded in
+// files under the sandbox's TMPDIR. When the command has ended the wrapper
+// reports on the stream the files' sizes and, up to 64 KiB each, their bytes
+// in base64 (text the stream carries unchanged), so most commands need one
+// request: no download, and no tool but the shell when there is no output.
+// Larger output (or an image without wc and base64) is fetched with ranged
+// downloads, while the command runs when the caller streams it to writers:
+// output is byte-exact either way and never fetched past the capture limit.
+// Stdin is uploaded in
 // pieces that the wrapper feeds to the command through a FIFO (so the image
 // needs mkfifo, sleep and cat, which coreutils and busybox have), and a
 // command that never reads it does not wait for it. execd runs the wrapper

@@ -1,6 +1,7 @@
 package opensandbox_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -131,6 +132,60 @@ func TestEndpointOfARoutedPort(t *testing.T) {
 	res, err := sb.Exec(testCtx(t), backend.ExecRequest{Cmd: []string{"echo", "ok"}})
 	require.NoError(t, err)
 	assert.Equal(t, "ok\n", string(res.Stdout))
+}
+
+// Short output comes back, byte-exact, in the request that ran the
+// command: no download. Larger output is still downloaded, exactly.
+func TestExecOutputComesWithTheCommand(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, opensandboxtest.Options{APIKey: testAPIKey})
+	b := newBackend(t, opensandbox.Config{Domain: srv.Domain(), APIKey: testAPIKey})
+	sb := create(t, b, backend.Spec{Name: "inline"})
+	ctx := testCtx(t)
+	_, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"true"}}) // the sandbox's probe
+	require.NoError(t, err)
+
+	downloads := func() int {
+		return srv.Requests()["execd GET /files/download"] + srv.Requests()["execd GET /files/info"]
+	}
+	for _, c := range []struct {
+		name           string
+		req            backend.ExecRequest
+		stdout, stderr string
+		exit           int
+	}{
+		{"no output", backend.ExecRequest{Cmd: []string{"true"}}, "", "", 0},
+		{"lines", backend.ExecRequest{Shell: "echo hi; echo err >&2; exit 3"}, "hi\n", "err\n", 3},
+		{"bytes a line stream loses", backend.ExecRequest{Shell: `printf 'a\r\nb\000\377\n\n\ntail'; printf '\r' >&2`}, "a\r\nb\x00\xff\n\n\ntail", "\r", 0},
+		{"a slow command", backend.ExecRequest{Shell: "sleep 0.3; printf done"}, "done", "", 0},
+		{"over the cap", backend.ExecRequest{Shell: "printf 0123456789", OutputLimit: 4}, "0123", "", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := downloads()
+			res, err := sb.Exec(ctx, c.req)
+			require.NoError(t, err)
+			assert.Equal(t, c.exit, res.ExitCode)
+			assert.Equal(t, c.stdout, string(res.Stdout))
+			assert.Equal(t, c.stderr, string(res.Stderr))
+			assert.Equal(t, c.req.OutputLimit > 0, res.Truncated)
+			assert.Equal(t, n, downloads(), "files downloaded for a short output")
+		})
+	}
+	t.Run("large output is downloaded", func(t *testing.T) {
+		n := downloads()
+		res, err := sb.Exec(ctx, backend.ExecRequest{Shell: "head -c 300000 /dev/zero | tr '\\0' 'x'; printf end"})
+		require.NoError(t, err)
+		assert.Equal(t, strings.Repeat("x", 300000)+"end", string(res.Stdout))
+		assert.Greater(t, downloads(), n)
+	})
+	t.Run("streamed to writers", func(t *testing.T) {
+		var out, errb bytes.Buffer
+		res, err := sb.Exec(ctx, backend.ExecRequest{Shell: `printf 'x\ry'; sleep 0.2; printf 'z\377' >&2`, Stdout: &out, Stderr: &errb})
+		require.NoError(t, err)
+		assert.Equal(t, 0, res.ExitCode)
+		assert.Equal(t, "x\ry", out.String())
+		assert.Equal(t, "z\xff", errb.String())
+	})
 }
 
 // On the timeout path a failed final download is reported, not dropped.
