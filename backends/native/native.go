@@ -52,13 +52,12 @@ type Backend struct {
 	log  *slog.Logger
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	mu       sync.Mutex
-	daemon   *daemonFacts // nil until first asked
-	pullLock sync.Map     // image ref -> *sync.Mutex: one pull per image at a time
-	builds   buildLocks   // one build per tag at a time
-	sbxdMu   sync.Mutex   // serialises filling sbxd volumes
-	sbxdVols sync.Map     // names of sbxd volumes known to be filled
-	sbxdCopy bool         // tests: always copy sbxd into containers
+	probe    factsProbe
+	pullLock sync.Map   // image ref -> *sync.Mutex: one pull per image at a time
+	builds   buildLocks // one build per tag at a time
+	sbxdMu   sync.Mutex // serialises filling sbxd volumes
+	sbxdVols sync.Map   // names of sbxd volumes known to be filled
+	sbxdCopy bool       // tests: always copy sbxd into containers
 }
 
 type daemonFacts struct {
@@ -100,24 +99,109 @@ func (b *Backend) Name() string { return Name }
 // Close releases the client's connections; sandboxes keep running.
 func (b *Backend) Close() error { return b.cli.Close() }
 
-// facts asks the engine once for what Create needs to know about it.
+// How long the engine is asked for its facts: a probe runs in the
+// background, bounded by factsTimeout, and callers wait for it only as long
+// as their own context (Capabilities, which has none, at most capsWait). A
+// failed probe is remembered for factsRetryAfter, so that Capabilities with
+// the engine down answers at once instead of asking again; work that needs
+// the engine (Create, volumes) always starts a fresh probe.
+var (
+	factsTimeout    = 30 * time.Second
+	capsWait        = 2 * time.Second
+	factsRetryAfter = 30 * time.Second
+)
+
+// factsProbe is the engine's facts, asked once: at most one Info call is in
+// flight, and no lock is held while it runs.
+type factsProbe struct {
+	mu       sync.Mutex
+	facts    *daemonFacts  // nil until an answer came
+	err      error         // the last probe's failure
+	failedAt time.Time     // when it failed
+	running  chan struct{} // closed when the probe in flight ends; nil: none
+	// slow: a Capabilities call gave up waiting for the probe in flight;
+	// the next ones do not wait for it again.
+	slow bool
+}
+
+// errProbeSlow: Capabilities does not wait for a probe that is slow.
+var errProbeSlow = errors.New("the engine has not answered yet")
+
+// facts returns what Create needs to know about the engine, asking it once.
+// A failure is not kept for this caller: it asks again (once per probe,
+// whoever else is waiting).
 func (b *Backend) facts(ctx context.Context) (*daemonFacts, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.daemon != nil {
-		return b.daemon, nil
+	return b.waitFacts(ctx, false)
+}
+
+// waitFacts waits for the engine's facts until ctx ends. useFailure: a
+// failure younger than factsRetryAfter is the answer, no new probe.
+func (b *Backend) waitFacts(ctx context.Context, useFailure bool) (*daemonFacts, error) {
+	p := &b.probe
+	p.mu.Lock()
+	switch {
+	case p.facts != nil:
+		f := p.facts
+		p.mu.Unlock()
+		return f, nil
+	case p.running != nil && useFailure && p.slow:
+		p.mu.Unlock()
+		return nil, errProbeSlow
+	case p.running != nil:
+	case useFailure && p.err != nil && time.Since(p.failedAt) < factsRetryAfter:
+		err := p.err
+		p.mu.Unlock()
+		return nil, err
+	default:
+		p.running, p.slow = make(chan struct{}), false
+		go b.runProbe(p.running)
 	}
+	running := p.running
+	p.mu.Unlock()
+	select {
+	case <-running:
+	case <-ctx.Done():
+		if useFailure {
+			p.mu.Lock()
+			if p.running == running {
+				p.slow = true
+			}
+			p.mu.Unlock()
+		}
+		return nil, ctx.Err()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.facts != nil {
+		return p.facts, nil
+	}
+	return nil, p.err
+}
+
+// runProbe asks the engine for its facts and records the answer.
+func (b *Backend) runProbe(done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), factsTimeout)
+	defer cancel()
+	var f *daemonFacts
 	info, err := b.cli.Info(ctx)
-	if err != nil {
-		return nil, b.translate(err)
+	if err == nil {
+		f = &daemonFacts{arch: sbxdbin.NormalizeArch(info.Architecture)}
+		for name := range info.Runtimes {
+			f.runtimes = append(f.runtimes, name)
+		}
+		sort.Strings(f.runtimes)
+	} else {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: the Docker engine at %s did not answer within %s", backend.ErrUnavailable, b.cli.DaemonHost(), factsTimeout)
+		}
+		err = b.translate(err)
+		b.log.Debug("asking the engine for its facts", "err", err)
 	}
-	f := &daemonFacts{arch: sbxdbin.NormalizeArch(info.Architecture)}
-	for name := range info.Runtimes {
-		f.runtimes = append(f.runtimes, name)
-	}
-	sort.Strings(f.runtimes)
-	b.daemon = f
-	return f, nil
+	p := &b.probe
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.facts, p.err, p.failedAt, p.running = f, err, time.Now(), nil
+	close(done)
 }
 
 func (b *Backend) Capabilities() backend.Capabilities {
@@ -145,11 +229,11 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		PauseKeepsMemory: true,
 		Persistent:       true,
 	}
-	// The runtimes are the engine's; without an answer, allow the usual
-	// default so a Spec naming none is still accepted.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// The runtimes are the engine's; without an answer (soon), allow the
+	// usual default so a Spec naming none is still accepted.
+	ctx, cancel := context.WithTimeout(context.Background(), capsWait)
 	defer cancel()
-	if f, err := b.facts(ctx); err == nil {
+	if f, err := b.waitFacts(ctx, true); err == nil {
 		caps.Runtimes = slices.Clone(f.runtimes)
 	} else {
 		caps.Runtimes = []string{"runc"}

@@ -73,6 +73,12 @@ const maxEventText = 64 << 10
 // is not a number means the command did not start. onInit receives the
 // command's id as soon as the init event brings it.
 func readEvents(s *commandStream, onInit func(id string)) (*outcome, error) {
+	return readEventsKeeping(s, onInit, maxEventText)
+}
+
+// readEventsKeeping is readEvents keeping up to maxText bytes of each
+// output's text.
+func readEventsKeeping(s *commandStream, onInit func(id string), maxText int) (*outcome, error) {
 	oc := &outcome{}
 	for {
 		ev, err := s.er.Next()
@@ -89,9 +95,9 @@ func readEvents(s *commandStream, onInit func(id string)) (*outcome, error) {
 				onInit(ev.Text)
 			}
 		case eventStdout:
-			appendLine(&oc.stdout, ev.Text)
+			appendLine(&oc.stdout, ev.Text, maxText)
 		case eventStderr:
-			appendLine(&oc.stderr, ev.Text)
+			appendLine(&oc.stderr, ev.Text, maxText)
 		case eventExecutionComplete:
 			oc.done = true
 			return oc, nil
@@ -118,11 +124,12 @@ func readEvents(s *commandStream, onInit func(id string)) (*outcome, error) {
 	}
 }
 
-// appendLine adds one output event's text. execd sends output line by
+// appendLine adds one output event's text, unless b holds maxText bytes
+// already. execd sends output line by
 // line without the line end ("\n" alone for an empty line); a text that
 // ends in "\n" already is kept as it is.
-func appendLine(b *strings.Builder, text string) {
-	if b.Len() >= maxEventText {
+func appendLine(b *strings.Builder, text string, maxText int) {
+	if b.Len() >= maxText {
 		return
 	}
 	b.WriteString(text)

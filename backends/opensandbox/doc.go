@@ -61,7 +61,10 @@
 // ports, token nonce) are not shown in Info.Labels. Get, List (paginated,
 // filtered by the server on what it can match and here on the rest) and a
 // reaper therefore need nothing but the server. Terminated sandboxes count
-// as gone; Failed ones are listed (as exited) so they can be removed.
+// as gone; Failed ones are listed (as exited) so they can be removed. The
+// Docker runtime fails a whole listing (500 DOCKER::SANDBOX_QUERY_FAILED,
+// "No such container") when a container vanishes while it lists them: List
+// then lists again from the first page, a few times, pausing in between.
 //
 // execd is not left open to anyone who can reach it: Create puts an access
 // token in the sandbox's environment (EXECD_ACCESS_TOKEN, which makes execd
@@ -76,9 +79,14 @@
 // execd's command stream reports output line by line (line ends dropped,
 // invalid UTF-8 replaced), and its commands have no stdin. So each command
 // runs through a small sh wrapper that writes its stdout and stderr to
-// files under the sandbox's TMPDIR, which the backend reads with ranged
-// downloads while it runs: output is byte-exact, streams to the caller's
-// writers, and is never fetched past the capture limit. Stdin is uploaded in
+// files under the sandbox's TMPDIR. When the command has ended the wrapper
+// reports on the stream the files' sizes and, up to 64 KiB each, their bytes
+// in base64 (text the stream carries unchanged), so most commands need one
+// request: no download, and no tool but the shell when there is no output.
+// Larger output (or an image without wc and base64) is fetched with ranged
+// downloads, while the command runs when the caller streams it to writers:
+// output is byte-exact either way and never fetched past the capture limit.
+// Stdin is uploaded in
 // pieces that the wrapper feeds to the command through a FIFO (so the image
 // needs mkfifo, sleep and cat, which coreutils and busybox have), and a
 // command that never reads it does not wait for it. execd runs the wrapper
@@ -114,7 +122,9 @@
 // (pause/resume, waiting for Paused/Running) and backend.Endpointer:
 // Endpoint(port) answers for ports listed in Spec.Ports with the endpoints
 // API's direct host:port (host addresses and ports asked for in the entry
-// cannot be chosen and are ignored with a warning; UDP is refused);
+// cannot be chosen and are ignored with a warning; UDP is refused); a port
+// the server publishes only as an HTTP route (host:port/proxy/PORT) has no
+// TCP address, and Endpoint answers a *RouteError naming its URL.
 // HTTPEndpoint gives the URL and headers of an HTTP service, through the
 // proxy when use_server_proxy is set.
 //

@@ -27,7 +27,10 @@ import (
 // sends the command's stdout and stderr to files in a directory of its own
 // under the sandbox's TMPDIR, which the backend reads with ranged downloads
 // while the command runs (binary-clean, streaming, and never more than the
-// output cap is fetched). Stdin, when given, is uploaded in pieces that a
+// output cap is fetched). When the command ends, the wrapper reports the
+// files' sizes and, when they are small, their bytes in base64 on the
+// stream (see report.go), so a short command needs no download: one
+// request runs it and brings its output back. Stdin, when given, is uploaded in pieces that a
 // feeder loop in the wrapper writes into a FIFO the command reads. The event
 // stream gives the command's id and its end: the wrapper exits with the
 // command's status, so execd's exit code is the command's (128+N after
@@ -95,10 +98,10 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	}
 	r := &execRun{
 		s: s, x: x, req: req, argv: argv, cred: cred, workDir: wd, execID: execID,
-		dir: path.Join(p.tmpDir, ".sbx-exec-"+execID),
+		base: path.Join(p.tmpDir, ".sbx-exec-"+execID),
 	}
 	if req.Stdin != nil {
-		r.inDir = r.dir + "-in"
+		r.inDir = r.base + "-in"
 	}
 	res, err := r.run(ctx)
 	if err != nil {
@@ -118,7 +121,7 @@ type execRun struct {
 	argv    []string
 	cred    credential
 	workDir string
-	dir     string // the wrapper's directory: out, err, pgid, in
+	base    string // the wrapper's files are base.out, .err, .pgid (and .in)
 	inDir   string // where stdin pieces are uploaded ("" without stdin)
 	execID  string // value of EnvExecID in the command's processes
 
@@ -176,7 +179,7 @@ func (r *execRun) run(ctx context.Context) (backend.ExecResult, error) {
 	}
 	termCh := make(chan terminal, 1)
 	go func() {
-		oc, err := readEvents(stream, r.setID)
+		oc, err := readEventsKeeping(stream, r.setID, reportMaxText)
 		termCh <- terminal{oc, err}
 	}()
 
@@ -228,8 +231,12 @@ func (r *execRun) run(ctx context.Context) (backend.ExecResult, error) {
 	}
 	stopStream()
 
-	// Collect the rest of the output: all of it after a normal end, what
-	// is there after a cancel (briefly: the caller is waiting).
+	// Collect the rest of the output: all of it after a normal end (from
+	// the wrapper's report when it holds it), what is there after a
+	// cancel (briefly: the caller is waiting).
+	if term.oc != nil && term.oc.done && ctxErr == nil && !timedOut {
+		poll.report = parseReport(term.oc.stdout.String(), r.execID)
+	}
 	close(finish)
 	drainBound := 2 * time.Minute
 	if ctxErr != nil {
@@ -253,6 +260,9 @@ func (r *execRun) run(ctx context.Context) (backend.ExecResult, error) {
 		return res, ctxErr
 	case timedOut:
 		res.ExitCode, res.TimedOut = backend.TimeoutExitCode, true
+		if poll.err != nil {
+			return res, fmt.Errorf("the command timed out, and reading its output failed: %w", poll.err)
+		}
 		return res, nil
 	case term.err != nil:
 		return res, term.err
@@ -305,7 +315,7 @@ func (r *execRun) kill(ctx context.Context) {
 	defer cancel()
 	script := fmt.Sprintf(`p=$(cat %s 2>/dev/null) && [ -n "$p" ] && kill -KILL -- "-$p" 2>/dev/null
 for e in $(grep -lsxz %s /proc/[0-9]*/environ 2>/dev/null); do q=${e#/proc/}; kill -KILL "${q%%%%/*}" 2>/dev/null; done
-exit 0`, shellQuote(path.Join(r.dir, "pgid")), shellQuote(EnvExecID+"="+r.execID))
+exit 0`, shellQuote(r.file("pgid")), shellQuote(EnvExecID+"="+r.execID))
 	if _, err := r.s.runQuick(kctx, script); err != nil {
 		r.s.b.log.Warn("killing a command's processes; waiting for execd's interrupt instead", "sandbox", r.s.id, "err", err)
 		<-interrupted
@@ -335,13 +345,15 @@ func sameWriter(a, b io.Writer) bool {
 func (r *execRun) script(combined bool) string {
 	var b strings.Builder
 	b.WriteString("unset " + envExecdToken + "\n")
-	fmt.Fprintf(&b, "d=%s\n", shellQuote(r.dir))
-	fmt.Fprintf(&b, `mkdir -p "$d" 2>/dev/null && : > "$d/out" && : > "$d/err" && echo $$ > "$d/pgid" || { echo "%s cannot create $d (is the sandbox's TMPDIR writable?)" >&2; exit 255; }`+"\n", setupMarker)
+	// Files beside one another, not a directory of their own: no mkdir
+	// process on every command (TMPDIR exists but once).
+	fmt.Fprintf(&b, "d=%s\n", shellQuote(r.base))
+	fmt.Fprintf(&b, `{ [ -d "${d%%/*}" ] || mkdir -p "${d%%/*}"; } 2>/dev/null; { : > "$d.out" && : > "$d.err" && echo $$ > "$d.pgid"; } 2>/dev/null || { echo "%s cannot create $d.out (is the sandbox's TMPDIR writable?)" >&2; exit 255; }`+"\n", setupMarker)
 	stdin := "/dev/null"
 	if r.inDir != "" {
-		stdin = `"$d/in"`
+		stdin = `"$d.in"`
 		fmt.Fprintf(&b, "s=%s\n", shellQuote(r.inDir))
-		fmt.Fprintf(&b, `mkfifo "$d/in" || { echo "%s mkfifo $d/in failed (stdin needs mkfifo in the image)" >&2; exit 255; }`+"\n", setupMarker)
+		fmt.Fprintf(&b, `mkfifo "$d.in" || { echo "%s mkfifo $d.in failed (stdin needs mkfifo in the image)" >&2; exit 255; }`+"\n", setupMarker)
 		// The feeder writes stdin's pieces in order as they arrive;
 		// "eof" is uploaded after the last one.
 		b.WriteString(`(
@@ -352,7 +364,7 @@ func (r *execRun) script(combined bool) string {
     else sleep 0.02 2>/dev/null || sleep 1
     fi
   done
-) > "$d/in" &
+) > "$d.in" &
 f=$!
 `)
 	}
@@ -370,14 +382,15 @@ f=$!
 	}
 	b.WriteString(" ) <" + stdin)
 	if combined {
-		b.WriteString(` > "$d/out" 2>&1`)
+		b.WriteString(` > "$d.out" 2>&1`)
 	} else {
-		b.WriteString(` > "$d/out" 2> "$d/err"`)
+		b.WriteString(` > "$d.out" 2> "$d.err"`)
 	}
 	b.WriteString("\nrc=$?\n")
 	if r.inDir != "" {
 		b.WriteString(`kill "$f" 2>/dev/null` + "\n")
 	}
+	b.WriteString(reportScript(r.execID))
 	b.WriteString(`exit "$rc"` + "\n")
 	return b.String()
 }
@@ -429,18 +442,27 @@ func (r *execRun) stdinFailed(ctx context.Context, err error) {
 	_ = r.x.upload(ctx, path.Join(r.inDir, "eof"), strings.NewReader(""), 0o644, "")
 }
 
-// cleanup removes the wrapper's directories, in the background: nothing
-// waits for it, and a failure only leaves a small directory in TMPDIR.
+// file is the path of one of the wrapper's files (out, err, pgid, in).
+func (r *execRun) file(name string) string { return r.base + "." + name }
+
+// cleanup removes the wrapper's files, in the background: nothing waits
+// for it, and a failure only leaves small files in TMPDIR.
 func (r *execRun) cleanup(ctx context.Context) {
-	q := url.Values{"path": {r.dir}}
+	files := url.Values{"path": {r.file("out"), r.file("err"), r.file("pgid")}}
 	if r.inDir != "" {
-		q.Add("path", r.inDir)
+		files.Add("path", r.file("in"))
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if err := r.x.json(ctx, http.MethodDelete, "/directories", q, nil, nil); err != nil {
-			r.s.b.log.Debug("removing a command's scratch directory", "sandbox", r.s.id, "dir", r.dir, "err", err)
+		if err := r.x.json(ctx, http.MethodDelete, "/files", files, nil, nil); err != nil {
+			r.s.b.log.Debug("removing a command's scratch files", "sandbox", r.s.id, "files", r.base+".*", "err", err)
+		}
+		if r.inDir == "" {
+			return
+		}
+		if err := r.x.json(ctx, http.MethodDelete, "/directories", url.Values{"path": {r.inDir}}, nil, nil); err != nil {
+			r.s.b.log.Debug("removing a command's stdin directory", "sandbox", r.s.id, "dir", r.inDir, "err", err)
 		}
 	}()
 }
@@ -448,9 +470,11 @@ func (r *execRun) cleanup(ctx context.Context) {
 // poller copies the command's output files to the request's writers.
 type poller struct {
 	r         *execRun
-	streams   []*outStream
+	streams   []*outStream // out, then err unless combined
 	truncated bool
 	err       error // the last download failure, if output may be missing
+	// report is the wrapper's report, set before finish is closed.
+	report outputReport
 }
 
 type outStream struct {
@@ -468,9 +492,9 @@ func newPoller(r *execRun, out *backend.Outputs, combined bool) *poller {
 		}
 		return r.req.Limit()
 	}
-	p.streams = append(p.streams, &outStream{path: path.Join(r.dir, "out"), w: out.Stdout, limit: capLimit(r.req.Stdout)})
+	p.streams = append(p.streams, &outStream{path: r.file("out"), w: out.Stdout, limit: capLimit(r.req.Stdout)})
 	if !combined {
-		p.streams = append(p.streams, &outStream{path: path.Join(r.dir, "err"), w: out.Stderr, limit: capLimit(r.req.Stderr)})
+		p.streams = append(p.streams, &outStream{path: r.file("err"), w: out.Stderr, limit: capLimit(r.req.Stderr)})
 	}
 	return p
 }
@@ -479,6 +503,16 @@ func newPoller(r *execRun, out *backend.Outputs, combined bool) *poller {
 // poll waits a moment: most commands end before it, and then the final
 // read is all there is to do.
 func (p *poller) run(ctx context.Context, finish <-chan struct{}) {
+	if p.r.req.Stdout == nil && p.r.req.Stderr == nil {
+		// Captured output: nobody sees it before the end, when the
+		// wrapper's report usually brings it.
+		select {
+		case <-finish:
+			p.final(ctx)
+		case <-ctx.Done():
+		}
+		return
+	}
 	const fastest, slowest = 20 * time.Millisecond, 250 * time.Millisecond
 	interval := fastest
 	for {
@@ -511,8 +545,7 @@ func (p *poller) final(ctx context.Context) {
 	errs := make([]error, len(p.streams))
 	trunc := make([]bool, len(p.streams))
 	one := func(i int) {
-		_, errs[i] = p.drain(ctx, p.streams[i])
-		trunc[i] = p.truncatedAt(ctx, p.streams[i])
+		trunc[i], errs[i] = p.finalOne(ctx, i)
 	}
 	if p.r.req.Stdout == nil || p.r.req.Stderr == nil {
 		var wg sync.WaitGroup
@@ -529,6 +562,42 @@ func (p *poller) final(ctx context.Context) {
 	for _, t := range trunc {
 		p.truncated = p.truncated || t
 	}
+}
+
+// finalOne reads the rest of output i: from the wrapper's report when it
+// holds the file, else with downloads, only when the report's size says
+// there is more. It reports whether the output was cut at its cap.
+func (p *poller) finalOne(ctx context.Context, i int) (bool, error) {
+	st := p.streams[i]
+	switch {
+	case p.report.complete:
+		data := p.report.data[i]
+		end := int64(len(data))
+		if st.limit >= 0 {
+			end = min(end, st.limit)
+		}
+		if st.off < end {
+			n, err := st.w.Write(data[st.off:end])
+			st.off += int64(n)
+			if err != nil {
+				return false, err
+			}
+		}
+		return st.limit >= 0 && int64(len(data)) > st.limit, nil
+	case p.report.sized:
+		size := p.report.size[i]
+		end := size
+		if st.limit >= 0 {
+			end = min(end, st.limit)
+		}
+		var err error
+		if st.off < end {
+			_, err = p.drain(ctx, st)
+		}
+		return st.limit >= 0 && size > st.limit, err
+	}
+	_, err := p.drain(ctx, st)
+	return p.truncatedAt(ctx, st), err
 }
 
 // drain fetches what the file holds past st.off (up to st.limit).

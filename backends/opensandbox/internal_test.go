@@ -1,9 +1,13 @@
 package opensandbox
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -334,4 +338,100 @@ func TestSetupFailure(t *testing.T) {
 func TestShellQuote(t *testing.T) {
 	assert.Equal(t, `'it'\''s'`, shellQuote("it's"))
 	assert.Equal(t, `''`, shellQuote(""))
+}
+
+func TestParseReport(t *testing.T) {
+	const id = "abc123"
+	m := "sbxio:" + id + ":"
+	for _, c := range []struct {
+		name            string
+		stdout          string
+		sized, complete bool
+		size            [2]int64
+		out, err        string
+	}{
+		{"nothing", "", false, false, [2]int64{}, "", ""},
+		{"empty files", m + "size:0:0\n" + m + "end\n", true, true, [2]int64{}, "", ""},
+		{"both files", m + "size:3:7\n" + m + "out\naGkK\n" + m + "err\nYQ1i\nXHgw\nMA==\n" + m + "end\n", true, true, [2]int64{3, 7}, "hi\n", "a\rb\\x00"},
+		{"sizes only (large, or no base64)", m + "size:100000:0\n", true, false, [2]int64{100000, 0}, "", ""},
+		{"cut before the end", m + "size:3:0\n" + m + "out\naGkK\n", true, false, [2]int64{3, 0}, "", ""},
+		{"size does not match", m + "size:4:0\n" + m + "out\naGkK\n" + m + "err\n" + m + "end\n", true, false, [2]int64{4, 0}, "", ""},
+		{"bad base64", m + "size:3:0\n" + m + "out\na!kK\n" + m + "err\n" + m + "end\n", true, false, [2]int64{3, 0}, "", ""},
+		{"another command's report", "sbxio:other:size:0:0\nsbxio:other:end\n", false, false, [2]int64{}, "", ""},
+		{"bad size", m + "size:x:0\n" + m + "end\n", false, false, [2]int64{}, "", ""},
+		{"stray lines before", "noise\n" + m + "size:0:0\n" + m + "end\n", true, true, [2]int64{}, "", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rep := parseReport(c.stdout, id)
+			assert.Equal(t, c.sized, rep.sized)
+			assert.Equal(t, c.complete, rep.complete)
+			assert.Equal(t, c.size, rep.size)
+			if c.complete {
+				assert.Equal(t, c.out, string(rep.data[0]))
+				assert.Equal(t, c.err, string(rep.data[1]))
+			}
+		})
+	}
+}
+
+// The report script, run by bash as execd runs the wrapper, reports files
+// byte-exactly; without base64 it reports only their sizes, and the exit
+// status the wrapper saved is kept.
+func TestReportScript(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	binary := make([]byte, 3000)
+	for i := range binary {
+		binary[i] = byte(i * 7)
+	}
+	for _, c := range []struct {
+		name     string
+		out, err []byte
+		path     string // PATH for the script ("": the test's)
+		complete bool
+	}{
+		{"empty", nil, nil, "", true},
+		{"binary", binary, []byte("a\r\nb\n\n"), "", true},
+		{"at the inline limit", bytes.Repeat([]byte{'x'}, reportInlineMax), nil, "", true},
+		{"over the inline limit", bytes.Repeat([]byte{'x'}, reportInlineMax+1), []byte("e"), "", false},
+		{"no tools", []byte("hi\n"), nil, "/nonexistent", false},
+		{"no tools, no output", nil, nil, "/nonexistent", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := filepath.Join(t.TempDir(), ".sbx-exec-1")
+			require.NoError(t, os.WriteFile(d+".out", c.out, 0o600))
+			require.NoError(t, os.WriteFile(d+".err", c.err, 0o600))
+			script := "d=" + shellQuote(d) + "\nrc=7\n"
+			if c.path != "" {
+				script += "PATH=" + c.path + "\n"
+			}
+			script += reportScript("id1") + `exit "$rc"` + "\n"
+			cmd := exec.Command(bash, "-c", script)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			ee, ok := err.(*exec.ExitError)
+			require.True(t, ok, "%v", err)
+			assert.Equal(t, 7, ee.ExitCode(), "the wrapper's exit status")
+			assert.Empty(t, stderr.String())
+			// execd streams lines without their ends; rebuild as readEvents does.
+			var text strings.Builder
+			for line := range strings.SplitSeq(strings.TrimSuffix(stdout.String(), "\n"), "\n") {
+				appendLine(&text, line, reportMaxText)
+			}
+			require.Less(t, text.Len(), reportMaxText)
+			rep := parseReport(text.String(), "id1")
+			assert.True(t, rep.sized || c.path != "", "sizes reported")
+			assert.Equal(t, c.complete, rep.complete)
+			if rep.sized {
+				assert.Equal(t, [2]int64{int64(len(c.out)), int64(len(c.err))}, rep.size)
+			}
+			if c.complete {
+				assert.Equal(t, string(c.out), string(rep.data[0]))
+				assert.Equal(t, string(c.err), string(rep.data[1]))
+			}
+		})
+	}
 }

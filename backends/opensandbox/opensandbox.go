@@ -413,10 +413,18 @@ func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.In
 	q.Set("metadata", metadataFilter(want))
 	q.Set("pageSize", strconv.Itoa(listPageSize))
 	var out []backend.Info
+	retry := listRetry{}
 	for page := 1; page <= maxListPages; page++ {
 		q.Set("page", strconv.Itoa(page))
 		var resp listResponse
-		if err := b.c.lifecycle(ctx, http.MethodGet, "/sandboxes", q, nil, &resp); err != nil {
+		err := b.c.lifecycle(ctx, http.MethodGet, "/sandboxes", q, nil, &resp)
+		if err != nil && retry.again(ctx, err) {
+			// The pages moved under us: start over.
+			b.log.Debug("a sandbox vanished while the server listed them; listing again", "err", err)
+			out, page = nil, 0
+			continue
+		}
+		if err != nil {
 			return nil, b.opErr("list", "", err)
 		}
 		for _, sj := range resp.Items {
@@ -435,6 +443,38 @@ func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.In
 	slices.SortFunc(out, func(x, y backend.Info) int { return strings.Compare(x.ID, y.ID) })
 	out = slices.CompactFunc(out, func(x, y backend.Info) bool { return x.ID == y.ID })
 	return out, nil
+}
+
+// listAttempts bounds how often List asks again after a listing raced a
+// removal.
+const listAttempts = 8
+
+// listRetry paces List's retries of a listing that raced a removal: the
+// Docker runtime lists the containers, then inspects each, and answers 500
+// DOCKER::SANDBOX_QUERY_FAILED ("No such container") when one was removed
+// in between. Asking again a moment later gets a listing.
+type listRetry struct {
+	attempt int
+}
+
+// again reports whether err is that race and there are attempts left, and
+// waits before the next one (false when ctx ends meanwhile).
+func (lr *listRetry) again(ctx context.Context, err error) bool {
+	ae, ok := errors.AsType[*APIError](err)
+	if !ok || ae.Status != http.StatusInternalServerError ||
+		!(strings.HasSuffix(ae.Code, "SANDBOX_QUERY_FAILED") || strings.Contains(ae.Message, "No such container")) {
+		return false
+	}
+	lr.attempt++
+	if lr.attempt >= listAttempts {
+		return false
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(min(25*time.Millisecond<<lr.attempt, time.Second)):
+		return true
+	}
 }
 
 // info turns the server's record into an Info.

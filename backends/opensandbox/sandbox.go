@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -360,7 +361,8 @@ func (s *Sandbox) transition(ctx context.Context, op, suffix, want string) error
 // Endpoint returns host:port where a port published in Spec.Ports is
 // reachable, from the endpoints API (always the direct endpoint: a proxied
 // one is an HTTP route, see HTTPEndpoint). A port the Spec did not publish
-// is an error wrapping backend.ErrNotFound.
+// is an error wrapping backend.ErrNotFound; one the server publishes only
+// as an HTTP route is a *RouteError naming its URL.
 func (s *Sandbox) Endpoint(ctx context.Context, port int) (string, error) {
 	if port < 1 || port > 65535 {
 		return "", s.opErr("endpoint", fmt.Errorf("%w: port %d out of range", backend.ErrInvalidConfig, port))
@@ -373,14 +375,40 @@ func (s *Sandbox) Endpoint(ctx context.Context, port int) (string, error) {
 		return "", s.opErr("endpoint", err)
 	}
 	if strings.Contains(ep.Endpoint, "/") || len(ep.Headers) > 0 {
-		return "", s.opErr("endpoint", fmt.Errorf("%w: port %d is reachable only as the HTTP route %s (with headers the route needs); use HTTPEndpoint",
-			errors.ErrUnsupported, port, ep.Endpoint))
+		x, err := s.b.c.newExecd(ep, false, "")
+		if err != nil {
+			return "", s.opErr("endpoint", err)
+		}
+		return "", s.opErr("endpoint", &RouteError{Port: port, URL: x.base.String(), HeaderNames: slices.Sorted(maps.Keys(ep.Headers))})
 	}
 	if _, _, err := net.SplitHostPort(ep.Endpoint); err != nil {
 		return "", s.opErr("endpoint", fmt.Errorf("endpoint %q of port %d is not host:port", ep.Endpoint, port))
 	}
 	return ep.Endpoint, nil
 }
+
+// RouteError is Endpoint's answer for a port the server publishes only as
+// an HTTP route (host:port/proxy/PORT, or an address whose requests need
+// headers): it has no TCP address, but HTTP reaches it at URL (see
+// HTTPEndpoint for the headers' values). It unwraps to
+// errors.ErrUnsupported.
+type RouteError struct {
+	Port        int
+	URL         string   // http://host:port/path
+	HeaderNames []string // headers every request must carry
+}
+
+func (e *RouteError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "port %d has no TCP address: the OpenSandbox server publishes it only as the HTTP route %s", e.Port, e.URL)
+	if len(e.HeaderNames) > 0 {
+		fmt.Fprintf(&b, " (every request needs the header %s)", strings.Join(e.HeaderNames, ", "))
+	}
+	b.WriteString("; reach it over HTTP at that URL (Sandbox.HTTPEndpoint gives the URL and headers)")
+	return b.String()
+}
+
+func (e *RouteError) Unwrap() error { return errors.ErrUnsupported }
 
 // HTTPEndpoint returns the URL at which an HTTP service on port is reached
 // (through the server proxy when use_server_proxy is set) and the headers

@@ -80,14 +80,7 @@ func serveMain(args []string) int {
 		return 1
 	}
 	defer d.close()
-	server := mcp.NewServer(&mcp.Implementation{Name: "gdbmcp", Version: version}, &mcp.ServerOptions{Logger: logger})
-	d.register(server)
-
-	mux := http.NewServeMux()
-	getServer := func(*http.Request) *mcp.Server { return server }
-	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(getServer, nil))
-	mux.Handle("/sse", mcp.NewSSEHandler(getServer, nil))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "gdbmcp ok") })
+	mux := newHandler(d, logger)
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -109,6 +102,18 @@ func serveMain(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// newHandler serves d's tools: streamable HTTP at /mcp, SSE at /sse.
+func newHandler(d *debugger, logger *slog.Logger) http.Handler {
+	server := mcp.NewServer(&mcp.Implementation{Name: "gdbmcp", Version: version}, &mcp.ServerOptions{Logger: logger})
+	d.register(server)
+	mux := http.NewServeMux()
+	getServer := func(*http.Request) *mcp.Server { return server }
+	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(getServer, nil))
+	mux.Handle("/sse", mcp.NewSSEHandler(getServer, nil))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "gdbmcp ok") })
+	return mux
 }
 
 // detachSelf starts this program again in a session of its own with its

@@ -214,7 +214,17 @@ type gdbProc struct {
 	waiters map[int]chan record
 	stopped chan record
 	exitErr error
+	running bool // the program runs: between *running and *stopped (or its exit)
 }
+
+// answerTimeout bounds the wait for gdb's answer to one command, so that a
+// gdb that stopped reading cannot hold the server forever.
+const answerTimeout = 2 * time.Minute
+
+// asyncSettings make gdb keep reading commands while the program runs
+// (MI's async mode; target-async is its name before gdb 7.8), so that
+// -exec-interrupt, kill and print work on a running program.
+var asyncSettings = []string{"-gdb-set mi-async on", "-gdb-set target-async on"}
 
 // startGDB starts gdb in MI mode.
 func startGDB(gdb, workDir string) (*gdbProc, error) {
@@ -243,7 +253,16 @@ func startGDB(gdb, workDir string) (*gdbProc, error) {
 			return nil, fmt.Errorf("%s: %s: %w", gdb, c, err)
 		}
 	}
-	return g, nil
+	var errs []error
+	for _, c := range asyncSettings {
+		_, _, err := g.run(ctx, c)
+		if err == nil {
+			return g, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", c, err))
+	}
+	g.close()
+	return nil, fmt.Errorf("%s cannot run in MI's async mode, without which a running program cannot be interrupted: %w", gdb, errors.Join(errs...))
 }
 
 func (g *gdbProc) read(r io.Reader) {
@@ -268,8 +287,16 @@ func (g *gdbProc) read(r io.Reader) {
 			if w != nil {
 				w <- rec
 			}
+		case '=':
+			if rec.class == "thread-group-exited" {
+				g.setRunning(false)
+			}
 		case '*':
-			if rec.class == "stopped" {
+			switch rec.class {
+			case "running":
+				g.setRunning(true)
+			case "stopped":
+				g.setRunning(false)
 				select {
 				case g.stopped <- rec:
 				default: // nobody waits; keep the newest few
@@ -282,6 +309,19 @@ func (g *gdbProc) read(r io.Reader) {
 	g.outMu.Lock()
 	g.exitErr = errors.New("gdb exited")
 	g.outMu.Unlock()
+}
+
+func (g *gdbProc) setRunning(v bool) {
+	g.outMu.Lock()
+	g.running = v
+	g.outMu.Unlock()
+}
+
+// isRunning reports whether the program runs (as gdb last said).
+func (g *gdbProc) isRunning() bool {
+	g.outMu.Lock()
+	defer g.outMu.Unlock()
+	return g.running
 }
 
 // alive reports whether gdb's output is still open.
@@ -300,6 +340,8 @@ func (g *gdbProc) alive() bool {
 func (g *gdbProc) run(ctx context.Context, command string) (record, string, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, answerTimeout)
+	defer cancel()
 	g.token++
 	tok := g.token
 	ch := make(chan record, 1)
@@ -307,6 +349,11 @@ func (g *gdbProc) run(ctx context.Context, command string) (record, string, erro
 	g.waiters[tok] = ch
 	g.console.Reset()
 	g.outMu.Unlock()
+	defer func() {
+		g.outMu.Lock()
+		delete(g.waiters, tok)
+		g.outMu.Unlock()
+	}()
 	if _, err := fmt.Fprintf(g.stdin, "%d%s\n", tok, command); err != nil {
 		return record{}, "", fmt.Errorf("writing to gdb: %w", err)
 	}

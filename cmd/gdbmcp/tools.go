@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +29,9 @@ type debugger struct {
 	inputFile string
 	outFile   string
 	outRead   int64 // bytes of outFile already returned
+	// unseen: the last run or continue returned while the program ran on;
+	// its next stop has not been reported yet.
+	unseen bool
 }
 
 // defaultStopWait bounds how long run and continue wait for the program
@@ -85,6 +90,15 @@ func (d *debugger) newOutput() string {
 	b, _ := io.ReadAll(io.LimitReader(f, 1<<20))
 	d.outRead += int64(len(b))
 	return string(b)
+}
+
+// outputText is what the program wrote since the last call, headed for a
+// tool's answer ("" when nothing).
+func (d *debugger) outputText() string {
+	if out := d.newOutput(); out != "" {
+		return "\nprogram output:\n" + out
+	}
+	return ""
 }
 
 // text is a tool result of plain text.
@@ -187,6 +201,8 @@ func (d *debugger) register(s *mcp.Server) {
 				if _, _, err := g.run(ctx, "-interpreter-exec console \"kill\""); err != nil {
 					return nil, err
 				}
+				d.unseen = false
+				g.drainStopped()
 				return text("killed"), nil
 			})
 		})
@@ -260,9 +276,20 @@ func (d *debugger) resume(ctx context.Context, command string, in runIn) (*mcp.C
 	if err != nil {
 		return nil, err
 	}
-	g.drainStopped()
-	if _, _, err := g.run(ctx, command); err != nil {
-		return nil, err
+	// After a call that stopped waiting, continue waits for the stop that
+	// was not reported (which may have come meanwhile) instead of
+	// continuing past it.
+	waitOnly := command == "-exec-continue" && d.unseen && (g.isRunning() || len(g.stopped) > 0)
+	d.unseen = false
+	switch {
+	case waitOnly:
+	case g.isRunning() && command != "-exec-run":
+		return nil, errors.New("the program is running: call continue to wait for it to stop, gdb_command \"interrupt\" to stop it, or kill")
+	default:
+		g.drainStopped()
+		if _, _, err := g.run(ctx, command); err != nil {
+			return nil, err
+		}
 	}
 	wait := defaultStopWait
 	if in.TimeoutSec > 0 {
@@ -276,16 +303,18 @@ func (d *debugger) resume(ctx context.Context, command string, in runIn) (*mcp.C
 	g.outMu.Unlock()
 	var b strings.Builder
 	if !ok {
-		fmt.Fprintf(&b, "the program is still running after %s (call continue to wait longer, or gdb_command \"interrupt\")\n", wait)
+		d.unseen = g.isRunning()
+		fmt.Fprintf(&b, "the program is still running after %s (call continue to wait longer, gdb_command \"interrupt\" to stop it, or kill)\n", wait)
 	} else {
 		b.WriteString(describeStop(rec))
 	}
 	if s := strings.TrimSpace(console); s != "" {
+		s = octalExit.ReplaceAllStringFunc(s, func(m string) string {
+			return "exited with code " + exitCode(octalExit.FindStringSubmatch(m)[1])
+		})
 		b.WriteString("\ngdb:\n" + s + "\n")
 	}
-	if out := d.newOutput(); out != "" {
-		b.WriteString("\nprogram output:\n" + out)
-	}
+	b.WriteString(d.outputText())
 	return text(b.String()), nil
 }
 
@@ -297,7 +326,7 @@ func describeStop(rec record) string {
 	case "exited-normally":
 		return "the program exited normally (exit code 0)\n"
 	case "exited":
-		return fmt.Sprintf("the program exited with code %s\n", strings.TrimLeft(rec.str("exit-code"), "0"))
+		return fmt.Sprintf("the program exited with code %s\n", exitCode(rec.str("exit-code")))
 	case "exited-signalled":
 		return fmt.Sprintf("the program was killed by %s (%s)\n", rec.str("signal-name"), rec.str("signal-meaning"))
 	case "signal-received":
@@ -314,6 +343,19 @@ func describeStop(rec record) string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// octalExit is how gdb's console reports an exit code: in octal too.
+var octalExit = regexp.MustCompile(`exited with code (0[0-7]*)\b`)
+
+// exitCode turns MI's exit-code, which gdb writes in octal ("012" for exit
+// 10, "0377" for 255), into decimal.
+func exitCode(octal string) string {
+	n, err := strconv.ParseUint(octal, 8, 32)
+	if err != nil {
+		return octal
+	}
+	return strconv.FormatUint(n, 10)
 }
 
 // describeFrame renders an MI frame tuple: "func (file:line) at addr".
@@ -392,15 +434,20 @@ func (d *debugger) command(ctx context.Context, command string) (*mcp.CallToolRe
 		return nil, err
 	}
 	if strings.TrimSpace(command) == "interrupt" {
+		if !g.isRunning() {
+			return text("the program is not running"), nil
+		}
+		g.drainStopped()
 		if err := g.interrupt(ctx); err != nil {
 			return nil, err
 		}
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if rec, ok := g.waitStopped(wctx); ok {
-			return text(describeStop(rec)), nil
+			d.unseen = false
+			return text(describeStop(rec) + d.outputText()), nil
 		}
-		return text("interrupt sent"), nil
+		return text("interrupt sent; the program has not stopped yet (call continue to wait for it)"), nil
 	}
 	_, out, err := g.run(ctx, "-interpreter-exec console "+quoteMI(command))
 	if err != nil {

@@ -153,10 +153,13 @@ func (a *app) benchCreate(ctx context.Context, o benchCreateOptions) error {
 	if a.json {
 		return printJSON(a.stdout, rep)
 	}
-	tb := newTable(a.stdout, "BACKEND", "IMAGE", "CREATE+FIRST EXEC P50", "P99", "DESTROY P50")
-	tb.row(rep.Backend, rep.Image, fmt.Sprintf("%.1fms", rep.CreateFirstExec.P50), fmt.Sprintf("%.1fms", rep.CreateFirstExec.P99), fmt.Sprintf("%.1fms", rep.Destroy.P50))
+	tb := newTable(a.stdout, "BACKEND", "IMAGE", "CREATE+FIRST EXEC P50", "P99", "MAX", "DESTROY P50")
+	row := func(backend, image string, create, destroy percentiles) {
+		tb.row(backend, image, fmt.Sprintf("%.1fms", create.P50), create.p99Cell("%.1fms"), fmt.Sprintf("%.1fms", create.Max), fmt.Sprintf("%.1fms", destroy.P50))
+	}
+	row(rep.Backend, rep.Image, rep.CreateFirstExec, rep.Destroy)
 	if rep.CompareBackend != "" {
-		tb.row(rep.CompareBackend, rep.CompareImage, fmt.Sprintf("%.1fms", rep.CompareCreate.P50), fmt.Sprintf("%.1fms", rep.CompareCreate.P99), fmt.Sprintf("%.1fms", rep.CompareDestroy.P50))
+		row(rep.CompareBackend, rep.CompareImage, rep.CompareCreate, rep.CompareDestroy)
 	}
 	tb.flush()
 	if rep.CompareBackend != "" {

@@ -44,8 +44,10 @@ func (a *app) benchExecCmd() *cobra.Command {
 		Short: "Measure exec and file latency through sbxd against the plain path",
 		Long: `Exec makes one sandbox and measures, in the same run:
 
-  - exec latency of "true" through the sbxd agent (p50, p99) and through the
-    backend's plain per-command path (p50), and their ratio;
+  - exec latency of "true" through the sbxd agent and through the backend's
+    plain per-command path (p50, and p99 beyond 100 samples, else the
+    maximum), measured in alternating rounds once the agent runs, and the
+    ratio of the p50s;
   - reading and writing a 4 KiB file through the agent tools (fileops);
   - copying 64 MiB in and back out (MB/s, both directions together);
   - the agent's resident memory afterwards;
@@ -78,10 +80,14 @@ type benchExecReport struct {
 	BaselineN    int    `json:"baseline_n"`
 	AgentVersion string `json:"agent_version"`
 
+	// The p99s are left out with 100 samples or fewer (they would be the
+	// maximum).
 	ExecP50         float64 `json:"exec_p50_ms"`
-	ExecP99         float64 `json:"exec_p99_ms"`
+	ExecP99         float64 `json:"exec_p99_ms,omitempty"`
+	ExecMax         float64 `json:"exec_max_ms"`
 	BaselineExecP50 float64 `json:"baseline_exec_p50_ms"`
-	BaselineExecP99 float64 `json:"baseline_exec_p99_ms"`
+	BaselineExecP99 float64 `json:"baseline_exec_p99_ms,omitempty"`
+	BaselineExecMax float64 `json:"baseline_exec_max_ms"`
 	Speedup         float64 `json:"speedup"`
 
 	ReadSmallP50  float64 `json:"read_small_p50_ms"`
@@ -123,17 +129,6 @@ func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
 	defer destroy(ctx, sb)
 	rep := benchExecReport{Backend: b.Name(), Image: spec.Image, N: o.n, BaselineN: o.baselineN}
 
-	logf("bench: %d plain execs", o.baselineN)
-	if _, err := timeExec(ctx, sb, min(3, o.baselineN)); err != nil {
-		return fmt.Errorf("plain exec: %w", err)
-	}
-	base, err := timeExec(ctx, sb, o.baselineN)
-	if err != nil {
-		return fmt.Errorf("plain exec: %w", err)
-	}
-	bp := percentilesOf(base)
-	rep.BaselineExecP50, rep.BaselineExecP99 = bp.P50, bp.P99
-
 	c, agent, err := a.startAgent(ctx, sb)
 	if err != nil {
 		return err
@@ -159,42 +154,42 @@ func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
 		}
 		defer other.Close()
 		rep.CompareBackend = ob.Name()
-		logf("bench: %d execs through sbxd on %s and on %s, alternating", o.n, b.Name(), ob.Name())
+		logf("bench: %d execs through sbxd on %s and on %s and %d plain ones, in alternating rounds", o.n, b.Name(), ob.Name(), o.baselineN)
 	} else {
-		logf("bench: %d execs through sbxd", o.n)
+		logf("bench: %d execs through sbxd and %d plain ones, in alternating rounds", o.n, o.baselineN)
 	}
-	// Warm up, then measure; with a backend to compare, in alternating
-	// rounds so that both see the same load on this machine.
-	var fast, slow []float64
-	for _, cl := range []*sbxd.Client{c, other} {
-		if cl != nil {
-			if _, err := timeExec(ctx, cl, min(50, o.n)); err != nil {
-				return fmt.Errorf("sbxd exec: %w", err)
+	// Warm up, then measure every path in alternating rounds, with the
+	// agent running, so that all see the same load on this machine.
+	paths := map[execPath]backend.Sandbox{pathSbxd: c, pathPlain: sb}
+	if other != nil {
+		paths[pathCompare] = other
+	}
+	for _, w := range []struct {
+		p execPath
+		n int
+	}{{pathPlain, min(3, o.baselineN)}, {pathSbxd, min(50, o.n)}, {pathCompare, min(50, o.n)}} {
+		if s := paths[w.p]; s != nil {
+			if _, err := timeExec(ctx, s, w.n); err != nil {
+				return fmt.Errorf("%s exec: %w", w.p, err)
 			}
 		}
 	}
-	const round = 25
-	for done := 0; done < o.n; done += round {
-		k := min(round, o.n-done)
-		xs, err := timeExec(ctx, c, k)
+	samples := map[execPath][]float64{}
+	for _, batch := range execSchedule(o.n, o.baselineN, other != nil) {
+		xs, err := timeExec(ctx, paths[batch.path], batch.n)
 		if err != nil {
-			return fmt.Errorf("sbxd exec: %w", err)
+			return fmt.Errorf("%s exec: %w", batch.path, err)
 		}
-		fast = append(fast, xs...)
-		if other != nil {
-			if xs, err = timeExec(ctx, other, k); err != nil {
-				return fmt.Errorf("sbxd exec on %s: %w", rep.CompareBackend, err)
-			}
-			slow = append(slow, xs...)
-		}
+		samples[batch.path] = append(samples[batch.path], xs...)
 	}
-	fp := percentilesOf(fast)
-	rep.ExecP50, rep.ExecP99 = fp.P50, fp.P99
+	fp, bp := percentilesOf(samples[pathSbxd]), percentilesOf(samples[pathPlain])
+	rep.ExecP50, rep.ExecP99, rep.ExecMax = fp.P50, fp.P99, fp.Max
+	rep.BaselineExecP50, rep.BaselineExecP99, rep.BaselineExecMax = bp.P50, bp.P99, bp.Max
 	if rep.ExecP50 > 0 {
 		rep.Speedup = rep.BaselineExecP50 / rep.ExecP50
 	}
 	if other != nil {
-		rep.CompareExecP50 = percentilesOf(slow).P50
+		rep.CompareExecP50 = percentilesOf(samples[pathCompare]).P50
 		if rep.CompareExecP50 > 0 {
 			rep.CompareRatio = rep.ExecP50 / rep.CompareExecP50
 		}
@@ -219,13 +214,13 @@ func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
 	}
 	w := a.stdout
 	fmt.Fprintf(w, "backend %s, image %s, agent %s\n", rep.Backend, rep.Image, rep.AgentVersion)
-	t := newTable(w, "OPERATION", "P50", "P99")
-	t.row("exec true (sbxd)", fmt.Sprintf("%.2fms", rep.ExecP50), fmt.Sprintf("%.2fms", rep.ExecP99))
-	t.row("exec true (plain)", fmt.Sprintf("%.2fms", rep.BaselineExecP50), fmt.Sprintf("%.2fms", rep.BaselineExecP99))
-	t.row("read 4 KiB (fileops)", fmt.Sprintf("%.2fms", rep.ReadSmallP50), "")
-	t.row("write 4 KiB (fileops)", fmt.Sprintf("%.2fms", rep.WriteSmallP50), "")
+	t := newTable(w, "OPERATION", "N", "P50", "P99", "MAX")
+	t.row("exec true (sbxd)", strconv.Itoa(rep.N), fmt.Sprintf("%.2fms", rep.ExecP50), fp.p99Cell("%.2fms"), fmt.Sprintf("%.2fms", rep.ExecMax))
+	t.row("exec true (plain)", strconv.Itoa(rep.BaselineN), fmt.Sprintf("%.2fms", rep.BaselineExecP50), bp.p99Cell("%.2fms"), fmt.Sprintf("%.2fms", rep.BaselineExecMax))
+	t.row("read 4 KiB (fileops)", strconv.Itoa(rep.N), fmt.Sprintf("%.2fms", rep.ReadSmallP50), "", "")
+	t.row("write 4 KiB (fileops)", strconv.Itoa(rep.N), fmt.Sprintf("%.2fms", rep.WriteSmallP50), "", "")
 	if rep.CompareBackend != "" {
-		t.row("exec true (sbxd, "+rep.CompareBackend+")", fmt.Sprintf("%.2fms", rep.CompareExecP50), "")
+		t.row("exec true (sbxd, "+rep.CompareBackend+")", strconv.Itoa(rep.N), fmt.Sprintf("%.2fms", rep.CompareExecP50), "", "")
 	}
 	t.flush()
 	if rep.CompareBackend != "" {
@@ -287,6 +282,45 @@ func (a *app) startAgent(ctx context.Context, sb backend.Sandbox) (*sbxd.Client,
 		return nil, sbxd.AgentInfo{}, fmt.Errorf("the sbxd agent did not start in the sandbox: %w", err)
 	}
 	return c, agent, nil
+}
+
+// execPath is one way bench exec runs true.
+type execPath string
+
+const (
+	pathSbxd    execPath = "sbxd"
+	pathPlain   execPath = "plain"
+	pathCompare execPath = "compare"
+)
+
+// execBatch is n measured execs of true on one path.
+type execBatch struct {
+	path execPath
+	n    int
+}
+
+// execRound is how many execs through sbxd a round of bench exec holds.
+const execRound = 25
+
+// execSchedule orders bench exec's measured execs: rounds of execRound
+// through sbxd, each followed by the plain path's share of baselineN (the
+// shares spread as evenly as the counts allow) and, with a backend to
+// compare, as many as this round's through sbxd on it. Every path thus
+// sees the same load on this machine, from start to end.
+func execSchedule(n, baselineN int, compare bool) []execBatch {
+	rounds := (n + execRound - 1) / execRound
+	var out []execBatch
+	for r := range rounds {
+		k := min(execRound, n-r*execRound)
+		out = append(out, execBatch{pathSbxd, k})
+		if share := baselineN*(r+1)/rounds - baselineN*r/rounds; share > 0 {
+			out = append(out, execBatch{pathPlain, share})
+		}
+		if compare {
+			out = append(out, execBatch{pathCompare, k})
+		}
+	}
+	return out
 }
 
 var trueReq = backend.ExecRequest{Cmd: []string{"true"}}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,11 +31,17 @@ func TestBenchExecJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("output is not one JSON object: %v\n%s", err, out)
 	}
-	for _, k := range []string{"exec_p50_ms", "exec_p99_ms", "baseline_exec_p50_ms", "speedup", "read_small_p50_ms",
+	for _, k := range []string{"exec_p50_ms", "exec_max_ms", "baseline_exec_p50_ms", "baseline_exec_max_ms", "speedup", "read_small_p50_ms",
 		"write_small_p50_ms", "copy_64mib_mb_per_s", "agent_rss_kib", "compare_exec_p50_ms", "compare_ratio"} {
 		v, ok := rep[k].(float64)
 		if !ok || v <= 0 {
 			t.Errorf("%s = %v, want a positive number", k, rep[k])
+		}
+	}
+	// 30 and 2 samples: their top figure is the maximum, not a p99.
+	for _, k := range []string{"exec_p99_ms", "baseline_exec_p99_ms"} {
+		if v, ok := rep[k]; ok {
+			t.Errorf("%s = %v reported from 100 samples or fewer", k, v)
 		}
 	}
 	if rep["compare_backend"] != "local" {
@@ -70,8 +77,11 @@ func TestBenchCreateJSON(t *testing.T) {
 		t.Errorf("report %+v", rep)
 	}
 	for name, p := range map[string]map[string]float64{"create": rep.CreateFirstExec, "destroy": rep.Destroy, "compare create": rep.CompareCreate} {
-		if p["p50"] <= 0 || p["p99"] < p["p50"] {
+		if p["p50"] <= 0 || p["max"] < p["p50"] || p["n"] != 3 {
 			t.Errorf("%s percentiles %v", name, p)
+		}
+		if _, ok := p["p99"]; ok {
+			t.Errorf("%s: a p99 from 3 samples: %v", name, p)
 		}
 	}
 	if rep.Speedup <= 0 {
@@ -79,5 +89,66 @@ func TestBenchCreateJSON(t *testing.T) {
 	}
 	if list := listSandboxes(t); len(list) != 0 {
 		t.Errorf("bench create left sandboxes behind: %+v", list)
+	}
+}
+
+// The plain path is measured in rounds alternating with sbxd's (and the
+// compared backend's), not in one block before the agent starts: every path
+// sees the same load from start to end.
+func TestExecSchedule(t *testing.T) {
+	for _, c := range []struct {
+		n, baselineN int
+		compare      bool
+	}{{500, 50, false}, {500, 50, true}, {30, 2, true}, {1, 1, false}, {60, 500, false}, {100, 7, false}} {
+		got := execSchedule(c.n, c.baselineN, c.compare)
+		total := map[execPath]int{}
+		plainBatches := 0
+		for i, b := range got {
+			if b.n <= 0 {
+				t.Errorf("%+v: empty batch %d: %+v", c, i, got)
+			}
+			total[b.path] += b.n
+			if b.path == pathPlain {
+				plainBatches++
+				if i == 0 || got[i-1].path != pathSbxd {
+					t.Errorf("%+v: plain batch %d does not follow one through sbxd: %+v", c, i, got)
+				}
+			}
+			if b.path == pathCompare && (i == 0 || got[i-1].path == pathCompare) {
+				t.Errorf("%+v: compare batch %d follows no other path: %+v", c, i, got)
+			}
+		}
+		want := map[execPath]int{pathSbxd: c.n, pathPlain: c.baselineN}
+		if c.compare {
+			want[pathCompare] = c.n
+		}
+		if fmt.Sprint(total) != fmt.Sprint(want) {
+			t.Errorf("%+v: %v execs, want %v", c, total, want)
+		}
+		rounds := (c.n + execRound - 1) / execRound
+		if wantBatches := min(rounds, c.baselineN); plainBatches != wantBatches {
+			t.Errorf("%+v: the plain execs come in %d batches, want them spread over %d rounds", c, plainBatches, wantBatches)
+		}
+	}
+}
+
+// With 100 samples or fewer no p99 is reported: it would be the maximum.
+func TestPercentilesTopFigure(t *testing.T) {
+	xs := func(n int) []float64 {
+		out := make([]float64, n)
+		for i := range out {
+			out[i] = float64(i + 1)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		n        int
+		p99, max float64
+		cell     string
+	}{{1, 0, 1, "-"}, {50, 0, 50, "-"}, {100, 0, 100, "-"}, {101, 100, 101, "100.0"}, {500, 496, 500, "496.0"}} {
+		p := percentilesOf(xs(c.n))
+		if p.N != c.n || p.P99 != c.p99 || p.Max != c.max || p.p99Cell("%.1f") != c.cell {
+			t.Errorf("%d samples: %+v, p99 cell %q", c.n, p, p.p99Cell("%.1f"))
+		}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxkit/sandboxkit"
+	"github.com/sandboxkit/sandboxkit/backends/opensandbox"
 )
 
 func (a *app) upCmd() *cobra.Command {
@@ -27,9 +29,12 @@ with its initializer (main, neo4j, joern, gdb_mcp, or a plain sandbox), on a
 session network with shared /shared, /bash_tools and /sandbox_scripts volumes.
 Sandboxes start concurrently, are provisioned in dependency order and probed
 until ready; progress shows each one's steps with durations. It prints the
-session ID and each sandbox's endpoints. The session has no owner and
-outlives sbx: end it with sbx down ID (sbx status lists sessions). If any
-sandbox fails, everything the launch made is removed again.`,
+session ID, each sandbox's endpoints (host:port, or the URL of a port the
+backend publishes only as an HTTP route) and its services' URLs (such as
+gdb_mcp's MCP endpoint); a port the host cannot reach is a warning. The
+session has no owner and outlives sbx: end it with sbx down ID (sbx status
+lists sessions). If any sandbox fails, everything the launch made is
+removed again.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.up(cmd.Context(), args, opts)
 		},
@@ -47,10 +52,16 @@ type upOptions struct {
 }
 
 type upMember struct {
-	Name      string            `json:"name"`
-	Type      string            `json:"type"`
-	ID        string            `json:"id"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+	ID   string `json:"id"`
+	// Endpoints maps a published port to the host:port a host program
+	// dials, or to an http:// URL when the backend publishes the port only
+	// as an HTTP route.
 	Endpoints map[string]string `json:"endpoints,omitempty"`
+	// URLs are the member's services as its initializer names them, with
+	// their paths (gdb_mcp's MCP endpoint, neo4j's bolt and HTTP URIs).
+	URLs []string `json:"urls,omitempty"`
 }
 
 type upResult struct {
@@ -90,15 +101,20 @@ func (a *app) up(ctx context.Context, names []string, opts upOptions) error {
 	return a.printSession(res)
 }
 
-// describeSession collects a session's members and their host endpoints.
+// describeSession collects a session's members, their host endpoints and
+// service URLs. A port the host cannot reach is a warning that says why.
 func describeSession(ctx context.Context, s *sandboxkit.Session) (upResult, error) {
-	res := upResult{Session: s.ID, Env: s.Env, Warnings: s.Warnings}
+	res := upResult{Session: s.ID, Env: s.Env, Warnings: slices.Clone(s.Warnings)}
 	for _, m := range s.Members() {
-		um := upMember{Name: m.Name, Type: m.Type, ID: m.Sandbox.ID()}
+		um := upMember{Name: m.Name, Type: m.Type, ID: m.Sandbox.ID(), URLs: serviceURLs(m.Handle)}
 		for _, p := range m.Ports {
 			addr, err := s.Endpoint(ctx, m.Name, p)
-			if err != nil {
-				continue // not published on this backend
+			if re, ok := errors.AsType[*opensandbox.RouteError](err); ok {
+				addr = re.URL
+				res.Warnings = append(res.Warnings, fmt.Sprintf("%s: %v", m.Name, err))
+			} else if err != nil {
+				res.Warnings = append(res.Warnings, fmt.Sprintf("%s: port %d is not reachable from this host: %v", m.Name, p, err))
+				continue
 			}
 			if um.Endpoints == nil {
 				um.Endpoints = map[string]string{}
@@ -110,6 +126,21 @@ func describeSession(ctx context.Context, s *sandboxkit.Session) (upResult, erro
 	return res, nil
 }
 
+// serviceURLs are the URLs an initializer's handle names.
+func serviceURLs(handle any) []string {
+	var out []string
+	if h, ok := handle.(interface{ URL() string }); ok {
+		out = append(out, h.URL())
+	}
+	if h, ok := handle.(interface{ BoltURI() string }); ok {
+		out = append(out, h.BoltURI())
+	}
+	if h, ok := handle.(interface{ HTTPURL() string }); ok {
+		out = append(out, h.HTTPURL())
+	}
+	return out
+}
+
 func (a *app) printSession(res upResult) error {
 	if a.json {
 		return printJSON(a.stdout, res)
@@ -118,7 +149,7 @@ func (a *app) printSession(res upResult) error {
 		fmt.Fprintf(a.stderr, "warning: %s\n", w)
 	}
 	fmt.Fprintf(a.stdout, "session %s\n", res.Session)
-	t := newTable(a.stdout, "NAME", "TYPE", "ID", "ENDPOINTS")
+	t := newTable(a.stdout, "NAME", "TYPE", "ID", "ENDPOINTS", "URLS")
 	for _, m := range res.Sandboxes {
 		var eps []string
 		for _, p := range slices.SortedFunc(maps.Keys(m.Endpoints), func(x, y string) int {
@@ -128,7 +159,7 @@ func (a *app) printSession(res upResult) error {
 		}) {
 			eps = append(eps, p+"->"+m.Endpoints[p])
 		}
-		t.row(m.Name, m.Type, m.ID, orDash(strings.Join(eps, " ")))
+		t.row(m.Name, m.Type, m.ID, orDash(strings.Join(eps, " ")), orDash(strings.Join(m.URLs, " ")))
 	}
 	return t.flush()
 }

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httputil"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -34,7 +36,10 @@ func (sb *sandbox) execdRoutes() http.Handler {
 	handle := func(pattern string, h func(http.ResponseWriter, *http.Request)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			sb.srv.count("execd " + pattern)
-			if !sb.admit(w, r) {
+			if sb.srv.opts.Intercept != nil && sb.srv.opts.Intercept(w, r) {
+				return
+			}
+			if !sb.admit(w, r, !strings.HasPrefix(r.URL.Path, "/proxy/")) {
 				return
 			}
 			h(w, r)
@@ -54,12 +59,16 @@ func (sb *sandbox) execdRoutes() http.Handler {
 	handle("GET /directories/list", sb.listDir)
 	handle("POST /directories", sb.makeDirs)
 	handle("DELETE /directories", sb.removeDirs)
+	for _, m := range []string{"GET", "POST", "PUT", "DELETE", "PATCH"} {
+		handle(m+" /proxy/{port}/{path...}", sb.proxyPort)
+	}
 	return mux
 }
 
-// admit checks what every execd request must satisfy, and holds requests
-// while the sandbox is paused (its processes, execd included, are frozen).
-func (sb *sandbox) admit(w http.ResponseWriter, r *http.Request) bool {
+// admit checks what every execd request must satisfy (the access token
+// when needToken), and holds requests while the sandbox is paused (its
+// processes, execd included, are frozen).
+func (sb *sandbox) admit(w http.ResponseWriter, r *http.Request, needToken bool) bool {
 	if r.Header.Get(headerAPIKey) != "" {
 		sb.srv.violation("%s %s reached execd of %s with the API key", r.Method, r.URL.Path, sb.id)
 		writeJSON(w, http.StatusForbidden, map[string]string{"error": "the OpenSandbox API key must not be sent to a sandbox"})
@@ -95,7 +104,7 @@ func (sb *sandbox) admit(w http.ResponseWriter, r *http.Request) bool {
 		}
 		break
 	}
-	if sb.token != "" && r.Header.Get(headerExecdToken) != sb.token {
+	if needToken && sb.token != "" && r.Header.Get(headerExecdToken) != sb.token {
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"})
 		return false
 	}
@@ -377,4 +386,27 @@ func (sb *sandbox) commandStatus(w http.ResponseWriter, r *http.Request) {
 		st["error"] = c.errMsg
 	}
 	writeJSON(w, http.StatusOK, st)
+}
+
+// proxyPort forwards an HTTP request to a port of the sandbox (which
+// shares this host's network), as execd's /proxy/{port}/ route does.
+func (sb *sandbox) proxyPort(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		writeExecdError(w, http.StatusBadRequest, codeInvalidRequest, "invalid port "+r.PathValue("port"))
+		return
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "127.0.0.1:"+strconv.Itoa(port)
+			pr.Out.URL.Path, pr.Out.URL.RawPath = "/"+r.PathValue("path"), ""
+			pr.Out.Host = pr.Out.URL.Host
+			pr.Out.Header.Del(routeHeader)
+		},
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeExecdError(w, http.StatusBadGateway, codeRuntimeError, fmt.Sprintf("proxying to port %d: %v", port, err))
+		},
+	}
+	rp.ServeHTTP(w, r)
 }

@@ -47,6 +47,7 @@ type sandbox struct {
 	expiry                 *time.Timer
 	stateCh                chan struct{} // closed and replaced at every state change
 	gone                   chan struct{} // closed when removed
+	removing               bool          // being removed: still listed, but going
 	commands               map[string]*command
 
 	execd *httptest.Server
@@ -312,17 +313,17 @@ func waitText(err error) string {
 }
 
 // remove deletes a sandbox: its processes are killed, its execd stopped
-// and its directory removed; afterwards the API answers 404 for it (as the
+// and its directory removed; meanwhile it is Terminated (and breaks
+// listings, see list), afterwards the API answers 404 for it (as the
 // Docker runtime does once the container is gone).
 func (s *Server) remove(id, reason string) {
 	s.mu.Lock()
 	sb := s.sandboxes[id]
-	if sb == nil {
+	if sb == nil || sb.removing {
 		s.mu.Unlock()
 		return
 	}
-	delete(s.sandboxes, id)
-	s.order = slices.DeleteFunc(s.order, func(x string) bool { return x == id })
+	sb.removing = true
 	if sb.expiry != nil {
 		sb.expiry.Stop()
 	}
@@ -334,6 +335,12 @@ func (s *Server) remove(id, reason string) {
 	sb.execd.CloseClientConnections()
 	sb.execd.Close()
 	os.RemoveAll(sb.dir)
+	time.Sleep(s.opts.RemovalTime)
+
+	s.mu.Lock()
+	delete(s.sandboxes, id)
+	s.order = slices.DeleteFunc(s.order, func(x string) bool { return x == id })
+	s.mu.Unlock()
 }
 
 func (s *Server) patchMetadata(w http.ResponseWriter, r *http.Request) {

@@ -32,7 +32,15 @@
 //     in a decimal number; ranged downloads;
 //   - renew-expiration with 409 for a sandbox without expiry; pause and
 //     resume through Pausing and Resuming (processes are stopped with
-//     SIGSTOP; execd does not answer while paused); TTL expiry deletes.
+//     SIGSTOP; execd does not answer while paused); TTL expiry deletes;
+//   - GET /sandboxes answering 500 DOCKER::SANDBOX_QUERY_FAILED ("No such
+//     container") when a sandbox it lists is being removed meanwhile, as
+//     the Docker runtime does when a container vanishes between its listing
+//     and its inspection (Options.RemovalTime widens that window);
+//   - with Options.RoutedPorts, ports other than execd's published only
+//     through execd's HTTP proxy route, the endpoint coming back as
+//     host:port/proxy/PORT (execd's address), as a real deployment does
+//     for ports it cannot map.
 package opensandboxtest
 
 import (
@@ -74,6 +82,21 @@ type Options struct {
 	// Addr is the address to listen on (default 127.0.0.1 and a free
 	// port). Keep it on loopback: commands run on this host.
 	Addr string
+	// RemovalTime is how long removing a sandbox takes beyond the work
+	// itself: the window in which GET /sandboxes fails as the real server's
+	// does when a container vanishes while it lists them.
+	RemovalTime time.Duration
+	// RoutedPorts publishes ports other than execd's only through
+	// execd's /proxy/{port}/ route: the endpoints API answers
+	// EXECD-HOST:PORT/proxy/{port} with execd's headers even in direct
+	// mode. (This server does not require the execd access token on that
+	// route.)
+	RoutedPorts bool
+	// Intercept, when set, sees every request first (the lifecycle
+	// server's, and execd's with execd's own path) and answers it itself
+	// by returning true: for failures no real server produces on cue,
+	// such as a download failing just after a command timed out.
+	Intercept func(w http.ResponseWriter, r *http.Request) bool
 }
 
 // Server is the in-process server. Use NewServer, then Close.
@@ -226,6 +249,9 @@ func (s *Server) routes() http.Handler {
 			full := method + " " + p + rest
 			mux.HandleFunc(full, func(w http.ResponseWriter, r *http.Request) {
 				s.count(method + " " + p + rest)
+				if s.opts.Intercept != nil && s.opts.Intercept(w, r) {
+					return
+				}
 				if !s.authorized(w, r) {
 					return
 				}
@@ -355,6 +381,14 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	var items []map[string]any
 	for _, id := range s.order {
 		sb := s.sandboxes[id]
+		if sb.removing {
+			// The Docker runtime lists the containers, then inspects
+			// each: one removed in between fails the whole listing.
+			s.mu.Unlock()
+			writeError(w, http.StatusInternalServerError, "DOCKER::SANDBOX_QUERY_FAILED",
+				fmt.Sprintf(`Failed to query sandboxes: 404 Client Error for http+docker://localhost/v1.47/containers/%s/json: Not Found ("No such container: %s")`, id, id))
+			return
+		}
 		if len(states) > 0 && !slices.Contains(states, sb.state) {
 			continue
 		}
@@ -408,11 +442,15 @@ func (s *Server) endpoint(w http.ResponseWriter, r *http.Request) {
 	}
 	proxy := r.URL.Query().Get("use_server_proxy")
 	ep := map[string]any{}
-	if port == s.opts.ExecdPort {
+	switch {
+	case port == s.opts.ExecdPort:
 		ep["endpoint"] = strings.TrimPrefix(sb.execd.URL, "http://")
 		// As a gateway would: execd requests must carry this header.
 		ep["headers"] = map[string]string{routeHeader: sb.id}
-	} else {
+	case s.opts.RoutedPorts:
+		ep["endpoint"] = strings.TrimPrefix(sb.execd.URL, "http://") + "/proxy/" + strconv.Itoa(port)
+		ep["headers"] = map[string]string{routeHeader: sb.id}
+	default:
 		// The fake's sandboxes share the host's network.
 		ep["endpoint"] = "127.0.0.1:" + strconv.Itoa(port)
 	}
