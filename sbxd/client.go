@@ -41,6 +41,15 @@ type AgentPather interface {
 	SbxdPath() string
 }
 
+// AgentHomer is implemented by sandboxes that give the agent a folder of
+// their own, removed with the sandbox: local's sandboxes are host folders,
+// so the agent's copy and its background jobs' output belong in the
+// sandbox's state folder, not in the host's shared /tmp. Wrap uses it
+// unless WithInjectDir or WithStateDir say otherwise.
+type AgentHomer interface {
+	AgentHome() string
+}
+
 // errNoAttacher: the sandbox cannot start the agent at all (by design, as
 // with backends that have a daemon of their own), so falling back is not
 // worth a warning.
@@ -157,6 +166,9 @@ func Wrap(ctx context.Context, sb backend.Sandbox, opts ...Option) (*Client, err
 		if ap, ok := backend.As[AgentPather](sb); ok {
 			o.agentPath = ap.SbxdPath()
 		}
+	}
+	if ah, ok := backend.As[AgentHomer](sb); ok && o.injectDir == defaultInjectDir && o.stateDir == "" {
+		o.injectDir, o.stateDir = ah.AgentHome(), ah.AgentHome()+"/jobs"
 	}
 	if o.stateDir == "" {
 		o.stateDir = o.injectDir + "/jobs-" + safeName(sb.ID())
