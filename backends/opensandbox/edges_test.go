@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -216,4 +218,38 @@ func TestTimeoutReportsAFailedDownload(t *testing.T) {
 	require.Error(t, err, "the output that could not be read is reported")
 	assert.ErrorContains(t, err, "input/output error")
 	assert.ErrorContains(t, err, "timed out")
+}
+
+// Nothing of a command stays behind in its sandbox once the backend is
+// closed: neither the wrapper's scratch files nor the output files a real
+// execd keeps for every command (/tmp/<id>.stdout and .stderr).
+func TestCommandsLeaveNoFiles(t *testing.T) {
+	srv := newServer(t, opensandboxtest.Options{APIKey: testAPIKey, KeepCommandLogs: true})
+	b, err := opensandbox.New(opensandbox.Config{Domain: srv.Domain(), APIKey: testAPIKey})
+	require.NoError(t, err)
+	sb := create(t, b, backend.Spec{Name: "tidy"})
+	ours := func() []string {
+		logs, _ := filepath.Glob("/tmp/*.stdout")
+		errs, _ := filepath.Glob("/tmp/*.stderr")
+		scratch, _ := filepath.Glob("/tmp/.sbx-exec-*")
+		return append(append(logs, errs...), scratch...)
+	}
+	before := ours()
+	for _, req := range []backend.ExecRequest{
+		{Cmd: []string{"true"}},
+		{Shell: "echo out; echo err >&2; exit 3"},
+		{Shell: "head -c 200000 /dev/zero"},
+		{Shell: "cat", Stdin: strings.NewReader("in\n")},
+	} {
+		_, err := sb.Exec(testCtx(t), req)
+		require.NoError(t, err)
+	}
+	require.NoError(t, b.Close())
+	var left []string
+	for _, f := range ours() {
+		if !slices.Contains(before, f) {
+			left = append(left, f)
+		}
+	}
+	assert.Empty(t, left, "files of the commands left after Close")
 }

@@ -445,18 +445,34 @@ func (r *execRun) stdinFailed(ctx context.Context, err error) {
 // file is the path of one of the wrapper's files (out, err, pgid, in).
 func (r *execRun) file(name string) string { return r.base + "." + name }
 
-// cleanup removes the wrapper's files, in the background: nothing waits
-// for it, and a failure only leaves small files in TMPDIR.
+// cleanup removes the wrapper's files, in the background: the command's
+// caller does not wait for it, Backend.Close does, and a failure only
+// leaves small files in TMPDIR.
 func (r *execRun) cleanup(ctx context.Context) {
 	files := url.Values{"path": {r.file("out"), r.file("err"), r.file("pgid")}}
 	if r.inDir != "" {
 		files.Add("path", r.file("in"))
 	}
-	go func() {
+	r.idMu.Lock()
+	id := r.id
+	r.idMu.Unlock()
+	// execd keeps every command's output in /tmp/<id>.stdout and .stderr
+	// and never removes them: a request of their own, so that they missing
+	// (another execd) cannot fail the removal of the wrapper's files.
+	var execdFiles url.Values
+	if id != "" && !strings.ContainsAny(id, "/\x00") {
+		execdFiles = url.Values{"path": {"/tmp/" + id + ".stdout", "/tmp/" + id + ".stderr"}}
+	}
+	r.s.b.cleanups.Go(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if err := r.x.json(ctx, http.MethodDelete, "/files", files, nil, nil); err != nil {
 			r.s.b.log.Debug("removing a command's scratch files", "sandbox", r.s.id, "files", r.base+".*", "err", err)
+		}
+		if execdFiles != nil {
+			if err := r.x.json(ctx, http.MethodDelete, "/files", execdFiles, nil, nil); err != nil {
+				r.s.b.log.Debug("removing execd's output files of a command", "sandbox", r.s.id, "command", id, "err", err)
+			}
 		}
 		if r.inDir == "" {
 			return
@@ -464,7 +480,7 @@ func (r *execRun) cleanup(ctx context.Context) {
 		if err := r.x.json(ctx, http.MethodDelete, "/directories", url.Values{"path": {r.inDir}}, nil, nil); err != nil {
 			r.s.b.log.Debug("removing a command's stdin directory", "sandbox", r.s.id, "dir", r.inDir, "err", err)
 		}
-	}()
+	})
 }
 
 // poller copies the command's output files to the request's writers.

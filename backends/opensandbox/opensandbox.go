@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
@@ -74,6 +75,10 @@ type Backend struct {
 	log        *slog.Logger
 	httpClient *http.Client
 	ownClient  bool
+	// cleanups are the commands' scratch-file removals in flight; Close
+	// waits for them (bounded), so a program that exits after Close
+	// leaves none behind in its sandboxes.
+	cleanups sync.WaitGroup
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -108,8 +113,20 @@ func (b *Backend) Name() string { return Name }
 // applied), with the API key redacted.
 func (b *Backend) Config() Config { return b.cfg.Redacted() }
 
-// Close releases idle connections. Sandboxes keep running.
+// closeWait bounds how long Close waits for scratch-file removals.
+const closeWait = 10 * time.Second
+
+// Close waits (at most closeWait) for the removal of commands' scratch
+// files still in flight, then releases idle connections. Sandboxes keep
+// running.
 func (b *Backend) Close() error {
+	done := make(chan struct{})
+	go func() { b.cleanups.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+		b.log.Warn("Close: removing commands' scratch files is still going on; some may be left in their sandboxes' TMPDIR")
+	}
 	if b.ownClient {
 		b.httpClient.CloseIdleConnections()
 	}

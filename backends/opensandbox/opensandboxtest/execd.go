@@ -184,10 +184,15 @@ func (sb *sandbox) runCommand(w http.ResponseWriter, r *http.Request) {
 
 	id := newID()
 	logDir := filepath.Join(sb.srv.root, ".execd-logs")
+	if sb.srv.opts.KeepCommandLogs {
+		logDir = "/tmp"
+	}
 	os.MkdirAll(logDir, 0o700)
 	outPath, errPath := filepath.Join(logDir, id+".stdout"), filepath.Join(logDir, id+".stderr")
-	defer os.Remove(outPath)
-	defer os.Remove(errPath)
+	if !sb.srv.opts.KeepCommandLogs {
+		defer os.Remove(outPath)
+		defer os.Remove(errPath)
+	}
 	stdout, err1 := os.Create(outPath)
 	stderr, err2 := os.Create(errPath)
 	if err := errors.Join(err1, err2); err != nil {

@@ -97,6 +97,10 @@ type Options struct {
 	// by returning true: for failures no real server produces on cue,
 	// such as a download failing just after a command timed out.
 	Intercept func(w http.ResponseWriter, r *http.Request) bool
+	// KeepCommandLogs writes each command's output to /tmp/<id>.stdout
+	// and .stderr on this host and never removes them, as a real execd
+	// does (by default they go to a private folder, removed at once).
+	KeepCommandLogs bool
 }
 
 // Server is the in-process server. Use NewServer, then Close.
