@@ -20,6 +20,7 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backends/local"
@@ -296,26 +297,48 @@ func chaosK8s(t *testing.T) chaosTarget {
 		kills:    20,
 		maxDelay: 3 * time.Second,
 		inventory: func(t *testing.T) []string {
-			ctx := context.Background()
-			var inv []string
-			pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				t.Fatal(err)
+			// Deleted pods and claims stay listed while they terminate:
+			// wait (bounded) for those, then count what is left.
+			deadline := time.Now().Add(2 * time.Minute)
+			for {
+				inv, terminating := k8sInventory(t, cs, ns)
+				if terminating == 0 || time.Now().After(deadline) {
+					return inv
+				}
+				time.Sleep(time.Second)
 			}
-			for _, p := range pods.Items {
-				inv = append(inv, "pod "+p.Name)
-			}
-			pvcs, err := cs.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, p := range pvcs.Items {
-				inv = append(inv, "pvc "+p.Name)
-			}
-			slices.Sort(inv)
-			return inv
 		},
 	}
+}
+
+// k8sInventory names the pods and claims in ns, and counts those being
+// deleted.
+func k8sInventory(t *testing.T, cs kubernetes.Interface, ns string) ([]string, int) {
+	ctx := context.Background()
+	var inv []string
+	terminating := 0
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		inv = append(inv, "pod "+p.Name)
+		if p.DeletionTimestamp != nil {
+			terminating++
+		}
+	}
+	pvcs, err := cs.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pvcs.Items {
+		inv = append(inv, "pvc "+p.Name)
+		if p.DeletionTimestamp != nil {
+			terminating++
+		}
+	}
+	slices.Sort(inv)
+	return inv, terminating
 }
 
 // dirEntries names what is in dir ("" when it does not exist).
