@@ -86,23 +86,89 @@ func FindByEnv(key, value string) []int {
 	return pids
 }
 
-// KillByEnv sends SIGKILL to every process FindByEnv finds and waits, up to
-// a couple of seconds, until none is left: SIGKILL takes effect when the
-// kernel next schedules the process, and a dying parent may have forked
-// once more. It returns how many processes remain.
+// KillByEnv kills every process FindByEnv finds and all their descendants
+// (by parent), and waits, up to a couple of seconds, until none is left.
+// Descendants count whatever their environment and session, so a child
+// that dropped the marker (env -i) or its process group (setsid) goes too,
+// as long as its parent chain still reaches a marked process when the kill
+// runs. Each round stops the whole set (SIGSTOP) before killing it, so no
+// member can fork a new one in between. It returns how many processes
+// remain. (A process that both dropped the marker and left the tree, a
+// double fork whose middle process exited, is not found: see README on
+// how each backend bounds a command.)
 func KillByEnv(key, value string) int {
 	deadline := time.Now().Add(2 * time.Second)
 	for {
+		set := treeOf(FindByEnv(key, value))
+		for _, pid := range set {
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+		}
+		for _, pid := range set {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 		live := 0
-		for _, pid := range FindByEnv(key, value) {
+		for _, pid := range set {
 			if Alive(pid, 0) {
 				live++
-				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		if live == 0 || time.Now().After(deadline) {
+		if len(set) == 0 || (live == 0 && len(treeOf(FindByEnv(key, value))) == 0) || time.Now().After(deadline) {
 			return live
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// treeOf returns roots and all their live descendants, found through each
+// process's parent in /proc/PID/stat.
+func treeOf(roots []int) []int {
+	if len(roots) == 0 {
+		return nil
+	}
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, err := parentOf(pid); err == nil {
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	self := os.Getpid()
+	seen := map[int]bool{}
+	var out []int
+	var visit func(int)
+	visit = func(pid int) {
+		if seen[pid] || pid == self || pid <= 1 {
+			return
+		}
+		seen[pid] = true
+		out = append(out, pid)
+		for _, c := range children[pid] {
+			visit(c)
+		}
+	}
+	for _, r := range roots {
+		visit(r)
+	}
+	return out
+}
+
+// parentOf returns process pid's parent (field 4 of /proc/PID/stat).
+func parentOf(pid int) (int, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < 2 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	return strconv.Atoi(fields[1])
 }
