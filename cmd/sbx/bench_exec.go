@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -20,7 +18,6 @@ import (
 	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/fileops"
-	"github.com/sandboxkit/sandboxkit/internal/owner"
 	"github.com/sandboxkit/sandboxkit/sbxd"
 )
 
@@ -108,22 +105,15 @@ func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
 		return err
 	}
 	defer b.Close()
-	logf := func(format string, args ...any) {
-		if !a.json {
-			fmt.Fprintf(a.stderr, format+"\n", args...)
-		}
-	}
-	run := make([]byte, 4)
-	rand.Read(run)
-	session := "bench-" + hex.EncodeToString(run)
-	sb, spec, err := a.benchSandbox(ctx, cfg, b, o, session, logf)
+	session := benchSession()
+	sb, spec, err := a.benchSandbox(ctx, cfg, b, o, session, a.benchLog)
 	if err != nil {
 		return err
 	}
 	defer destroy(ctx, sb)
 	rep := benchExecReport{Backend: b.Name(), Image: spec.Image, N: o.n, BaselineN: o.baselineN}
 
-	logf("bench: %d plain execs", o.baselineN)
+	a.benchLog("bench: %d plain execs", o.baselineN)
 	if _, err := timeExec(ctx, sb, min(3, o.baselineN)); err != nil {
 		return fmt.Errorf("plain exec: %w", err)
 	}
@@ -149,7 +139,7 @@ func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
 			return err
 		}
 		defer ob.Close()
-		osb, _, err := a.benchSandbox(ctx, ocfg, ob, o, session, logf)
+		osb, _, err := a.benchSandbox(ctx, ocfg, ob, o, session, a.benchLog)
 		if err != nil {
 			return fmt.Errorf("--compare %s: %w", o.compare, err)
 		}
@@ -159,23 +149,50 @@ func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
 		}
 		defer other.Close()
 		rep.CompareBackend = ob.Name()
-		logf("bench: %d execs through sbxd on %s and on %s, alternating", o.n, b.Name(), ob.Name())
+		a.benchLog("bench: %d execs through sbxd on %s and on %s, alternating", o.n, b.Name(), ob.Name())
 	} else {
-		logf("bench: %d execs through sbxd", o.n)
+		a.benchLog("bench: %d execs through sbxd", o.n)
 	}
-	// Warm up, then measure; with a backend to compare, in alternating
-	// rounds so that both see the same load on this machine.
+	if err := benchAgentExec(ctx, c, other, o.n, &rep); err != nil {
+		return err
+	}
+
+	a.benchLog("bench: %d small file writes and reads through fileops", o.n)
+	if err := benchSmallFiles(ctx, c, o.n, &rep); err != nil {
+		return err
+	}
+	a.benchLog("bench: copying 64 MiB in and out")
+	if err := benchCopy(ctx, c, &rep); err != nil {
+		return err
+	}
+	if rss, err := agentRSS(ctx, c, agent.PID); err == nil {
+		rep.AgentRSSKi = rss
+	} else {
+		a.logger.Warn("reading the agent's memory failed", "err", err)
+	}
+
+	if a.json {
+		return printJSON(a.stdout, rep)
+	}
+	printBenchExec(a, rep)
+	return nil
+}
+
+// benchAgentExec times n execs through the agent c, after a warm-up; with
+// other (the --compare backend's agent), in rounds alternating between the
+// two, so that both see the same load on this machine.
+func benchAgentExec(ctx context.Context, c, other *sbxd.Client, n int, rep *benchExecReport) error {
 	var fast, slow []float64
 	for _, cl := range []*sbxd.Client{c, other} {
 		if cl != nil {
-			if _, err := timeExec(ctx, cl, min(50, o.n)); err != nil {
+			if _, err := timeExec(ctx, cl, min(50, n)); err != nil {
 				return fmt.Errorf("sbxd exec: %w", err)
 			}
 		}
 	}
 	const round = 25
-	for done := 0; done < o.n; done += round {
-		k := min(round, o.n-done)
+	for done := 0; done < n; done += round {
+		k := min(round, n-done)
 		xs, err := timeExec(ctx, c, k)
 		if err != nil {
 			return fmt.Errorf("sbxd exec: %w", err)
@@ -199,24 +216,10 @@ func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
 			rep.CompareRatio = rep.ExecP50 / rep.CompareExecP50
 		}
 	}
+	return nil
+}
 
-	logf("bench: %d small file writes and reads through fileops", o.n)
-	if err := benchSmallFiles(ctx, c, o.n, &rep); err != nil {
-		return err
-	}
-	logf("bench: copying 64 MiB in and out")
-	if err := benchCopy(ctx, c, &rep); err != nil {
-		return err
-	}
-	if rss, err := agentRSS(ctx, c, agent.PID); err == nil {
-		rep.AgentRSSKi = rss
-	} else {
-		a.logger.Warn("reading the agent's memory failed", "err", err)
-	}
-
-	if a.json {
-		return printJSON(a.stdout, rep)
-	}
+func printBenchExec(a *app, rep benchExecReport) {
 	w := a.stdout
 	fmt.Fprintf(w, "backend %s, image %s, agent %s\n", rep.Backend, rep.Image, rep.AgentVersion)
 	t := newTable(w, "OPERATION", "P50", "P99")
@@ -233,7 +236,6 @@ func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
 	}
 	fmt.Fprintf(w, "speedup %.1fx; copy 64 MiB %.0f MB/s (write %.0f, read %.0f); agent RSS %d KiB\n",
 		rep.Speedup, rep.Copy64MiB, rep.CopyWrite, rep.CopyRead, rep.AgentRSSKi)
-	return nil
 }
 
 // openCompare opens the backend named by --compare with cfg's file. Its
@@ -254,21 +256,9 @@ func (a *app) openCompare(ctx context.Context, cfg *sandboxkit.Config, name stri
 
 // benchSandbox makes the benchmark's sandbox on b from the chosen entry.
 func (a *app) benchSandbox(ctx context.Context, cfg *sandboxkit.Config, b backend.Backend, o benchExecOptions, session string, logf func(string, ...any)) (backend.Sandbox, backend.Spec, error) {
-	name, err := defaultEntry(cfg, o.entry)
+	_, spec, err := benchSpec(cfg, o.entry, o.image, session)
 	if err != nil {
 		return nil, backend.Spec{}, err
-	}
-	spec, err := cfg.Spec(name)
-	if err != nil {
-		return nil, backend.Spec{}, err
-	}
-	if o.image != "" {
-		spec.Image, spec.Build = o.image, nil
-	}
-	spec.Session = session
-	spec.Owner = owner.Self()
-	if spec.TTL == 0 {
-		spec.TTL = time.Hour
 	}
 	logf("bench: creating a sandbox (%s, image %s)", b.Name(), spec.Image)
 	sb, err := a.create(ctx, b, spec)
