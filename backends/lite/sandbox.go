@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"net"
@@ -25,6 +24,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
+	"github.com/sandboxkit/sandboxkit/internal/stdinpipe"
 )
 
 // Sandbox is one lite sandbox. It is safe for concurrent use.
@@ -537,34 +537,15 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	out := backend.NewOutputs(req)
 	cmd.Stdout, cmd.Stderr = out.Stdout, out.Stderr
 	// Stdin goes through a pipe we feed ourselves, so Exec returns when
-	// the command exits even if it never read its stdin (os/exec would
-	// wait for the copy).
-	var stdinW *os.File
-	if req.Stdin != nil {
-		if f, ok := req.Stdin.(*os.File); ok {
-			cmd.Stdin = f
-		} else {
-			pr, pw, err := os.Pipe()
-			if err != nil {
-				return backend.ExecResult{}, s.opErr("exec", err)
-			}
-			defer pr.Close()
-			cmd.Stdin, stdinW = pr, pw
-		}
+	// the command exits even if it never read its stdin (see package
+	// stdinpipe).
+	stdin, err := stdinpipe.Set(cmd, req.Stdin)
+	if err != nil {
+		return backend.ExecResult{}, s.opErr("exec", err)
 	}
 	start := time.Now()
 	err = cmd.Start()
-	if stdinW != nil {
-		cmd.Stdin.(*os.File).Close()
-		if err != nil {
-			stdinW.Close()
-		} else {
-			go func() {
-				io.Copy(stdinW, req.Stdin)
-				stdinW.Close()
-			}()
-		}
-	}
+	stdin.Started(err)
 	if err != nil {
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}
@@ -591,9 +572,7 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 		waitErr = killExec(cmd, execID, done)
 	}
 	res.Duration = time.Since(start)
-	if stdinW != nil {
-		stdinW.Close()
-	}
+	stdin.Close()
 	out.Finish(&res)
 	if ctxErr != nil {
 		res.ExitCode = -1

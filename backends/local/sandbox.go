@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/internal/outpipe"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
+	"github.com/sandboxkit/sandboxkit/internal/stdinpipe"
 )
 
 // Sandbox is one local sandbox. It is safe for concurrent use.
@@ -133,7 +133,8 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}
 	cmd.Stdout, cmd.Stderr = outP.W(), errP.W()
-	stdin, err := setStdin(cmd, req.Stdin)
+	// Stdin through a pipe of our own too (see package stdinpipe).
+	stdin, err := stdinpipe.Set(cmd, req.Stdin)
 	if err != nil {
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}
@@ -147,15 +148,14 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 		outP.Started()
 		errP.Started()
 	}
-	stdin.started(err)
+	stdin.Started(err)
 	if err != nil {
 		return s.startFailed(err, cmd, argv[0], start, out)
 	}
 	var res backend.ExecResult
 	var waitErr, ctxErr error
 	res.TimedOut, waitErr, ctxErr = waitOrKill(ctx, cmd, req.Timeout, execID)
-	// Unblocks the copy if the command exited without reading it all.
-	stdin.close()
+	stdin.Close()
 	outpipe.Finish(outputGrace, outP, errP)
 	res.Duration = time.Since(start)
 	out.Finish(&res)
@@ -173,57 +173,6 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 		return res, s.opErr("exec", waitErr)
 	}
 	return res, nil
-}
-
-// stdinPipe feeds a command's stdin from a reader that is not a file
-// through a pipe we feed ourselves: os/exec would make Wait wait for the
-// copy from a non-file reader, so a command that exits without reading its
-// stdin would hang until the caller closed it.
-type stdinPipe struct {
-	r      io.Reader
-	pr, pw *os.File
-}
-
-// setStdin connects r to cmd's stdin: a file as it is, any other reader
-// through a stdinPipe, which it returns (else nil, which does nothing).
-func setStdin(cmd *exec.Cmd, r io.Reader) (*stdinPipe, error) {
-	if r == nil {
-		return nil, nil
-	}
-	if f, ok := r.(*os.File); ok {
-		cmd.Stdin = f
-		return nil, nil
-	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdin = pr
-	return &stdinPipe{r: r, pr: pr, pw: pw}, nil
-}
-
-// started closes the command's end of the pipe, then starts the copy if
-// the command started (startErr == nil).
-func (p *stdinPipe) started(startErr error) {
-	if p == nil {
-		return
-	}
-	p.pr.Close()
-	if startErr != nil {
-		p.pw.Close()
-		return
-	}
-	go func() {
-		io.Copy(p.pw, p.r)
-		p.pw.Close()
-	}()
-}
-
-// close ends the copy, if the command exited without reading all of it.
-func (p *stdinPipe) close() {
-	if p != nil {
-		p.pw.Close()
-	}
 }
 
 // startFailed is Exec's answer when cmd (running argv0) did not start: a
