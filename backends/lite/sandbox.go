@@ -549,28 +549,9 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	if err != nil {
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-
-	// sbxd ends the command at req.Timeout; this later deadline only
-	// guards against a wrapper that cannot (a frozen sandbox).
-	var backstop <-chan time.Time
-	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout + 30*time.Second)
-		defer t.Stop()
-		backstop = t.C
-	}
 	var res backend.ExecResult
 	var waitErr, ctxErr error
-	select {
-	case waitErr = <-done:
-	case <-ctx.Done():
-		ctxErr = ctx.Err()
-		waitErr = killExec(cmd, execID, done)
-	case <-backstop:
-		res.TimedOut = true
-		waitErr = killExec(cmd, execID, done)
-	}
+	res.TimedOut, waitErr, ctxErr = waitExec(ctx, cmd, execID, req.Timeout)
 	res.Duration = time.Since(start)
 	stdin.Close()
 	out.Finish(&res)
@@ -594,6 +575,32 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	// exits 124 at or after the deadline, which is indistinguishable).
 	res.TimedOut = req.Timeout > 0 && res.ExitCode == backend.TimeoutExitCode && res.Duration >= req.Timeout
 	return res, nil
+}
+
+// waitExec waits for the runtime's exec to end, killing the command (see
+// killExec) when ctx ends or long after timeout: sbxd ends the command at
+// timeout, and this later deadline only guards against a wrapper that
+// cannot (a frozen sandbox). It returns whether that deadline passed,
+// Wait's error and ctx's.
+func waitExec(ctx context.Context, cmd *exec.Cmd, execID string, timeout time.Duration) (timedOut bool, waitErr, ctxErr error) {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var backstop <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout + 30*time.Second)
+		defer t.Stop()
+		backstop = t.C
+	}
+	select {
+	case waitErr = <-done:
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+		waitErr = killExec(cmd, execID, done)
+	case <-backstop:
+		timedOut = true
+		waitErr = killExec(cmd, execID, done)
+	}
+	return timedOut, waitErr, ctxErr
 }
 
 // execFailure explains a runtime's refusal to exec: the sandbox is gone or
