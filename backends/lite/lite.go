@@ -593,31 +593,18 @@ func checkVolume(v backend.Volume) error {
 }
 
 func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
-	if !statedir.ValidID(id) {
-		return nil, &backend.OpError{Op: "get", Backend: Name, Sandbox: id, Err: backend.ErrNotFound}
-	}
-	dir := filepath.Join(b.dir, id)
-	if _, err := readMeta(dir); err != nil {
-		return nil, &backend.OpError{Op: "get", Backend: Name, Sandbox: id, Err: err}
+	dir, err := statedir.Get[meta](b.dir, Name, id)
+	if err != nil {
+		return nil, err
 	}
 	return &Sandbox{b: b, id: id, dir: dir}, nil
 }
 
 func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {
-	out, err := statedir.List(b.dir, filter, (*meta).info)
-	if err != nil {
-		return nil, &backend.OpError{Op: "list", Backend: Name, Err: err}
-	}
-	return out, nil
+	return statedir.List(b.dir, Name, filter, (*meta).info)
 }
 
-func readMeta(dir string) (*meta, error) {
-	var m meta
-	if err := statedir.ReadMeta(dir, &m); err != nil {
-		return nil, err
-	}
-	return &m, nil
-}
+func readMeta(dir string) (*meta, error) { return statedir.Read[meta](dir) }
 
 func writeMeta(dir string, m *meta) error { return statedir.WriteMeta(dir, m) }
 

@@ -41,13 +41,7 @@ func (s *Sandbox) opErr(op string, err error) error {
 	return backend.WrapOp(op, Name, s.id, err)
 }
 
-func (s *Sandbox) meta() (*meta, error) {
-	m, err := readMeta(s.dir)
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
-}
+func (s *Sandbox) meta() (*meta, error) { return readMeta(s.dir) }
 
 func (s *Sandbox) Info(ctx context.Context) (backend.Info, error) {
 	m, err := s.meta()
