@@ -152,18 +152,7 @@ func (sb *sandbox) runCommand(w http.ResponseWriter, r *http.Request) {
 		writeExecdError(w, http.StatusBadRequest, codeInvalidRequest, fmt.Sprintf("working directory does not exist: %s", cwd))
 		return
 	}
-	flusher, _ := w.(http.Flusher)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	send := func(ev map[string]any) {
-		ev["timestamp"] = time.Now().UnixMilli()
-		data, _ := json.Marshal(ev)
-		w.Write(append(data, '\n', '\n'))
-		if flusher != nil {
-			flusher.Flush()
-		}
-	}
+	send := eventStream(w)
 	defer func() {
 		// execd keeps the stream open for a moment after the last event.
 		select {
@@ -207,6 +196,29 @@ func (sb *sandbox) runCommand(w http.ResponseWriter, r *http.Request) {
 		defer t.Stop()
 	}
 	waitErr := sb.streamOutput(cmd, send, outPath, errPath)
+	c.ended(waitErr, start, send)
+}
+
+// eventStream starts an answer of server-sent events on w and returns the
+// function that sends one.
+func eventStream(w http.ResponseWriter) func(map[string]any) {
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return func(ev map[string]any) {
+		ev["timestamp"] = time.Now().UnixMilli()
+		data, _ := json.Marshal(ev)
+		w.Write(append(data, '\n', '\n'))
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+}
+
+// ended records that c ended (waitErr is Wait's error) and sends the last
+// event: an error for a non-zero exit, else execution_complete.
+func (c *command) ended(waitErr error, start time.Time, send func(map[string]any)) {
 	code := 0
 	if waitErr != nil {
 		code = 1
