@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/sandboxkit/sandboxkit/internal/ctxio"
 )
 
 // Files are read and written on the host side of the sandbox: the merged
@@ -316,7 +318,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, src io.Reader, per
 	if err != nil {
 		return s.pathErr("write", name, err)
 	}
-	_, err = io.Copy(f, ctxReader{ctx, src})
+	_, err = io.Copy(f, ctxio.Reader(ctx, src))
 	if err == nil {
 		err = f.Chown(uid, gid)
 	}
@@ -397,16 +399,4 @@ func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, erro
 	}
 	slices.SortFunc(infos, func(a, b fs.FileInfo) int { return strings.Compare(a.Name(), b.Name()) })
 	return infos, nil
-}
-
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/sandboxkit/sandboxkit/internal/ctxio"
 )
 
 // path resolves a sandbox path: absolute paths are host paths, relative
@@ -69,7 +71,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, r io.Reader, perm 
 	if err != nil {
 		return renamePathErr(err, name)
 	}
-	_, err = io.Copy(tmp, readerWithContext(ctx, r))
+	_, err = io.Copy(tmp, ctxio.Reader(ctx, r))
 	if err == nil {
 		err = tmp.Chmod(perm.Perm())
 	}
@@ -135,17 +137,3 @@ func renamePathErr(err error, name string) error {
 	}
 	return err
 }
-
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
-}
-
-func readerWithContext(ctx context.Context, r io.Reader) io.Reader { return ctxReader{ctx, r} }
