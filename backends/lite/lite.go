@@ -308,23 +308,6 @@ func agentHostDir(dir string) string { return filepath.Join(dir, "agent") }
 const maxSocketPath = 107
 
 func (m *meta) info() backend.Info {
-	labels := maps.Clone(m.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[backend.LabelID] = m.ID
-	labels[backend.LabelBackend] = Name
-	set := func(k, v string) {
-		if v != "" {
-			labels[k] = v
-		}
-	}
-	set(backend.LabelName, m.Name)
-	set(backend.LabelSession, m.Session)
-	set(backend.LabelOwner, m.Owner)
-	if !m.ExpiresAt.IsZero() {
-		labels[backend.LabelExpiresAt] = m.ExpiresAt.UTC().Format(time.RFC3339)
-	}
 	var state backend.State
 	switch {
 	case m.InitPID == 0:
@@ -336,11 +319,13 @@ func (m *meta) info() backend.Info {
 	default:
 		state = backend.StateRunning
 	}
-	return backend.Info{
+	i := backend.Info{
 		ID: m.ID, Backend: Name, Name: m.Name, Session: m.Session, Image: m.Image,
-		State: state, Owner: m.Owner, Labels: labels,
+		State: state, Owner: m.Owner,
 		CreatedAt: m.CreatedAt, ExpiresAt: m.ExpiresAt, WorkDir: m.WorkDir,
 	}
+	i.Labels = statedir.Labels(m.Labels, i)
+	return i
 }
 
 func (m *meta) runtime() *ociRuntime {

@@ -11,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 )
@@ -72,6 +74,30 @@ func Get[M any](root, backendName, id string) (string, error) {
 		return "", &backend.OpError{Op: "get", Backend: backendName, Sandbox: id, Err: err}
 	}
 	return dir, nil
+}
+
+// Labels is what Info reports as the labels of the sandbox i describes:
+// those it was made with (extra) and sandboxkit's, from i's ID and Backend
+// and, when set, its Name, Session, Owner and ExpiresAt.
+func Labels(extra map[string]string, i backend.Info) map[string]string {
+	labels := maps.Clone(extra)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[backend.LabelID] = i.ID
+	labels[backend.LabelBackend] = i.Backend
+	set := func(k, v string) {
+		if v != "" {
+			labels[k] = v
+		}
+	}
+	set(backend.LabelName, i.Name)
+	set(backend.LabelSession, i.Session)
+	set(backend.LabelOwner, i.Owner)
+	if !i.ExpiresAt.IsZero() {
+		labels[backend.LabelExpiresAt] = i.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	return labels
 }
 
 // WriteMeta replaces dir's record with v atomically.

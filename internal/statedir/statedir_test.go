@@ -2,10 +2,12 @@ package statedir
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 )
@@ -107,5 +109,26 @@ func TestGet(t *testing.T) {
 		if notFound := bad != "dddddddddddd"; errors.Is(err, backend.ErrNotFound) != notFound {
 			t.Errorf("Get(%q) = %v; ErrNotFound: want %v", bad, err, notFound)
 		}
+	}
+}
+
+// Labels adds sandboxkit's labels to the sandbox's own, leaving out the
+// unset ones, and does not change the record's map.
+func TestLabels(t *testing.T) {
+	own := map[string]string{"team": "a", backend.LabelName: "stale"}
+	exp := time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600))
+	got := Labels(own, backend.Info{ID: "aaaaaaaaaaaa", Backend: "test", Name: "main", Owner: "me", ExpiresAt: exp})
+	want := map[string]string{
+		"team": "a", backend.LabelID: "aaaaaaaaaaaa", backend.LabelBackend: "test", backend.LabelName: "main",
+		backend.LabelOwner: "me", backend.LabelExpiresAt: "2026-01-02T02:04:05Z",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("Labels = %v, want %v", got, want)
+	}
+	if own[backend.LabelName] != "stale" || len(own) != 2 {
+		t.Errorf("Labels changed its argument: %v", own)
+	}
+	if l := Labels(nil, backend.Info{ID: "x", Backend: "test"}); len(l) != 2 {
+		t.Errorf("Labels(nil, bare info) = %v, want only the ID and backend", l)
 	}
 }
