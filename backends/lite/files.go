@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/ctxio"
 )
 
@@ -397,6 +398,6 @@ func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, erro
 		}
 		infos = append(infos, fi)
 	}
-	slices.SortFunc(infos, func(a, b fs.FileInfo) int { return strings.Compare(a.Name(), b.Name()) })
+	backend.SortByName(infos)
 	return infos, nil
 }
