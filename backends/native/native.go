@@ -644,15 +644,9 @@ func workDirOf(c container.InspectResponse) string {
 
 // List finds sandboxes by their labels, filtering on the engine.
 func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {
-	args := filters.NewArgs(filters.Arg("label", backend.LabelBackend+"="+Name))
-	if filter.Session != "" {
-		args.Add("label", backend.LabelSession+"="+filter.Session)
-	}
+	args := labelFilter(filter)
 	if filter.Name != "" {
 		args.Add("label", backend.LabelName+"="+filter.Name)
-	}
-	for k, v := range filter.Labels {
-		args.Add("label", k+"="+v)
 	}
 	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
 	if err != nil {
