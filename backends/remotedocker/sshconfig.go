@@ -218,38 +218,44 @@ func (t *sshTarget) readHostKeys(s *sshSettings, home string) {
 // readTimeouts applies ConnectTimeout, ServerAliveInterval and
 // ServerAliveCountMax over remotedocker's defaults.
 func (t *sshTarget) readTimeouts(s *sshSettings) error {
-	alias := t.alias
-	t.connectTimeout = defaultConnectTimeout
-	if v := s.get(alias, "ConnectTimeout"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return invalid("~/.ssh/config: ConnectTimeout %q for host %s is not a number of seconds", v, alias)
-		}
-		if n > 0 {
-			t.connectTimeout = time.Duration(n) * time.Second
-		}
+	t.connectTimeout, t.aliveInterval, t.aliveCountMax = defaultConnectTimeout, defaultAliveInterval, defaultAliveCountMax
+	n, err := t.intOption(s, "ConnectTimeout", 0, "a number of seconds")
+	if err != nil {
+		return err
 	}
-	t.aliveInterval = defaultAliveInterval
-	if v := s.get(alias, "ServerAliveInterval"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return invalid("~/.ssh/config: ServerAliveInterval %q for host %s is not a number of seconds", v, alias)
-		}
-		// 0 turns ssh's keepalives off; remotedocker keeps its default,
-		// since it must notice a dead link to fail calls cleanly.
-		if n > 0 {
-			t.aliveInterval = time.Duration(n) * time.Second
-		}
+	if n > 0 {
+		t.connectTimeout = time.Duration(n) * time.Second
 	}
-	t.aliveCountMax = defaultAliveCountMax
-	if v := s.get(alias, "ServerAliveCountMax"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return invalid("~/.ssh/config: ServerAliveCountMax %q for host %s is not a positive number", v, alias)
-		}
+	// 0 turns ssh's keepalives off; remotedocker keeps its default, since
+	// it must notice a dead link to fail calls cleanly.
+	if n, err = t.intOption(s, "ServerAliveInterval", 0, "a number of seconds"); err != nil {
+		return err
+	}
+	if n > 0 {
+		t.aliveInterval = time.Duration(n) * time.Second
+	}
+	if n, err = t.intOption(s, "ServerAliveCountMax", 1, "a positive number"); err != nil {
+		return err
+	}
+	if n > 0 {
 		t.aliveCountMax = n
 	}
 	return nil
+}
+
+// intOption reads the option key of the target's host: a whole number no
+// smaller than lowest, or 0 when the option is not set. want says what the
+// value should be, for the error.
+func (t *sshTarget) intOption(s *sshSettings, key string, lowest int, want string) (int, error) {
+	v := s.get(t.alias, key)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lowest {
+		return 0, invalid("~/.ssh/config: %s %q for host %s is not %s", key, v, t.alias, want)
+	}
+	return n, nil
 }
 
 // resolveJumps resolves alias's ProxyJump value pj into the hops to pass
