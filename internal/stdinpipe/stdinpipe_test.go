@@ -10,12 +10,10 @@ import (
 	"time"
 )
 
-// A command reads what the reader holds.
-func TestFeeds(t *testing.T) {
-	cmd := exec.Command("cat")
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	p, err := Set(cmd, strings.NewReader("hello\n"))
+// start starts cmd with src on its stdin, as Exec does.
+func start(t *testing.T, cmd *exec.Cmd, src io.Reader) *Pipe {
+	t.Helper()
+	p, err := Set(cmd, src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,6 +22,15 @@ func TestFeeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+// A command reads what the reader holds.
+func TestFeeds(t *testing.T) {
+	cmd := exec.Command("cat")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	p := start(t, cmd, strings.NewReader("hello\n"))
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -39,15 +46,7 @@ func TestUnreadStdin(t *testing.T) {
 	pr, pw := io.Pipe() // never written to: Read blocks
 	defer pw.Close()
 	cmd := exec.Command("true")
-	p, err := Set(cmd, pr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = cmd.Start()
-	p.Started(err)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := start(t, cmd, pr)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
