@@ -3,6 +3,7 @@ package backend
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 )
 
@@ -20,6 +21,21 @@ var (
 	// ErrInvalidConfig: the request or configuration is malformed.
 	ErrInvalidConfig = errors.New("invalid configuration")
 )
+
+// IsContractError reports whether err already speaks the contract: it
+// wraps one of the sentinels above or errors.ErrUnsupported, or an
+// *OpError or *fs.PathError. A backend that translates its SDK's errors
+// passes these on as they are.
+func IsContractError(err error) bool {
+	for _, s := range []error{ErrNotFound, ErrAlreadyExists, ErrUnavailable, ErrInvalidConfig, errors.ErrUnsupported} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	_, isPath := errors.AsType[*fs.PathError](err)
+	_, isOp := errors.AsType[*OpError](err)
+	return isPath || isOp
+}
 
 // OpError records a failed backend operation.
 type OpError struct {

@@ -117,6 +117,16 @@ echo ok
 exec cat -- "$1"`
 
 func readByExec(ctx context.Context, sb Sandbox, name string) (io.ReadCloser, error) {
+	return ScriptOutput(ctx, sb, "read", name, []string{"sh", "-c", readScript, "sh", name}, ScriptError)
+}
+
+// ScriptOutput runs argv in sb, a command that makes its checks, prints
+// the line "ok" and then writes its data to stdout, and returns that data
+// as a stream once the marker arrived. So a failed check is known before
+// any data is read: it is ScriptOutput's error, failed(op, name, result)
+// for a non-zero exit (as it is the stream's, should the command fail
+// later). Closing the stream early kills the command.
+func ScriptOutput(ctx context.Context, sb Sandbox, op, name string, argv []string, failed func(op, name string, res ExecResult) error) (io.ReadCloser, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
@@ -124,12 +134,12 @@ func readByExec(ctx context.Context, sb Sandbox, name string) (io.ReadCloser, er
 	var execErr error
 	go func() {
 		defer close(done)
-		res, execErr = sb.Exec(ctx, ExecRequest{Cmd: []string{"sh", "-c", readScript, "sh", name}, Stdout: pw})
+		res, execErr = sb.Exec(ctx, ExecRequest{Cmd: argv, Stdout: pw})
 		switch {
 		case execErr != nil:
 			pw.CloseWithError(execErr)
 		case res.ExitCode != 0:
-			pw.CloseWithError(ScriptError("read", name, res))
+			pw.CloseWithError(failed(op, name, res))
 		default:
 			pw.Close()
 		}
@@ -144,9 +154,9 @@ func readByExec(ctx context.Context, sb Sandbox, name string) (io.ReadCloser, er
 			return nil, execErr
 		}
 		if res.ExitCode != 0 {
-			return nil, ScriptError("read", name, res)
+			return nil, failed(op, name, res)
 		}
-		return nil, &fs.PathError{Op: "read", Path: name, Err: fmt.Errorf("unexpected reply %q", line)}
+		return nil, &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("unexpected reply %q", line)}
 	}
 	return &execReader{Reader: br, pr: pr, cancel: cancel, done: done}, nil
 }
@@ -158,6 +168,8 @@ type execReader struct {
 	done   chan struct{}
 }
 
+// Close ends the stream, killing the command if it is still running. It
+// may be called more than once, also while a Read is under way.
 func (r *execReader) Close() error {
 	r.pr.CloseWithError(io.ErrClosedPipe)
 	r.cancel()

@@ -45,15 +45,7 @@ func (c *Client) get(ctx context.Context, conn *agentConn, route string, q url.V
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.send(conn, req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
-		return nil, responseError(resp)
-	}
-	return resp, nil
+	return c.sendOK(conn, req)
 }
 
 // send is conn.do that forgets a lost agent.
@@ -63,6 +55,20 @@ func (c *Client) send(conn *agentConn, req *http.Request) (*http.Response, error
 		c.forget(conn)
 	}
 	return resp, err
+}
+
+// sendOK is send that returns the response of a successful call, and the
+// agent's error for any other.
+func (c *Client) sendOK(conn *agentConn, req *http.Request) (*http.Response, error) {
+	resp, err := c.send(conn, req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, responseError(resp)
+	}
+	return resp, nil
 }
 
 func (c *Client) call(ctx context.Context, conn *agentConn, route string, in, out any) error {
@@ -255,14 +261,11 @@ func (c *Client) WriteFile(ctx context.Context, name string, r io.Reader, perm f
 	// stream is not reused. A small body of known length is drained by
 	// the agent's HTTP server, so its stream can be.
 	req.Close = !small
-	resp, err := c.send(conn, req)
+	resp, err := c.sendOK(conn, req)
 	if err != nil {
 		return c.pathErr("write", name, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return c.pathErr("write", name, responseError(resp))
-	}
 	io.Copy(io.Discard, resp.Body)
 	return nil
 }
@@ -460,15 +463,7 @@ func (c *Client) postStream(ctx context.Context, conn *agentConn, route string, 
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.send(conn, req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
-		return nil, responseError(resp)
-	}
-	return resp, nil
+	return c.sendOK(conn, req)
 }
 
 // GrepResult is what Grep found.

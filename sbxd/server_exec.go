@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/internal/outpipe"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
+	"github.com/sandboxkit/sandboxkit/internal/stdinpipe"
 )
 
 // Output frames: the exec route's response body is a sequence of frames in
@@ -155,32 +156,25 @@ func (s *Server) runCommand(ctx context.Context, req execRequest, stdin io.Reade
 		return execResult{ExitCode: -1, Error: err.Error()}
 	}
 	cmd.Stdout, cmd.Stderr = outP.W(), errP.W()
-	// stdin through a pipe fed here: os/exec would make Wait wait for the
-	// copy from a non-file reader, and a command may exit without reading.
-	var stdinW *os.File
-	if req.Stdin {
-		pr, pw, err := os.Pipe()
-		if err != nil {
-			return execResult{ExitCode: -1, Error: err.Error()}
-		}
-		cmd.Stdin, stdinW = pr, pw
-		defer pr.Close()
-		defer pw.Close()
+	// stdin through a pipe fed here (see package stdinpipe): a command may
+	// exit without reading it.
+	if !req.Stdin {
+		stdin = nil
 	}
+	stdinP, err := stdinpipe.Set(cmd, stdin)
+	if err != nil {
+		return execResult{ExitCode: -1, Error: err.Error()}
+	}
+	defer stdinP.Close()
 	if err = StartCommand(cmd); err != nil {
+		stdinP.Started(err)
 		outP.Close()
 		errP.Close()
 		return startFailure(req.Argv[0], err, stderr)
 	}
 	outP.Started()
 	errP.Started()
-	if stdinW != nil {
-		cmd.Stdin.(*os.File).Close()
-		go func() {
-			io.Copy(stdinW, stdin)
-			stdinW.Close()
-		}()
-	}
+	stdinP.Started(nil)
 	done := make(chan error, 1)
 	go func() { done <- WaitCommand(cmd) }()
 	var timer <-chan time.Time

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -135,13 +136,7 @@ func (t *jobTable) start(req JobRequest) (JobStatus, error) {
 	if err := StartCommand(cmd); err != nil {
 		pr.Close()
 		pw.Close()
-		var buf strings.Builder
-		res := startFailure(req.Argv[0], err, &buf)
-		io.WriteString(log, buf.String())
-		log.close()
-		writeJSONFile(filepath.Join(dir, "meta.json"), jobMeta{ID: id, Argv: req.Argv, Started: started})
-		writeJSONFile(filepath.Join(dir, "exit.json"), jobExit{ExitCode: res.ExitCode, Ended: time.Now()})
-		return t.status(id)
+		return t.startFailed(id, req.Argv, err, log, started)
 	}
 	pw.Close()
 	pid := cmd.Process.Pid
@@ -150,6 +145,27 @@ func (t *jobTable) start(req JobRequest) (JobStatus, error) {
 	if err := writeJSONFile(filepath.Join(dir, "meta.json"), meta); err != nil {
 		killTree(pid, id)
 	}
+	t.follow(id, cmd, pr, log)
+	return JobStatus{ID: id, Argv: req.Argv, PID: pid, State: JobRunning, Started: started}, nil
+}
+
+// startFailed records a job whose command could not start as one that
+// ended at once, as a shell would report it (see startFailure).
+func (t *jobTable) startFailed(id string, argv []string, err error, log *jobLog, started time.Time) (JobStatus, error) {
+	dir := t.dir(id)
+	var buf strings.Builder
+	res := startFailure(argv[0], err, &buf)
+	io.WriteString(log, buf.String())
+	log.close()
+	writeJSONFile(filepath.Join(dir, "meta.json"), jobMeta{ID: id, Argv: argv, Started: started})
+	writeJSONFile(filepath.Join(dir, "exit.json"), jobExit{ExitCode: res.ExitCode, Ended: time.Now()})
+	return t.status(id)
+}
+
+// follow collects the started job's output from pr into log and records
+// its exit.
+func (t *jobTable) follow(id string, cmd *exec.Cmd, pr *os.File, log *jobLog) {
+	dir := t.dir(id)
 	done := make(chan struct{})
 	t.mu.Lock()
 	t.done[id] = done
@@ -180,7 +196,6 @@ func (t *jobTable) start(req JobRequest) (JobStatus, error) {
 		t.mu.Unlock()
 		close(done)
 	}()
-	return JobStatus{ID: id, Argv: req.Argv, PID: pid, State: JobRunning, Started: started}, nil
 }
 
 func writeJSONFile(name string, v any) error {

@@ -391,61 +391,19 @@ func (s *Server) handleGrep(w http.ResponseWriter, r *http.Request) {
 		writeError(w, "grep", root, err)
 		return
 	}
-	maxSize := req.MaxFileSize
-	if maxSize <= 0 {
-		maxSize = defaultGrepMaxFileSize
+	run := &grepRun{g: g, out: newNDJSON(w), maxSize: req.MaxFileSize, maxLines: req.MaxLines}
+	if run.maxSize <= 0 {
+		run.maxSize = defaultGrepMaxFileSize
 	}
-	maxLines := req.MaxLines
-	if maxLines <= 0 {
-		maxLines = defaultGrepMaxLines
+	if run.maxLines <= 0 {
+		run.maxLines = defaultGrepMaxLines
 	}
-	out := newNDJSON(w)
-	var sum grepMessage
-	sum.Done = true
-	lines := 0
-	errStop := errors.New("stop")
-	visit := func(p string, fi fs.FileInfo) error {
-		if !fi.Mode().IsRegular() {
-			return nil
-		}
-		if fi.Size() > maxSize {
-			sum.SkippedLarge++
-			return nil
-		}
-		data, err := readSmall(p, maxSize)
-		if err != nil || bytes.IndexByte(data[:min(len(data), binarySniff)], 0) >= 0 {
-			return nil // unreadable or binary: skipped, as grep -s does
-		}
-		f := g.search(p, data)
-		if f == nil {
-			return nil
-		}
-		if lines+len(f.Lines) > maxLines {
-			f.Lines = f.Lines[:maxLines-lines]
-			sum.Truncated = true
-		}
-		lines += max(len(f.Lines), 1)
-		if err := out.put(grepMessage{File: f}); err != nil {
-			return err
-		}
-		if lines >= maxLines {
-			sum.Truncated = true
-			return errStop
-		}
-		return nil
-	}
+	run.sum.Done = true
 	if !fi.IsDir() {
-		err = visit(root, fi)
+		err = run.visit(root, fi)
 	} else {
-		skip := req.SkipDirs
-		if skip == nil {
-			skip = defaultSkipDirs
-		}
-		if slices.Contains(skip, path.Base(path.Clean(root))) {
-			skip = slices.DeleteFunc(slices.Clone(skip), func(s string) bool { return s == path.Base(path.Clean(root)) })
-		}
 		baseOnly := glob != nil && !strings.Contains(req.Glob, "/")
-		err = walk(r.Context(), root, 0, skip, false, func(p string, fi fs.FileInfo) error {
+		err = walk(r.Context(), root, 0, grepSkipDirs(req.SkipDirs, root), false, func(p string, fi fs.FileInfo) error {
 			if glob != nil {
 				name := relTo(root, p)
 				if baseOnly {
@@ -455,14 +413,72 @@ func (s *Server) handleGrep(w http.ResponseWriter, r *http.Request) {
 					return nil
 				}
 			}
-			return visit(p, fi)
+			return run.visit(p, fi)
 		})
 	}
-	if err != nil && err != errStop {
-		sum.Error = err.Error()
+	if err != nil && err != errGrepStop {
+		run.sum.Error = err.Error()
 	}
-	out.put(sum)
-	out.flush()
+	run.out.put(run.sum)
+	run.out.flush()
+}
+
+// grepSkipDirs is the folders a grep of root skips: those asked (nil: the
+// defaults), except root's own name.
+func grepSkipDirs(skip []string, root string) []string {
+	if skip == nil {
+		skip = defaultSkipDirs
+	}
+	if slices.Contains(skip, path.Base(path.Clean(root))) {
+		skip = slices.DeleteFunc(slices.Clone(skip), func(s string) bool { return s == path.Base(path.Clean(root)) })
+	}
+	return skip
+}
+
+// grepRun is one grep request's search: it sends each file's matches as
+// it finds them and the summary (sum) at the end.
+type grepRun struct {
+	g        *grepper
+	out      *ndjson
+	maxSize  int64
+	maxLines int
+	lines    int // sent so far
+	sum      grepMessage
+}
+
+// errGrepStop ends a grep's walk once it sent maxLines lines.
+var errGrepStop = errors.New("stop")
+
+// visit searches the file p and sends its matches.
+func (run *grepRun) visit(p string, fi fs.FileInfo) error {
+	if !fi.Mode().IsRegular() {
+		return nil
+	}
+	if fi.Size() > run.maxSize {
+		run.sum.SkippedLarge++
+		return nil
+	}
+	data, err := readSmall(p, run.maxSize)
+	if err != nil || bytes.IndexByte(data[:min(len(data), binarySniff)], 0) >= 0 {
+		return nil // unreadable or binary: skipped, as grep -s does
+	}
+	f := run.g.search(p, data)
+	if f == nil {
+		return nil
+	}
+	if run.lines+len(f.Lines) > run.maxLines {
+		f.Lines = f.Lines[:run.maxLines-run.lines]
+		run.sum.Truncated = true
+	}
+	run.lines += max(len(f.Lines), 1)
+	if err := run.out.put(grepMessage{File: f}); err != nil {
+		return err
+	}
+	if run.lines >= run.maxLines {
+		run.sum.Truncated = true
+		return errGrepStop
+	}
+	return nil
 }
 
 // readSmall reads a file of at most limit bytes.

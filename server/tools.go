@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -102,6 +103,11 @@ const sandboxIDHint = " Pass the sandbox_id from create_sandbox (or from earlier
 
 // tools lists every tool, in the order agents see them.
 func tools() []toolDef {
+	return slices.Concat(sandboxTools(), fileTools(), execTools())
+}
+
+// sandboxTools make, find and remove a conversation's sandboxes.
+func sandboxTools() []toolDef {
 	return []toolDef{
 		defineTool("create_sandbox",
 			"Create a sandbox to run commands and edit files in. Call this FIRST, before any other tool, "+
@@ -151,6 +157,12 @@ func tools() []toolDef {
 				}
 				return Result{Output: fmt.Sprintf("Deleted sandbox %s.", in.SandboxID), SandboxID: in.SandboxID}, nil
 			}),
+	}
+}
+
+// fileTools are fileops' file tools.
+func fileTools() []toolDef {
+	return []toolDef{
 		defineTool("ls", "List a directory in the sandbox: type, size, modification time and name per entry."+sandboxIDHint,
 			func(ctx context.Context, s *Server, conv string, in LsInput) (Result, error) {
 				return s.tool(ctx, conv, in.SandboxID, func(ctx context.Context, t *fileops.Tools) (string, error) {
@@ -190,6 +202,12 @@ func tools() []toolDef {
 					})
 				})
 			}),
+	}
+}
+
+// execTools run commands, in the foreground or as background jobs.
+func execTools() []toolDef {
+	return []toolDef{
 		defineTool("execute",
 			"Run a shell command in the sandbox and return its output and exit code (124 after a timeout). "+
 				"With background=true it returns a job_id at once: follow it with job_status, job_output and job_kill. "+

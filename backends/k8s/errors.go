@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"strings"
 	"syscall"
@@ -57,17 +56,10 @@ func isConnError(err error) bool {
 		strings.Contains(msg, "EOF") || strings.Contains(msg, "broken pipe")
 }
 
-// isOurs reports whether err was already made in contract terms.
+// isOurs reports whether err was already made in contract terms, or is a
+// pod's start failure.
 func isOurs(err error) bool {
-	for _, s := range []error{backend.ErrNotFound, backend.ErrAlreadyExists, backend.ErrUnavailable,
-		backend.ErrInvalidConfig, errors.ErrUnsupported, errStartFailed} {
-		if errors.Is(err, s) {
-			return true
-		}
-	}
-	_, isPath := errors.AsType[*fs.PathError](err)
-	_, isOp := errors.AsType[*backend.OpError](err)
-	return isPath || isOp
+	return backend.IsContractError(err) || errors.Is(err, errStartFailed)
 }
 
 func (b *Backend) opErr(op, id string, err error) error {

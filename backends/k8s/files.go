@@ -1,7 +1,6 @@
 package k8s
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -167,62 +166,28 @@ func (s *Sandbox) GetArchive(ctx context.Context, p string) (io.ReadCloser, erro
 }
 
 // streamOut runs a script that prints "ok" and then the data, and returns
-// the data as a stream once the marker arrived (or the script's error).
-// Closing the stream early kills the command in the pod.
+// the data as a stream once the marker arrived (or the script's error; see
+// backend.ScriptOutput). Closing the stream early kills the command in the
+// pod.
 func (s *Sandbox) streamOut(ctx context.Context, op, name string, argv []string) (io.ReadCloser, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	pr, pw := io.Pipe()
-	done := make(chan struct{})
-	var res backend.ExecResult
-	var execErr error
-	go func() {
-		defer close(done)
-		res, execErr = s.Exec(ctx, backend.ExecRequest{Cmd: argv, Stdout: pw})
-		switch {
-		case execErr != nil:
-			pw.CloseWithError(execErr)
-		case res.ExitCode != 0:
-			pw.CloseWithError(fileErr(op, name, res))
-		default:
-			pw.Close()
-		}
-	}()
-	br := bufio.NewReader(pr)
-	line, err := br.ReadString('\n')
-	if err != nil || line != "ok\n" {
-		cancel()
-		pr.CloseWithError(io.ErrClosedPipe)
-		<-done
-		switch {
-		case execErr != nil:
-			return nil, execErr
-		case res.ExitCode != 0:
-			return nil, fileErr(op, name, res)
-		}
-		return nil, &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("unexpected reply %q from the pod", line)}
+	rc, err := backend.ScriptOutput(ctx, s, op, name, argv, fileErr)
+	if err != nil {
+		return nil, err
 	}
-	return &outStream{Reader: br, pr: pr, cancel: cancel, done: done}, nil
+	return drainOnClose{rc}, nil
 }
 
-type outStream struct {
-	io.Reader
-	pr     *io.PipeReader
-	cancel context.CancelFunc
-	done   chan struct{}
-}
+// drainOnClose ends a stream gently. What little the command may still
+// write (a tar stream's end padding) is read first, so the exec ends by
+// itself rather than with a broken pipe; a command with more to say, or
+// that says nothing for a second, is cut off.
+type drainOnClose struct{ io.ReadCloser }
 
-// Close ends the stream. What little the command may still write (a tar
-// stream's end padding) is read first, so the exec ends by itself rather
-// than with a broken pipe; a command with more to say, or that says
-// nothing for a second, is cut off.
-func (o *outStream) Close() error {
-	t := time.AfterFunc(time.Second, func() { o.pr.CloseWithError(io.ErrClosedPipe) })
-	io.CopyN(io.Discard, o.Reader, 64<<10)
+func (d drainOnClose) Close() error {
+	t := time.AfterFunc(time.Second, func() { d.ReadCloser.Close() })
+	io.CopyN(io.Discard, d.ReadCloser, 64<<10)
 	t.Stop()
-	o.pr.CloseWithError(io.ErrClosedPipe)
-	o.cancel()
-	<-o.done
-	return nil
+	return d.ReadCloser.Close()
 }
 
 // streamIn runs a script that checks, prints "ok", then reads its stdin:

@@ -56,6 +56,72 @@ const GPUResource corev1.ResourceName = "nvidia.com/gpu"
 
 // podFor builds the pod of a sandbox.
 func (b *Backend) podFor(id string, spec backend.Spec) (*corev1.Pod, error) {
+	all := sandboxLabels(id, spec)
+	annotations := map[string]string{annotationLabels: encodeLabels(all)}
+	if spec.WorkingDir != "" {
+		if !path.IsAbs(spec.WorkingDir) {
+			return nil, fmt.Errorf("%w: working_dir %q: want an absolute path", backend.ErrInvalidConfig, spec.WorkingDir)
+		}
+		annotations[annotationWorkDir] = path.Clean(spec.WorkingDir)
+	}
+
+	c := corev1.Container{
+		Name:            containerName,
+		Image:           spec.Image,
+		ImagePullPolicy: corev1.PullPolicy(b.cfg.ImagePullPolicy),
+		WorkingDir:      spec.WorkingDir,
+	}
+	switch {
+	case spec.ImageCommand:
+	case spec.Command != nil:
+		c.Command = spec.Command
+	default:
+		c.Command = []string{"/bin/sh", "-c", keepAlive}
+	}
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
+		c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: spec.Env[k]})
+	}
+	ports, hostPorts, err := portsFor(spec.Ports)
+	if err != nil {
+		return nil, err
+	}
+	c.Ports = ports
+	if hostPorts != "" {
+		annotations[annotationHostPorts] = hostPorts
+	}
+	if c.Resources, err = resourcesFor(spec.Resources); err != nil {
+		return nil, err
+	}
+	if c.SecurityContext, err = b.securityContext(spec); err != nil {
+		return nil, err
+	}
+	volumes, mounts, err := volumesFor(spec)
+	if err != nil {
+		return nil, err
+	}
+	c.VolumeMounts = mounts
+
+	ps := b.podSpec(c, volumes)
+	if err := applyNetwork(&ps, spec.Network); err != nil {
+		return nil, err
+	}
+	if rc := cmpOr(spec.Runtime, b.cfg.RuntimeClass); rc != "" {
+		ps.RuntimeClassName = &rc
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        id,
+			Namespace:   b.ns,
+			Labels:      podLabels(all),
+			Annotations: annotations,
+		},
+		Spec: ps,
+	}, nil
+}
+
+// sandboxLabels is every label of sandbox id: the entry's and sandboxkit's
+// (see annotationLabels for how a pod carries them).
+func sandboxLabels(id string, spec backend.Spec) map[string]string {
 	all := maps.Clone(spec.Labels)
 	if all == nil {
 		all = map[string]string{}
@@ -72,65 +138,46 @@ func (b *Backend) podFor(id string, spec backend.Spec) (*corev1.Pod, error) {
 	if spec.Owner != "" {
 		all[backend.LabelOwner] = spec.Owner
 	}
-	annotations := map[string]string{annotationLabels: encodeLabels(all)}
-	if spec.WorkingDir != "" {
-		if !path.IsAbs(spec.WorkingDir) {
-			return nil, fmt.Errorf("%w: working_dir %q: want an absolute path", backend.ErrInvalidConfig, spec.WorkingDir)
-		}
-		annotations[annotationWorkDir] = path.Clean(spec.WorkingDir)
-	}
+	return all
+}
 
-	c := corev1.Container{
-		Name:            containerName,
-		Image:           spec.Image,
-		ImagePullPolicy: corev1.PullPolicy(b.cfg.ImagePullPolicy),
-		WorkingDir:      spec.WorkingDir,
-		VolumeMounts:    []corev1.VolumeMount{{Name: "sbx", MountPath: sbxdDir}},
-	}
-	switch {
-	case spec.ImageCommand:
-	case spec.Command != nil:
-		c.Command = spec.Command
-	default:
-		c.Command = []string{"/bin/sh", "-c", keepAlive}
-	}
-	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
-		c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: spec.Env[k]})
-	}
+// portsFor is the container's ports and, for those published on a host
+// port, the value of the host-ports annotation ("port=host:port,...").
+func portsFor(ports []backend.Port) ([]corev1.ContainerPort, string, error) {
+	var out []corev1.ContainerPort
 	var hostPorts []string
-	for _, p := range spec.Ports {
+	for _, p := range ports {
 		proto := corev1.ProtocolTCP
 		switch strings.ToLower(p.Protocol) {
 		case "", "tcp":
 		case "udp":
 			proto = corev1.ProtocolUDP
 		default:
-			return nil, fmt.Errorf("%w: port %d: protocol %q: want tcp or udp", backend.ErrInvalidConfig, p.Port, p.Protocol)
+			return nil, "", fmt.Errorf("%w: port %d: protocol %q: want tcp or udp", backend.ErrInvalidConfig, p.Port, p.Protocol)
 		}
 		if p.Port <= 0 || p.Port > 65535 {
-			return nil, fmt.Errorf("%w: port %d out of range", backend.ErrInvalidConfig, p.Port)
+			return nil, "", fmt.Errorf("%w: port %d out of range", backend.ErrInvalidConfig, p.Port)
 		}
 		if p.HostPort != 0 || p.HostIP != "" {
 			if proto != corev1.ProtocolTCP {
-				return nil, fmt.Errorf("%w: port %d/udp with a host port: the k8s backend publishes ports by port-forwarding through the API server, which carries TCP only",
+				return nil, "", fmt.Errorf("%w: port %d/udp with a host port: the k8s backend publishes ports by port-forwarding through the API server, which carries TCP only",
 					errors.ErrUnsupported, p.Port)
 			}
 			if p.HostPort < 0 || p.HostPort > 65535 || (p.HostIP != "" && net.ParseIP(p.HostIP) == nil) {
-				return nil, fmt.Errorf("%w: port %d: host address %q: want an IP address and a port up to 65535",
+				return nil, "", fmt.Errorf("%w: port %d: host address %q: want an IP address and a port up to 65535",
 					backend.ErrInvalidConfig, p.Port, net.JoinHostPort(p.HostIP, strconv.Itoa(p.HostPort)))
 			}
 			hostPorts = append(hostPorts, fmt.Sprintf("%d=%s", p.Port, net.JoinHostPort(cmpOr(p.HostIP, "127.0.0.1"), strconv.Itoa(p.HostPort))))
 		}
-		c.Ports = append(c.Ports, corev1.ContainerPort{ContainerPort: int32(p.Port), Protocol: proto})
+		out = append(out, corev1.ContainerPort{ContainerPort: int32(p.Port), Protocol: proto})
 	}
-	if len(hostPorts) > 0 {
-		annotations[annotationHostPorts] = strings.Join(hostPorts, ",")
-	}
-	res, err := resourcesFor(spec.Resources)
-	if err != nil {
-		return nil, err
-	}
-	c.Resources = res
+	return out, strings.Join(hostPorts, ","), nil
+}
+
+// securityContext is the container's security context: the entry's
+// privileges and capabilities, run as the entry's user, else as the
+// backend's run_as_user and run_as_group.
+func (b *Backend) securityContext(spec backend.Spec) (*corev1.SecurityContext, error) {
 	sc, err := securityFor(spec)
 	if err != nil {
 		return nil, err
@@ -152,38 +199,50 @@ func (b *Backend) podFor(id string, spec backend.Spec) (*corev1.Pod, error) {
 		sc.RunAsUser = uid
 		sc.RunAsGroup = gid
 	}
-	c.SecurityContext = sc
+	return sc, nil
+}
 
+// volumesFor is the pod's volumes and the container's mounts of them: the
+// emptyDir sbxd goes in, the entry's volumes (a named volume is a
+// PersistentVolumeClaim, a bind a hostPath on the node) and /dev/shm when
+// the entry sizes it.
+func volumesFor(spec backend.Spec) ([]corev1.Volume, []corev1.VolumeMount, error) {
 	volumes := []corev1.Volume{{Name: "sbx", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	mounts := []corev1.VolumeMount{{Name: "sbx", MountPath: sbxdDir}}
 	for i, v := range spec.Volumes {
 		name := "vol-" + strconv.Itoa(i)
 		if !path.IsAbs(v.Target) {
-			return nil, fmt.Errorf("%w: volume %q: the target must be an absolute path", backend.ErrInvalidConfig, v.Source+":"+v.Target)
+			return nil, nil, fmt.Errorf("%w: volume %q: the target must be an absolute path", backend.ErrInvalidConfig, v.Source+":"+v.Target)
 		}
 		var src corev1.VolumeSource
 		switch v.Type {
 		case backend.VolumeNamed:
 			claim, err := claimName(v.Source)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			src.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: v.ReadOnly}
 		default:
 			if !path.IsAbs(v.Source) {
-				return nil, fmt.Errorf("%w: volume %q: a bind source must be an absolute path on the node", backend.ErrInvalidConfig, v.Source+":"+v.Target)
+				return nil, nil, fmt.Errorf("%w: volume %q: a bind source must be an absolute path on the node", backend.ErrInvalidConfig, v.Source+":"+v.Target)
 			}
 			src.HostPath = &corev1.HostPathVolumeSource{Path: v.Source}
 		}
 		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: src})
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: v.Target, ReadOnly: v.ReadOnly})
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: v.Target, ReadOnly: v.ReadOnly})
 	}
 	if spec.Resources.ShmBytes > 0 {
 		size := resource.NewQuantity(spec.Resources.ShmBytes, resource.BinarySI)
 		volumes = append(volumes, corev1.Volume{Name: "shm", VolumeSource: corev1.VolumeSource{
 			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: size}}})
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "shm", MountPath: "/dev/shm"})
+		mounts = append(mounts, corev1.VolumeMount{Name: "shm", MountPath: "/dev/shm"})
 	}
+	return volumes, mounts, nil
+}
 
+// podSpec is the spec of a pod running c with volumes, with the backend's
+// settings for every pod (scheduling, service account, pull secrets).
+func (b *Backend) podSpec(c corev1.Container, volumes []corev1.Volume) corev1.PodSpec {
 	grace := b.cfg.deleteGrace()
 	no := false
 	ps := corev1.PodSpec{
@@ -204,21 +263,7 @@ func (b *Backend) podFor(id string, spec backend.Spec) (*corev1.Pod, error) {
 	for _, s := range b.cfg.ImagePullSecrets {
 		ps.ImagePullSecrets = append(ps.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
 	}
-	if err := applyNetwork(&ps, spec.Network); err != nil {
-		return nil, err
-	}
-	if rc := cmpOr(spec.Runtime, b.cfg.RuntimeClass); rc != "" {
-		ps.RuntimeClassName = &rc
-	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        id,
-			Namespace:   b.ns,
-			Labels:      podLabels(all),
-			Annotations: annotations,
-		},
-		Spec: ps,
-	}, nil
+	return ps
 }
 
 func cmpOr(a, b string) string {

@@ -33,35 +33,8 @@ var errStartFailed = errors.New("pod did not start")
 func (b *Backend) waitRunning(ctx context.Context, pod *corev1.Pod, name string, progress func(backend.Progress)) (*corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.startTimeout())
 	defer cancel()
-	var events <-chan watch.Event
-	seen := map[string]bool{} // events reported, by UID and count
-	report := func(e *corev1.Event) {
-		key := fmt.Sprintf("%s/%d", e.UID, e.Count)
-		if !seen[key] {
-			seen[key] = true
-			reportEvent(progress, name, e)
-		}
-	}
-	if progress != nil {
-		// Events recorded before the pod ran but delivered after (the
-		// kubelet sends them asynchronously) are listed at the end.
-		defer func() {
-			lctx, cancel := b.reqCtx(context.WithoutCancel(ctx))
-			defer cancel()
-			if evs, err := b.cs.CoreV1().Events(b.ns).List(lctx, metav1.ListOptions{FieldSelector: podEventSelector(pod.Name)}); err == nil {
-				items := evs.Items
-				slices.SortStableFunc(items, func(a, c corev1.Event) int { return eventTime(a).Time.Compare(eventTime(c).Time) })
-				for i := range items {
-					report(&items[i])
-				}
-			}
-		}()
-		ew, err := b.cs.CoreV1().Events(b.ns).Watch(ctx, metav1.ListOptions{FieldSelector: podEventSelector(pod.Name)})
-		if err == nil { // progress is a courtesy: no events, no reports
-			defer ew.Stop()
-			events = ew.ResultChan()
-		}
-	}
+	events := b.watchPodEvents(ctx, pod.Name, name, progress)
+	defer events.finish(ctx)
 	last := pod
 	for {
 		w, err := b.cs.CoreV1().Pods(b.ns).Watch(ctx, metav1.ListOptions{
@@ -91,12 +64,8 @@ func (b *Backend) waitRunning(ctx context.Context, pod *corev1.Pod, name string,
 			var ok bool
 			select {
 			case ev, ok = <-w.ResultChan():
-			case e, open := <-events:
-				if !open {
-					events = nil
-				} else if k8sEv, isEvent := e.Object.(*corev1.Event); isEvent && e.Type != watch.Deleted {
-					report(k8sEv)
-				}
+			case e, open := <-events.ch:
+				events.received(e, open)
 				continue
 			case <-ctx.Done():
 			}
@@ -121,6 +90,70 @@ func (b *Backend) waitRunning(ctx context.Context, pod *corev1.Pod, name string,
 		if ctx.Err() != nil {
 			return nil, b.startTimeoutErr(ctx, last)
 		}
+	}
+}
+
+// podEvents passes a starting pod's events on to a Create's progress
+// function, each once.
+type podEvents struct {
+	b        *Backend
+	pod      string // the pod's name
+	name     string // the sandbox's, for progress
+	progress func(backend.Progress)
+	seen     map[string]bool // events reported, by UID and count
+	ch       <-chan watch.Event
+	stop     func()
+}
+
+// watchPodEvents watches pod's events when progress is set. Progress is a
+// courtesy: a watch that fails is no error (finish still reports).
+func (b *Backend) watchPodEvents(ctx context.Context, pod, name string, progress func(backend.Progress)) *podEvents {
+	e := &podEvents{b: b, pod: pod, name: name, progress: progress, seen: map[string]bool{}, stop: func() {}}
+	if progress == nil {
+		return e
+	}
+	ew, err := b.cs.CoreV1().Events(b.ns).Watch(ctx, metav1.ListOptions{FieldSelector: podEventSelector(pod)})
+	if err == nil {
+		e.ch, e.stop = ew.ResultChan(), ew.Stop
+	}
+	return e
+}
+
+// received handles what the watch delivered: an event, or the end of the
+// watch (open false).
+func (e *podEvents) received(ev watch.Event, open bool) {
+	if !open {
+		e.ch = nil
+	} else if k8sEv, isEvent := ev.Object.(*corev1.Event); isEvent && ev.Type != watch.Deleted {
+		e.report(k8sEv)
+	}
+}
+
+func (e *podEvents) report(ev *corev1.Event) {
+	key := fmt.Sprintf("%s/%d", ev.UID, ev.Count)
+	if !e.seen[key] {
+		e.seen[key] = true
+		reportEvent(e.progress, e.name, ev)
+	}
+}
+
+// finish ends the watch, then reports the events recorded before the pod
+// ran but delivered after (the kubelet sends them asynchronously), listed.
+func (e *podEvents) finish(ctx context.Context) {
+	e.stop()
+	if e.progress == nil {
+		return
+	}
+	lctx, cancel := e.b.reqCtx(context.WithoutCancel(ctx))
+	defer cancel()
+	evs, err := e.b.cs.CoreV1().Events(e.b.ns).List(lctx, metav1.ListOptions{FieldSelector: podEventSelector(e.pod)})
+	if err != nil {
+		return
+	}
+	items := evs.Items
+	slices.SortStableFunc(items, func(a, c corev1.Event) int { return eventTime(a).Time.Compare(eventTime(c).Time) })
+	for i := range items {
+		e.report(&items[i])
 	}
 }
 

@@ -73,51 +73,13 @@ type bundleInput struct {
 // buildSpec returns the OCI runtime config of a sandbox.
 func buildSpec(in bundleInput) (*specs.Spec, error) {
 	sp := in.spec
-	caps := slices.Clone(defaultCaps)
-	if sp.Privileged {
-		caps = slices.Clone(allCaps)
+	caps, err := capabilities(sp)
+	if err != nil {
+		return nil, err
 	}
-	for _, c := range sp.CapAdd {
-		name, err := capName(c)
-		if err != nil {
-			return nil, err
-		}
-		if name == "ALL" {
-			caps = slices.Clone(allCaps)
-			continue
-		}
-		if !slices.Contains(caps, name) {
-			caps = append(caps, name)
-		}
-	}
-	for _, c := range sp.CapDrop {
-		name, err := capName(c)
-		if err != nil {
-			return nil, err
-		}
-		if name == "ALL" {
-			caps = nil
-			continue
-		}
-		caps = slices.DeleteFunc(caps, func(s string) bool { return s == name })
-	}
-	noNewPrivs := !sp.Privileged
-	seccomp := !sp.Privileged
-	for _, opt := range sp.SecurityOpt {
-		key, value, _ := strings.Cut(strings.ReplaceAll(opt, "=", ":"), ":")
-		switch {
-		case key == "no-new-privileges" && (value == "" || value == "true"):
-			noNewPrivs = true
-		case key == "no-new-privileges" && value == "false":
-			noNewPrivs = false
-		case key == "seccomp" && value == "unconfined":
-			seccomp = false
-		case key == "apparmor" && value == "unconfined", key == "label" && value == "disable":
-			// Nothing to turn off: lite applies neither.
-		default:
-			return nil, fmt.Errorf("%w: the lite backend cannot honour security_opt %q (it knows no-new-privileges[:true|false], seccomp=unconfined, apparmor=unconfined, label=disable)",
-				errUnsupported, opt)
-		}
+	noNewPrivs, seccomp, err := securityOptions(sp)
+	if err != nil {
+		return nil, err
 	}
 
 	s := &specs.Spec{
@@ -160,6 +122,65 @@ func buildSpec(in bundleInput) (*specs.Spec, error) {
 		s.Linux.Resources.Devices = []specs.LinuxDeviceCgroup{{Allow: true, Access: "rwm"}}
 	}
 	return s, nil
+}
+
+// capabilities is the capability set of a sandbox's processes: Docker's
+// default set (or every one, privileged), with the entry's cap_add and
+// cap_drop applied in that order.
+func capabilities(sp backend.Spec) ([]string, error) {
+	caps := slices.Clone(defaultCaps)
+	if sp.Privileged {
+		caps = slices.Clone(allCaps)
+	}
+	for _, c := range sp.CapAdd {
+		name, err := capName(c)
+		if err != nil {
+			return nil, err
+		}
+		if name == "ALL" {
+			caps = slices.Clone(allCaps)
+			continue
+		}
+		if !slices.Contains(caps, name) {
+			caps = append(caps, name)
+		}
+	}
+	for _, c := range sp.CapDrop {
+		name, err := capName(c)
+		if err != nil {
+			return nil, err
+		}
+		if name == "ALL" {
+			caps = nil
+			continue
+		}
+		caps = slices.DeleteFunc(caps, func(s string) bool { return s == name })
+	}
+	return caps, nil
+}
+
+// securityOptions reads the entry's security_opt: whether processes get
+// no_new_privs and the seccomp filter (both on unless privileged).
+func securityOptions(sp backend.Spec) (noNewPrivs, seccomp bool, err error) {
+	noNewPrivs = !sp.Privileged
+	seccomp = !sp.Privileged
+	for _, opt := range sp.SecurityOpt {
+		key, value, _ := strings.Cut(strings.ReplaceAll(opt, "=", ":"), ":")
+		switch {
+		case key == "no-new-privileges" && (value == "" || value == "true"):
+			noNewPrivs = true
+		case key == "no-new-privileges" && value == "false":
+			noNewPrivs = false
+		case key == "seccomp" && value == "unconfined":
+			seccomp = false
+		case key == "apparmor" && value == "unconfined", key == "label" && value == "disable":
+			// Nothing to turn off: lite applies neither.
+		default:
+			return false, false, fmt.Errorf("%w: the lite backend cannot honour security_opt %q (it knows no-new-privileges[:true|false], seccomp=unconfined, apparmor=unconfined, label=disable)",
+				errUnsupported, opt)
+		}
+	}
+	return noNewPrivs, seccomp, nil
 }
 
 func baseMounts(sp backend.Spec, in bundleInput) []specs.Mount {

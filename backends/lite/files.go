@@ -13,6 +13,9 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/ctxio"
 )
 
 // Files are read and written on the host side of the sandbox: the merged
@@ -316,7 +319,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, src io.Reader, per
 	if err != nil {
 		return s.pathErr("write", name, err)
 	}
-	_, err = io.Copy(f, ctxReader{ctx, src})
+	_, err = io.Copy(f, ctxio.Reader(ctx, src))
 	if err == nil {
 		err = f.Chown(uid, gid)
 	}
@@ -395,18 +398,6 @@ func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, erro
 		}
 		infos = append(infos, fi)
 	}
-	slices.SortFunc(infos, func(a, b fs.FileInfo) int { return strings.Compare(a.Name(), b.Name()) })
+	backend.SortByName(infos)
 	return infos, nil
-}
-
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }

@@ -414,81 +414,88 @@ func untar(r io.Reader, dst string, skipped *[]string) error {
 		if err != nil {
 			return err
 		}
-		name := strings.TrimPrefix(path.Clean("/"+hdr.Name), "/")
-		if name == "" {
-			continue
-		}
-		if dir := path.Dir(name); dir != "." {
-			if err := root.MkdirAll(dir, 0o755); err != nil {
-				return err
-			}
-		}
-		mode := fs.FileMode(hdr.Mode).Perm()
-		if hdr.Mode&0o4000 != 0 {
-			mode |= fs.ModeSetuid
-		}
-		if hdr.Mode&0o2000 != 0 {
-			mode |= fs.ModeSetgid
-		}
-		if hdr.Mode&0o1000 != 0 {
-			mode |= fs.ModeSticky
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if fi, err := root.Lstat(name); err == nil && !fi.IsDir() {
-				root.Remove(name)
-			}
-			if err := root.Mkdir(name, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-				return err
-			}
-		case tar.TypeReg:
-			removeNonDir(root, name)
-			f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(f, tr)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-		case tar.TypeSymlink:
-			removeNonDir(root, name)
-			if err := root.Symlink(hdr.Linkname, name); err != nil {
-				return err
-			}
-			if err := lchown(root, name, hdr.Uid, hdr.Gid); err != nil {
-				return err
-			}
-			continue
-		case tar.TypeLink:
-			removeNonDir(root, name)
-			target := strings.TrimPrefix(path.Clean("/"+hdr.Linkname), "/")
-			if err := root.Link(target, name); err != nil {
-				return err
-			}
-			continue
-		default:
-			if skipped != nil {
-				*skipped = append(*skipped, name)
-			}
-			continue
-		}
-		// chown before chmod: chown clears setuid and setgid bits.
-		if err := lchown(root, name, hdr.Uid, hdr.Gid); err != nil {
+		if err := extract(root, hdr, tr, skipped); err != nil {
 			return err
-		}
-		if err := root.Chmod(name, mode); err != nil {
-			return err
-		}
-		if hdr.Typeflag == tar.TypeReg {
-			if err := root.Chtimes(name, hdr.ModTime, hdr.ModTime); err != nil {
-				return err
-			}
 		}
 	}
+}
+
+// extract makes the file hdr describes in root, with content's bytes for a
+// regular file.
+func extract(root *os.Root, hdr *tar.Header, content io.Reader, skipped *[]string) error {
+	name := strings.TrimPrefix(path.Clean("/"+hdr.Name), "/")
+	if name == "" {
+		return nil
+	}
+	if dir := path.Dir(name); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if fi, err := root.Lstat(name); err == nil && !fi.IsDir() {
+			root.Remove(name)
+		}
+		if err := root.Mkdir(name, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	case tar.TypeReg:
+		removeNonDir(root, name)
+		f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(f, content)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	case tar.TypeSymlink:
+		removeNonDir(root, name)
+		if err := root.Symlink(hdr.Linkname, name); err != nil {
+			return err
+		}
+		return lchown(root, name, hdr.Uid, hdr.Gid)
+	case tar.TypeLink:
+		removeNonDir(root, name)
+		target := strings.TrimPrefix(path.Clean("/"+hdr.Linkname), "/")
+		return root.Link(target, name)
+	default:
+		if skipped != nil {
+			*skipped = append(*skipped, name)
+		}
+		return nil
+	}
+	// chown before chmod: chown clears setuid and setgid bits.
+	if err := lchown(root, name, hdr.Uid, hdr.Gid); err != nil {
+		return err
+	}
+	if err := root.Chmod(name, tarMode(hdr)); err != nil {
+		return err
+	}
+	if hdr.Typeflag == tar.TypeReg {
+		return root.Chtimes(name, hdr.ModTime, hdr.ModTime)
+	}
+	return nil
+}
+
+// tarMode is the mode of hdr's file: its permissions with the setuid,
+// setgid and sticky bits.
+func tarMode(hdr *tar.Header) fs.FileMode {
+	mode := fs.FileMode(hdr.Mode).Perm()
+	if hdr.Mode&0o4000 != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if hdr.Mode&0o2000 != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if hdr.Mode&0o1000 != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode
 }
 
 // lchown sets the owner of an unpacked file. Only root may; a rootless

@@ -308,23 +308,6 @@ func agentHostDir(dir string) string { return filepath.Join(dir, "agent") }
 const maxSocketPath = 107
 
 func (m *meta) info() backend.Info {
-	labels := maps.Clone(m.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[backend.LabelID] = m.ID
-	labels[backend.LabelBackend] = Name
-	set := func(k, v string) {
-		if v != "" {
-			labels[k] = v
-		}
-	}
-	set(backend.LabelName, m.Name)
-	set(backend.LabelSession, m.Session)
-	set(backend.LabelOwner, m.Owner)
-	if !m.ExpiresAt.IsZero() {
-		labels[backend.LabelExpiresAt] = m.ExpiresAt.UTC().Format(time.RFC3339)
-	}
 	var state backend.State
 	switch {
 	case m.InitPID == 0:
@@ -336,11 +319,13 @@ func (m *meta) info() backend.Info {
 	default:
 		state = backend.StateRunning
 	}
-	return backend.Info{
+	i := backend.Info{
 		ID: m.ID, Backend: Name, Name: m.Name, Session: m.Session, Image: m.Image,
-		State: state, Owner: m.Owner, Labels: labels,
+		State: state, Owner: m.Owner,
 		CreatedAt: m.CreatedAt, ExpiresAt: m.ExpiresAt, WorkDir: m.WorkDir,
 	}
+	i.Labels = statedir.Labels(m.Labels, i)
+	return i
 }
 
 func (m *meta) runtime() *ociRuntime {
@@ -370,39 +355,9 @@ func cgroupName(id string, gen int) string  { return id + genSuffix(gen) }
 
 func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
 	createErr := func(err error) error { return &backend.OpError{Op: "create", Backend: Name, Err: err} }
-	if err := b.Capabilities().Check(Name, spec); err != nil {
-		return nil, createErr(err)
-	}
-	rt := b.runtime
-	if spec.Runtime != "" && spec.Runtime != rt.name {
-		var err error
-		if rt, err = b.lookRuntime(spec.Runtime, ""); err != nil {
-			return nil, createErr(fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err))
-		}
-	}
-	for _, v := range spec.Volumes {
-		if err := checkVolume(v); err != nil {
-			return nil, createErr(err)
-		}
-	}
-	ref := spec.Image
-	if ref == "" {
-		ref = b.cfg.DefaultImage
-	}
-	if ref == "" {
-		return nil, createErr(fmt.Errorf("%w: the lite backend needs an image (set image in the sandbox entry or [sandbox] default_image; e.g. dir:/path/to/rootfs)", backend.ErrInvalidConfig))
-	}
-	img, err := b.images.resolve(ctx, ref)
+	rt, ref, img, err := b.checkCreate(ctx, spec)
 	if err != nil {
 		return nil, createErr(err)
-	}
-	if b.userns != nil {
-		if err := b.userns.checkImage(ref, img.rootfs); err != nil {
-			return nil, createErr(fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err))
-		}
-	}
-	if spec.ImageCommand && len(img.config.Entrypoint)+len(img.config.Cmd) == 0 {
-		return nil, createErr(fmt.Errorf("%w: command = \"\" runs the image's own command, and image %q has none", backend.ErrInvalidConfig, ref))
 	}
 	id, err := statedir.NewID()
 	if err != nil {
@@ -465,6 +420,44 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	return sb, nil
 }
 
+// checkCreate checks spec before Create makes anything, and resolves the
+// OCI runtime and the image (ref, the entry's or the default) it names.
+func (b *Backend) checkCreate(ctx context.Context, spec backend.Spec) (rt *ociRuntime, ref string, img *image, err error) {
+	if err := b.Capabilities().Check(Name, spec); err != nil {
+		return nil, "", nil, err
+	}
+	rt = b.runtime
+	if spec.Runtime != "" && spec.Runtime != rt.name {
+		if rt, err = b.lookRuntime(spec.Runtime, ""); err != nil {
+			return nil, "", nil, fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err)
+		}
+	}
+	for _, v := range spec.Volumes {
+		if err := checkVolume(v); err != nil {
+			return nil, "", nil, err
+		}
+	}
+	ref = spec.Image
+	if ref == "" {
+		ref = b.cfg.DefaultImage
+	}
+	if ref == "" {
+		return nil, "", nil, fmt.Errorf("%w: the lite backend needs an image (set image in the sandbox entry or [sandbox] default_image; e.g. dir:/path/to/rootfs)", backend.ErrInvalidConfig)
+	}
+	if img, err = b.images.resolve(ctx, ref); err != nil {
+		return nil, "", nil, err
+	}
+	if b.userns != nil {
+		if err := b.userns.checkImage(ref, img.rootfs); err != nil {
+			return nil, "", nil, fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err)
+		}
+	}
+	if spec.ImageCommand && len(img.config.Entrypoint)+len(img.config.Cmd) == 0 {
+		return nil, "", nil, fmt.Errorf("%w: command = \"\" runs the image's own command, and image %q has none", backend.ErrInvalidConfig, ref)
+	}
+	return rt, ref, img, nil
+}
+
 // prepare resolves the user and working directory in the mounted root
 // file system, writes /etc/hosts and /etc/hostname, and assembles what the
 // OCI config is made from.
@@ -520,27 +513,9 @@ func (b *Backend) prepare(m *meta, spec backend.Spec, img *image, dir string) (b
 		return bundleInput{}, err
 	}
 	envLayers := []map[string]string{{"HOSTNAME": m.ID, "HOME": home}, envMap(img.config.Env), spec.Env}
-	var args []string
-	switch {
-	case spec.ImageCommand:
-		args = append(slices.Clone(img.config.Entrypoint), img.config.Cmd...)
-	case spec.Command != nil:
-		args = append(slices.Clone(img.config.Entrypoint), spec.Command...)
-	}
-	initArgs := []string{sbxdPath, "init"}
-	if m.Agent {
-		initArgs = append(initArgs, "--agent", agentDir+"/"+agentSocket)
-	}
-	if len(args) > 0 {
-		initArgs = append(append(initArgs, "--"), args...)
-	}
-	args = initArgs
-	hosts := filepath.Join(dir, "hosts")
-	hostname := filepath.Join(dir, "hostname")
-	if err := os.WriteFile(hosts, fmt.Appendf(nil, "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", m.ID), 0o644); err != nil {
-		return bundleInput{}, err
-	}
-	if err := os.WriteFile(hostname, []byte(m.ID+"\n"), 0o644); err != nil {
+	args := initArgs(m, spec, img)
+	hosts, hostname, err := writeHostFiles(dir, m.ID)
+	if err != nil {
 		return bundleInput{}, err
 	}
 	pids := b.cfg.pidsLimit()
@@ -552,6 +527,40 @@ func (b *Backend) prepare(m *meta, spec backend.Spec, img *image, dir string) (b
 		user: user, env: processEnv(envLayers...), cwd: m.WorkDir, args: args,
 		sbxdPath: b.sbxd, hosts: hosts, hostname: hostname, agentDir: agentHost,
 	}, nil
+}
+
+// initArgs is the container's command line: sbxd's init (with the agent
+// when m has one), running the entry's command, or the image's, if any.
+func initArgs(m *meta, spec backend.Spec, img *image) []string {
+	var cmd []string
+	switch {
+	case spec.ImageCommand:
+		cmd = append(slices.Clone(img.config.Entrypoint), img.config.Cmd...)
+	case spec.Command != nil:
+		cmd = append(slices.Clone(img.config.Entrypoint), spec.Command...)
+	}
+	args := []string{sbxdPath, "init"}
+	if m.Agent {
+		args = append(args, "--agent", agentDir+"/"+agentSocket)
+	}
+	if len(cmd) > 0 {
+		args = append(append(args, "--"), cmd...)
+	}
+	return args
+}
+
+// writeHostFiles writes the sandbox's /etc/hosts and /etc/hostname into its
+// folder dir (the bundle mounts them) and returns their paths.
+func writeHostFiles(dir, id string) (hosts, hostname string, err error) {
+	hosts = filepath.Join(dir, "hosts")
+	hostname = filepath.Join(dir, "hostname")
+	if err := os.WriteFile(hosts, fmt.Appendf(nil, "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", id), 0o644); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(hostname, []byte(id+"\n"), 0o644); err != nil {
+		return "", "", err
+	}
+	return hosts, hostname, nil
 }
 
 func checkVolume(v backend.Volume) error {
@@ -569,31 +578,18 @@ func checkVolume(v backend.Volume) error {
 }
 
 func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
-	if !statedir.ValidID(id) {
-		return nil, &backend.OpError{Op: "get", Backend: Name, Sandbox: id, Err: backend.ErrNotFound}
-	}
-	dir := filepath.Join(b.dir, id)
-	if _, err := readMeta(dir); err != nil {
-		return nil, &backend.OpError{Op: "get", Backend: Name, Sandbox: id, Err: err}
+	dir, err := statedir.Get[meta](b.dir, Name, id)
+	if err != nil {
+		return nil, err
 	}
 	return &Sandbox{b: b, id: id, dir: dir}, nil
 }
 
 func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {
-	out, err := statedir.List(b.dir, filter, (*meta).info)
-	if err != nil {
-		return nil, &backend.OpError{Op: "list", Backend: Name, Err: err}
-	}
-	return out, nil
+	return statedir.List(b.dir, Name, filter, (*meta).info)
 }
 
-func readMeta(dir string) (*meta, error) {
-	var m meta
-	if err := statedir.ReadMeta(dir, &m); err != nil {
-		return nil, err
-	}
-	return &m, nil
-}
+func readMeta(dir string) (*meta, error) { return statedir.Read[meta](dir) }
 
 func writeMeta(dir string, m *meta) error { return statedir.WriteMeta(dir, m) }
 

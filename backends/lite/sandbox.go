@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"net"
@@ -25,6 +24,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
+	"github.com/sandboxkit/sandboxkit/internal/stdinpipe"
 )
 
 // Sandbox is one lite sandbox. It is safe for concurrent use.
@@ -537,63 +537,23 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	out := backend.NewOutputs(req)
 	cmd.Stdout, cmd.Stderr = out.Stdout, out.Stderr
 	// Stdin goes through a pipe we feed ourselves, so Exec returns when
-	// the command exits even if it never read its stdin (os/exec would
-	// wait for the copy).
-	var stdinW *os.File
-	if req.Stdin != nil {
-		if f, ok := req.Stdin.(*os.File); ok {
-			cmd.Stdin = f
-		} else {
-			pr, pw, err := os.Pipe()
-			if err != nil {
-				return backend.ExecResult{}, s.opErr("exec", err)
-			}
-			defer pr.Close()
-			cmd.Stdin, stdinW = pr, pw
-		}
-	}
-	start := time.Now()
-	err = cmd.Start()
-	if stdinW != nil {
-		cmd.Stdin.(*os.File).Close()
-		if err != nil {
-			stdinW.Close()
-		} else {
-			go func() {
-				io.Copy(stdinW, req.Stdin)
-				stdinW.Close()
-			}()
-		}
-	}
+	// the command exits even if it never read its stdin (see package
+	// stdinpipe).
+	stdin, err := stdinpipe.Set(cmd, req.Stdin)
 	if err != nil {
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-
-	// sbxd ends the command at req.Timeout; this later deadline only
-	// guards against a wrapper that cannot (a frozen sandbox).
-	var backstop <-chan time.Time
-	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout + 30*time.Second)
-		defer t.Stop()
-		backstop = t.C
+	start := time.Now()
+	err = cmd.Start()
+	stdin.Started(err)
+	if err != nil {
+		return backend.ExecResult{}, s.opErr("exec", err)
 	}
 	var res backend.ExecResult
 	var waitErr, ctxErr error
-	select {
-	case waitErr = <-done:
-	case <-ctx.Done():
-		ctxErr = ctx.Err()
-		waitErr = killExec(cmd, execID, done)
-	case <-backstop:
-		res.TimedOut = true
-		waitErr = killExec(cmd, execID, done)
-	}
+	res.TimedOut, waitErr, ctxErr = waitExec(ctx, cmd, execID, req.Timeout)
 	res.Duration = time.Since(start)
-	if stdinW != nil {
-		stdinW.Close()
-	}
+	stdin.Close()
 	out.Finish(&res)
 	if ctxErr != nil {
 		res.ExitCode = -1
@@ -615,6 +575,32 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	// exits 124 at or after the deadline, which is indistinguishable).
 	res.TimedOut = req.Timeout > 0 && res.ExitCode == backend.TimeoutExitCode && res.Duration >= req.Timeout
 	return res, nil
+}
+
+// waitExec waits for the runtime's exec to end, killing the command (see
+// killExec) when ctx ends or long after timeout: sbxd ends the command at
+// timeout, and this later deadline only guards against a wrapper that
+// cannot (a frozen sandbox). It returns whether that deadline passed,
+// Wait's error and ctx's.
+func waitExec(ctx context.Context, cmd *exec.Cmd, execID string, timeout time.Duration) (timedOut bool, waitErr, ctxErr error) {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var backstop <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout + 30*time.Second)
+		defer t.Stop()
+		backstop = t.C
+	}
+	select {
+	case waitErr = <-done:
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+		waitErr = killExec(cmd, execID, done)
+	case <-backstop:
+		timedOut = true
+		waitErr = killExec(cmd, execID, done)
+	}
+	return timedOut, waitErr, ctxErr
 }
 
 // execFailure explains a runtime's refusal to exec: the sandbox is gone or

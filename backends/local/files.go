@@ -7,9 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"syscall"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/ctxio"
 )
 
 // path resolves a sandbox path: absolute paths are host paths, relative
@@ -69,7 +70,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, r io.Reader, perm 
 	if err != nil {
 		return renamePathErr(err, name)
 	}
-	_, err = io.Copy(tmp, readerWithContext(ctx, r))
+	_, err = io.Copy(tmp, ctxio.Reader(ctx, r))
 	if err == nil {
 		err = tmp.Chmod(perm.Perm())
 	}
@@ -122,7 +123,7 @@ func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, erro
 		}
 		infos = append(infos, fi)
 	}
-	slices.SortFunc(infos, func(a, b fs.FileInfo) int { return strings.Compare(a.Name(), b.Name()) })
+	backend.SortByName(infos)
 	return infos, nil
 }
 
@@ -135,17 +136,3 @@ func renamePathErr(err error, name string) error {
 	}
 	return err
 }
-
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
-}
-
-func readerWithContext(ctx context.Context, r io.Reader) io.Reader { return ctxReader{ctx, r} }

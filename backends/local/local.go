@@ -131,32 +131,17 @@ type meta struct {
 }
 
 func (m *meta) info() backend.Info {
-	labels := maps.Clone(m.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[backend.LabelID] = m.ID
-	labels[backend.LabelBackend] = Name
-	set := func(k, v string) {
-		if v != "" {
-			labels[k] = v
-		}
-	}
-	set(backend.LabelName, m.Name)
-	set(backend.LabelSession, m.Session)
-	set(backend.LabelOwner, m.Owner)
-	if !m.ExpiresAt.IsZero() {
-		labels[backend.LabelExpiresAt] = m.ExpiresAt.UTC().Format(time.RFC3339)
-	}
 	state := backend.StateRunning
 	if m.MainPID != 0 && !procfs.Alive(m.MainPID, m.MainStart) {
 		state = backend.StateExited
 	}
-	return backend.Info{
+	i := backend.Info{
 		ID: m.ID, Backend: Name, Name: m.Name, Session: m.Session, Image: m.Image,
-		State: state, Owner: m.Owner, Labels: labels,
+		State: state, Owner: m.Owner,
 		CreatedAt: m.CreatedAt, ExpiresAt: m.ExpiresAt, WorkDir: m.WorkDir,
 	}
+	i.Labels = statedir.Labels(m.Labels, i)
+	return i
 }
 
 func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
@@ -222,31 +207,18 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 }
 
 func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
-	if !statedir.ValidID(id) {
-		return nil, &backend.OpError{Op: "get", Backend: Name, Sandbox: id, Err: backend.ErrNotFound}
-	}
-	dir := filepath.Join(b.dir, id)
-	if _, err := readMeta(dir); err != nil {
-		return nil, &backend.OpError{Op: "get", Backend: Name, Sandbox: id, Err: err}
+	dir, err := statedir.Get[meta](b.dir, Name, id)
+	if err != nil {
+		return nil, err
 	}
 	return &Sandbox{b: b, id: id, dir: dir}, nil
 }
 
 func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {
-	out, err := statedir.List(b.dir, filter, (*meta).info)
-	if err != nil {
-		return nil, &backend.OpError{Op: "list", Backend: Name, Err: err}
-	}
-	return out, nil
+	return statedir.List(b.dir, Name, filter, (*meta).info)
 }
 
-func readMeta(dir string) (*meta, error) {
-	var m meta
-	if err := statedir.ReadMeta(dir, &m); err != nil {
-		return nil, err
-	}
-	return &m, nil
-}
+func readMeta(dir string) (*meta, error) { return statedir.Read[meta](dir) }
 
 func writeMeta(dir string, m *meta) error { return statedir.WriteMeta(dir, m) }
 

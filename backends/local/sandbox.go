@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/internal/outpipe"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
+	"github.com/sandboxkit/sandboxkit/internal/stdinpipe"
 )
 
 // Sandbox is one local sandbox. It is safe for concurrent use.
@@ -41,13 +41,7 @@ func (s *Sandbox) opErr(op string, err error) error {
 	return backend.WrapOp(op, Name, s.id, err)
 }
 
-func (s *Sandbox) meta() (*meta, error) {
-	m, err := readMeta(s.dir)
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
-}
+func (s *Sandbox) meta() (*meta, error) { return readMeta(s.dir) }
 
 func (s *Sandbox) Info(ctx context.Context) (backend.Info, error) {
 	m, err := s.meta()
@@ -133,21 +127,10 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}
 	cmd.Stdout, cmd.Stderr = outP.W(), errP.W()
-	// Stdin goes through a pipe we feed ourselves: os/exec would make Wait
-	// wait for the copy from a non-file reader, so a command that exits
-	// without reading its stdin would hang until the caller closed it.
-	var stdinW *os.File
-	if req.Stdin != nil {
-		if f, ok := req.Stdin.(*os.File); ok {
-			cmd.Stdin = f
-		} else {
-			pr, pw, err := os.Pipe()
-			if err != nil {
-				return backend.ExecResult{}, s.opErr("exec", err)
-			}
-			defer pr.Close()
-			cmd.Stdin, stdinW = pr, pw
-		}
+	// Stdin through a pipe of our own too (see package stdinpipe).
+	stdin, err := stdinpipe.Set(cmd, req.Stdin)
+	if err != nil {
+		return backend.ExecResult{}, s.opErr("exec", err)
 	}
 
 	start := time.Now()
@@ -159,65 +142,14 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 		outP.Started()
 		errP.Started()
 	}
-	if stdinW != nil {
-		cmd.Stdin.(*os.File).Close()
-		if err != nil {
-			stdinW.Close()
-		} else {
-			go func() {
-				io.Copy(stdinW, req.Stdin)
-				stdinW.Close()
-			}()
-		}
-	}
+	stdin.Started(err)
 	if err != nil {
-		if cred := cmd.SysProcAttr.Credential; cred != nil && errors.Is(err, os.ErrPermission) {
-			// The kernel does not say whether entering the working
-			// directory or executing the program was refused.
-			return backend.ExecResult{}, s.opErr("exec", fmt.Errorf("uid %d cannot enter working directory %s or execute %s: %w",
-				cred.Uid, cmd.Dir, argv[0], err))
-		}
-		// A missing program is data, as a shell would report it.
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			res := backend.ExecResult{ExitCode: 127, Duration: time.Since(start)}
-			out.Finish(&res)
-			res.Stderr = append(res.Stderr, fmt.Sprintf("%s: command not found\n", argv[0])...)
-			return res, nil
-		}
-		if errors.Is(err, os.ErrPermission) {
-			res := backend.ExecResult{ExitCode: 126, Duration: time.Since(start)}
-			out.Finish(&res)
-			res.Stderr = append(res.Stderr, fmt.Sprintf("%s: permission denied\n", argv[0])...)
-			return res, nil
-		}
-		return backend.ExecResult{}, s.opErr("exec", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-
-	var timer <-chan time.Time
-	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout)
-		defer t.Stop()
-		timer = t.C
+		return s.startFailed(err, cmd, argv[0], start, out)
 	}
 	var res backend.ExecResult
 	var waitErr, ctxErr error
-	select {
-	case waitErr = <-done:
-	case <-timer:
-		res.TimedOut = true
-		killTree(cmd.Process.Pid, execID)
-		waitErr = <-done
-	case <-ctx.Done():
-		ctxErr = ctx.Err()
-		killTree(cmd.Process.Pid, execID)
-		waitErr = <-done
-	}
-	if stdinW != nil {
-		// Unblocks the copy if the command exited without reading it all.
-		stdinW.Close()
-	}
+	res.TimedOut, waitErr, ctxErr = waitOrKill(ctx, cmd, req.Timeout, execID)
+	stdin.Close()
 	outpipe.Finish(outputGrace, outP, errP)
 	res.Duration = time.Since(start)
 	out.Finish(&res)
@@ -235,6 +167,58 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 		return res, s.opErr("exec", waitErr)
 	}
 	return res, nil
+}
+
+// startFailed is Exec's answer when cmd (running argv0) did not start: a
+// missing program (127) or one that may not be run (126) is data, as a
+// shell would report it; as another user, a refusal is an error naming
+// both what it may be.
+func (s *Sandbox) startFailed(err error, cmd *exec.Cmd, argv0 string, start time.Time, out *backend.Outputs) (backend.ExecResult, error) {
+	if cred := cmd.SysProcAttr.Credential; cred != nil && errors.Is(err, os.ErrPermission) {
+		// The kernel does not say whether entering the working
+		// directory or executing the program was refused.
+		return backend.ExecResult{}, s.opErr("exec", fmt.Errorf("uid %d cannot enter working directory %s or execute %s: %w",
+			cred.Uid, cmd.Dir, argv0, err))
+	}
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		res := backend.ExecResult{ExitCode: 127, Duration: time.Since(start)}
+		out.Finish(&res)
+		res.Stderr = append(res.Stderr, fmt.Sprintf("%s: command not found\n", argv0)...)
+		return res, nil
+	}
+	if errors.Is(err, os.ErrPermission) {
+		res := backend.ExecResult{ExitCode: 126, Duration: time.Since(start)}
+		out.Finish(&res)
+		res.Stderr = append(res.Stderr, fmt.Sprintf("%s: permission denied\n", argv0)...)
+		return res, nil
+	}
+	return backend.ExecResult{}, s.opErr("exec", err)
+}
+
+// waitOrKill waits for the started cmd to end, killing its process tree
+// (marked with execID) when timeout (if > 0) passes or ctx ends. It returns
+// whether the timeout killed it, Wait's error and ctx's.
+func waitOrKill(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, execID string) (timedOut bool, waitErr, ctxErr error) {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var timer <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case waitErr = <-done:
+	case <-timer:
+		timedOut = true
+		killTree(cmd.Process.Pid, execID)
+		waitErr = <-done
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+		killTree(cmd.Process.Pid, execID)
+		waitErr = <-done
+	}
+	return timedOut, waitErr, ctxErr
 }
 
 func exitCode(ps *os.ProcessState) int {

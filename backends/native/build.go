@@ -58,71 +58,21 @@ func (l *buildLocks) lock(tag string) func() {
 // build builds spec.Build into the image spec.Image.
 func (b *Backend) build(ctx context.Context, spec backend.Spec, report func(backend.Progress)) error {
 	bs, tag := spec.Build, spec.Image
-	contextDir, err := filepath.Abs(bs.ContextDir)
+	contextDir, dockerfile, dfData, err := readDockerfile(bs)
 	if err != nil {
-		return fmt.Errorf("%w: build context %q: %v", backend.ErrInvalidConfig, bs.ContextDir, err)
+		return err
 	}
-	if fi, err := os.Stat(contextDir); err != nil || !fi.IsDir() {
-		return fmt.Errorf("%w: build context %s is not a folder (the Dockerfile's folder is the context)", backend.ErrInvalidConfig, contextDir)
-	}
-	dockerfile := bs.Dockerfile
-	switch {
-	case dockerfile == "":
-		dockerfile = filepath.Join(contextDir, "Dockerfile")
-	case !filepath.IsAbs(dockerfile):
-		dockerfile = filepath.Join(contextDir, dockerfile)
-	}
-	dfData, err := os.ReadFile(dockerfile)
-	if err != nil {
-		return fmt.Errorf("%w: Dockerfile %s: %v", backend.ErrInvalidConfig, dockerfile, errors.Unwrap(err))
-	}
-
 	policy := cmp(b.cfg.PullPolicy, PullMissing)
 	if policy == PullNever {
-		// The classic builder pulls a missing base image itself; refuse
-		// that before starting.
-		for _, base := range baseImages(dfData) {
-			if _, err := b.cli.ImageInspect(ctx, base); err != nil {
-				if err := b.translate(err); !errors.Is(err, backend.ErrNotFound) {
-					return err
-				}
-				return fmt.Errorf("%w: base image %s of Dockerfile %s is not on the engine and pull_policy is \"never\" (pull it, or change [sandbox.native] pull_policy)",
-					backend.ErrNotFound, base, dockerfile)
-			}
+		if err := b.checkBaseImages(ctx, dockerfile, dfData); err != nil {
+			return err
 		}
 	}
-
-	// The Dockerfile travels in the context: at its own path when it lives
-	// there, else under a name of its own (as docker build -f does).
-	dfName, err := filepath.Rel(contextDir, dockerfile)
-	outside := err != nil || dfName == ".." || strings.HasPrefix(dfName, ".."+string(filepath.Separator))
-	if outside {
-		dfName = ".sbx-dockerfile-" + newID()
-	}
-	dfName = filepath.ToSlash(dfName)
-	skip, err := dockerignore(contextDir, dfName)
+	pr, dfName, tarErr, err := contextTar(contextDir, dockerfile, dfData)
 	if err != nil {
-		return fmt.Errorf("%w: build context %s: %v", backend.ErrInvalidConfig, contextDir, err)
+		return err
 	}
-	pr, pw := io.Pipe()
 	defer pr.Close() // unblocks the writer if the engine stops reading
-	tarErr := make(chan error, 1)
-	go func() {
-		tw := tar.NewWriter(pw)
-		err := tartree.Dir(tw, contextDir, tartree.Options{Skip: skip})
-		if err == nil && outside {
-			err = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: dfName, Mode: 0o644,
-				Size: int64(len(dfData)), ModTime: time.Unix(0, 0)})
-			if err == nil {
-				_, err = tw.Write(dfData)
-			}
-		}
-		if err == nil {
-			err = tw.Close()
-		}
-		tarErr <- err
-		pw.CloseWithError(err)
-	}()
 
 	labels := maps.Clone(spec.Labels)
 	if labels == nil {
@@ -163,6 +113,82 @@ func (b *Backend) build(ctx context.Context, spec backend.Spec, report func(back
 		return err
 	}
 	return nil
+}
+
+// readDockerfile resolves bs's context folder and Dockerfile (by default
+// the context's, relative to the context) and reads the Dockerfile.
+func readDockerfile(bs *backend.Build) (contextDir, dockerfile string, data []byte, err error) {
+	contextDir, err = filepath.Abs(bs.ContextDir)
+	if err != nil {
+		return "", "", nil, fmt.Errorf("%w: build context %q: %v", backend.ErrInvalidConfig, bs.ContextDir, err)
+	}
+	if fi, err := os.Stat(contextDir); err != nil || !fi.IsDir() {
+		return "", "", nil, fmt.Errorf("%w: build context %s is not a folder (the Dockerfile's folder is the context)", backend.ErrInvalidConfig, contextDir)
+	}
+	dockerfile = bs.Dockerfile
+	switch {
+	case dockerfile == "":
+		dockerfile = filepath.Join(contextDir, "Dockerfile")
+	case !filepath.IsAbs(dockerfile):
+		dockerfile = filepath.Join(contextDir, dockerfile)
+	}
+	data, err = os.ReadFile(dockerfile)
+	if err != nil {
+		return "", "", nil, fmt.Errorf("%w: Dockerfile %s: %v", backend.ErrInvalidConfig, dockerfile, errors.Unwrap(err))
+	}
+	return contextDir, dockerfile, data, nil
+}
+
+// checkBaseImages refuses, before a build with pull_policy "never" starts,
+// a Dockerfile whose base images are not on the engine: the classic
+// builder would pull them itself.
+func (b *Backend) checkBaseImages(ctx context.Context, dockerfile string, data []byte) error {
+	for _, base := range baseImages(data) {
+		if _, err := b.cli.ImageInspect(ctx, base); err != nil {
+			if err := b.translate(err); !errors.Is(err, backend.ErrNotFound) {
+				return err
+			}
+			return fmt.Errorf("%w: base image %s of Dockerfile %s is not on the engine and pull_policy is \"never\" (pull it, or change [sandbox.native] pull_policy)",
+				backend.ErrNotFound, base, dockerfile)
+		}
+	}
+	return nil
+}
+
+// contextTar streams the build context: contextDir as a tar, without what
+// .dockerignore leaves out, and the Dockerfile (data) at its own path when
+// it lives there, else under a name of its own (as docker build -f does),
+// which it returns. The tar's error arrives on tarErr when it ends.
+func contextTar(contextDir, dockerfile string, data []byte) (r *io.PipeReader, dfName string, tarErr <-chan error, err error) {
+	dfName, err = filepath.Rel(contextDir, dockerfile)
+	outside := err != nil || dfName == ".." || strings.HasPrefix(dfName, ".."+string(filepath.Separator))
+	if outside {
+		dfName = ".sbx-dockerfile-" + newID()
+	}
+	dfName = filepath.ToSlash(dfName)
+	skip, err := dockerignore(contextDir, dfName)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("%w: build context %s: %v", backend.ErrInvalidConfig, contextDir, err)
+	}
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		tw := tar.NewWriter(pw)
+		err := tartree.Dir(tw, contextDir, tartree.Options{Skip: skip})
+		if err == nil && outside {
+			err = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: dfName, Mode: 0o644,
+				Size: int64(len(data)), ModTime: time.Unix(0, 0)})
+			if err == nil {
+				_, err = tw.Write(data)
+			}
+		}
+		if err == nil {
+			err = tw.Close()
+		}
+		done <- err
+		pw.CloseWithError(err)
+	}()
+	return pr, dfName, done, nil
 }
 
 func drainErr(ch <-chan error) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -17,7 +16,7 @@ import (
 // sentinels, keeping the engine's message but not its types, so callers
 // never depend on the Docker SDK.
 func (b *Backend) translate(err error) error {
-	if err == nil || isOurs(err) {
+	if err == nil || backend.IsContractError(err) {
 		return err
 	}
 	switch {
@@ -39,19 +38,6 @@ func (b *Backend) translate(err error) error {
 		return fmt.Errorf("%w: %s", errors.ErrUnsupported, err.Error())
 	}
 	return errors.New(err.Error())
-}
-
-// isOurs reports whether err was already made in contract terms.
-func isOurs(err error) bool {
-	for _, s := range []error{backend.ErrNotFound, backend.ErrAlreadyExists, backend.ErrUnavailable,
-		backend.ErrInvalidConfig, errors.ErrUnsupported} {
-		if errors.Is(err, s) {
-			return true
-		}
-	}
-	_, isPath := errors.AsType[*fs.PathError](err)
-	_, isOp := errors.AsType[*backend.OpError](err)
-	return isPath || isOp
 }
 
 func (b *Backend) opErr(op, id string, err error) error {

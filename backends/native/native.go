@@ -315,16 +315,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err != nil {
 		return fail(fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err))
 	}
-	report := progressFunc(spec)
-	var img image.InspectResponse
-	if spec.Build != nil {
-		if err = b.build(ctx, spec, report); err == nil {
-			img, err = b.cli.ImageInspect(ctx, spec.Image)
-			err = b.translate(err)
-		}
-	} else {
-		img, err = b.ensureImage(ctx, spec.Image, report)
-	}
+	img, err := b.specImage(ctx, spec)
 	if err != nil {
 		return fail(err)
 	}
@@ -334,24 +325,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err != nil {
 		return fail(err)
 	}
-	// sbxd: the shared volume, else a copy into this container (into an
-	// anonymous volume when the root is read-only: the engine does not
-	// copy into a read-only root).
-	vol, verr := "", errSbxdCopyForced
-	if !b.sbxdCopy {
-		vol, verr = b.sbxdVolume(ctx, bin, spec.Image)
-	}
-	switch {
-	case verr == nil:
-		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: vol, Target: sbxdDir,
-			ReadOnly: true, VolumeOptions: &mount.VolumeOptions{NoCopy: true}})
-	case hc.ReadonlyRootfs:
-		b.log.Warn("no shared sbxd volume; copying sbxd into the sandbox", "err", verr)
-		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Target: sbxdDir,
-			VolumeOptions: &mount.VolumeOptions{Labels: cfg.Labels}})
-	default:
-		b.log.Warn("no shared sbxd volume; copying sbxd into the sandbox", "err", verr)
-	}
+	verr := b.mountSbxd(ctx, hc, bin, spec.Image, cfg.Labels)
 	name := containerName(spec, id)
 	var created container.CreateResponse
 	if b.cfg.Ports == PortsLoopback && len(spec.Ports) > 0 {
@@ -390,6 +364,43 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	}
 	b.log.Debug("created sandbox", "id", id, "container", cid, "name", name, "image", spec.Image)
 	return &Sandbox{b: b, id: id, cid: cid, workDir: wd}, nil
+}
+
+// specImage builds spec's image, or makes sure the engine has it, and
+// inspects it.
+func (b *Backend) specImage(ctx context.Context, spec backend.Spec) (image.InspectResponse, error) {
+	report := progressFunc(spec)
+	if spec.Build == nil {
+		return b.ensureImage(ctx, spec.Image, report)
+	}
+	if err := b.build(ctx, spec, report); err != nil {
+		return image.InspectResponse{}, err
+	}
+	img, err := b.cli.ImageInspect(ctx, spec.Image)
+	return img, b.translate(err)
+}
+
+// mountSbxd mounts the shared sbxd volume (holding bin) into hc. Without
+// one it returns why: then Create copies sbxd into the container, into an
+// anonymous volume (labelled with labels) that it mounts here when the root
+// is read-only, as the engine does not copy into a read-only root.
+func (b *Backend) mountSbxd(ctx context.Context, hc *container.HostConfig, bin []byte, image string, labels map[string]string) error {
+	vol, verr := "", errSbxdCopyForced
+	if !b.sbxdCopy {
+		vol, verr = b.sbxdVolume(ctx, bin, image)
+	}
+	switch {
+	case verr == nil:
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: vol, Target: sbxdDir,
+			ReadOnly: true, VolumeOptions: &mount.VolumeOptions{NoCopy: true}})
+	case hc.ReadonlyRootfs:
+		b.log.Warn("no shared sbxd volume; copying sbxd into the sandbox", "err", verr)
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Target: sbxdDir,
+			VolumeOptions: &mount.VolumeOptions{Labels: labels}})
+	default:
+		b.log.Warn("no shared sbxd volume; copying sbxd into the sandbox", "err", verr)
+	}
+	return verr
 }
 
 // explainCreate adds the likely cause to errors the engine gives for
@@ -454,8 +465,24 @@ func (b *Backend) containerConfig(spec backend.Spec, img image.InspectResponse, 
 	for _, k := range keys {
 		cfg.Env = append(cfg.Env, k+"="+spec.Env[k])
 	}
-	// sbxd init is PID 1 in every mode; what it runs follows Docker's
-	// ENTRYPOINT + CMD rules with OpenSage's entry semantics.
+	var err error
+	if cfg.Entrypoint, cfg.Cmd, err = initCommand(spec, img); err != nil {
+		return nil, nil, err
+	}
+	hc, err := b.hostConfig(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.ExposedPorts, hc.PortBindings, err = portBindings(spec.Ports); err != nil {
+		return nil, nil, err
+	}
+	return cfg, hc, nil
+}
+
+// initCommand is the container's ENTRYPOINT and CMD. sbxd init is PID 1 in
+// every mode; what it runs follows Docker's ENTRYPOINT + CMD rules with
+// OpenSage's entry semantics.
+func initCommand(spec backend.Spec, img image.InspectResponse) (entrypoint, cmd []string, err error) {
 	var imgEntry, imgCmd []string
 	if img.Config != nil {
 		imgEntry, imgCmd = img.Config.Entrypoint, img.Config.Cmd
@@ -465,19 +492,20 @@ func (b *Backend) containerConfig(spec backend.Spec, img image.InspectResponse, 
 		if len(imgEntry)+len(imgCmd) == 0 {
 			return nil, nil, fmt.Errorf("%w: command = \"\" runs the image's own command, but image %s has no ENTRYPOINT or CMD", backend.ErrInvalidConfig, spec.Image)
 		}
-		cfg.Entrypoint = append([]string{sbxdPath, "init", "--"}, imgEntry...)
-		cfg.Cmd = imgCmd
+		return append([]string{sbxdPath, "init", "--"}, imgEntry...), imgCmd, nil
 	case spec.Command != nil:
 		if len(imgEntry)+len(spec.Command) == 0 {
 			return nil, nil, fmt.Errorf("%w: empty command", backend.ErrInvalidConfig)
 		}
-		cfg.Entrypoint = append([]string{sbxdPath, "init", "--"}, imgEntry...)
-		cfg.Cmd = spec.Command
+		return append([]string{sbxdPath, "init", "--"}, imgEntry...), spec.Command, nil
 	default:
-		cfg.Entrypoint = []string{sbxdPath, "init"}
-		cfg.Cmd = []string{} // not the image's CMD
+		return []string{sbxdPath, "init"}, []string{}, nil // not the image's CMD
 	}
+}
 
+// hostConfig is the engine's host config for spec: privileges, limits,
+// devices, network and volumes (not yet its ports).
+func (b *Backend) hostConfig(spec backend.Spec) (*container.HostConfig, error) {
 	hc := &container.HostConfig{
 		Privileged:     spec.Privileged,
 		CapAdd:         spec.CapAdd,
@@ -502,7 +530,7 @@ func (b *Backend) containerConfig(spec backend.Spec, img image.InspectResponse, 
 	if spec.Resources.GPUs != "" {
 		req, err := gpuRequest(spec.Resources.GPUs)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		hc.DeviceRequests = []container.DeviceRequest{req}
 	}
@@ -519,24 +547,30 @@ func (b *Backend) containerConfig(spec backend.Spec, img image.InspectResponse, 
 		}
 		hc.Mounts = append(hc.Mounts, m)
 	}
-	if len(spec.Ports) > 0 {
-		cfg.ExposedPorts = nat.PortSet{}
-		hc.PortBindings = nat.PortMap{}
-		for _, p := range spec.Ports {
-			proto := cmp(p.Protocol, "tcp")
-			port, err := nat.NewPort(proto, strconv.Itoa(p.Port))
-			if err != nil {
-				return nil, nil, fmt.Errorf("%w: port %d/%s: %s", backend.ErrInvalidConfig, p.Port, proto, err.Error())
-			}
-			cfg.ExposedPorts[port] = struct{}{}
-			bind := nat.PortBinding{HostIP: cmp(p.HostIP, "127.0.0.1")}
-			if p.HostPort > 0 {
-				bind.HostPort = strconv.Itoa(p.HostPort)
-			}
-			hc.PortBindings[port] = append(hc.PortBindings[port], bind)
-		}
+	return hc, nil
+}
+
+// portBindings is the container's exposed ports and their host bindings
+// (127.0.0.1 unless the entry names an address); nil for no ports.
+func portBindings(ports []backend.Port) (nat.PortSet, nat.PortMap, error) {
+	if len(ports) == 0 {
+		return nil, nil, nil
 	}
-	return cfg, hc, nil
+	exposed, bindings := nat.PortSet{}, nat.PortMap{}
+	for _, p := range ports {
+		proto := cmp(p.Protocol, "tcp")
+		port, err := nat.NewPort(proto, strconv.Itoa(p.Port))
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: port %d/%s: %s", backend.ErrInvalidConfig, p.Port, proto, err.Error())
+		}
+		exposed[port] = struct{}{}
+		bind := nat.PortBinding{HostIP: cmp(p.HostIP, "127.0.0.1")}
+		if p.HostPort > 0 {
+			bind.HostPort = strconv.Itoa(p.HostPort)
+		}
+		bindings[port] = append(bindings[port], bind)
+	}
+	return exposed, bindings, nil
 }
 
 // gpuRequest turns "all", a count or comma-separated device IDs into a
@@ -694,15 +728,9 @@ func workDirOf(c container.InspectResponse) string {
 
 // List finds sandboxes by their labels, filtering on the engine.
 func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {
-	args := filters.NewArgs(filters.Arg("label", backend.LabelBackend+"="+Name))
-	if filter.Session != "" {
-		args.Add("label", backend.LabelSession+"="+filter.Session)
-	}
+	args := labelFilter(filter)
 	if filter.Name != "" {
 		args.Add("label", backend.LabelName+"="+filter.Name)
-	}
-	for k, v := range filter.Labels {
-		args.Add("label", k+"="+v)
 	}
 	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/pkg/stdcopy"
 
@@ -87,13 +86,7 @@ func (b *Backend) RemoveNetwork(ctx context.Context, name string) error {
 // ListNetworks lists the networks CreateNetwork made, filtered on the
 // engine.
 func (b *Backend) ListNetworks(ctx context.Context, filter backend.Filter) ([]backend.NetworkInfo, error) {
-	args := filters.NewArgs(filters.Arg("label", backend.LabelBackend+"="+Name), filters.Arg("label", labelNetwork))
-	if filter.Session != "" {
-		args.Add("label", backend.LabelSession+"="+filter.Session)
-	}
-	for k, v := range filter.Labels {
-		args.Add("label", k+"="+v)
-	}
+	args := labelFilter(filter, labelNetwork)
 	list, err := b.cli.NetworkList(ctx, network.ListOptions{Filters: args})
 	if err != nil {
 		return nil, b.opErr("list networks", "", err)

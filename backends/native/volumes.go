@@ -240,13 +240,7 @@ func (b *Backend) RemoveVolume(ctx context.Context, name string) error {
 
 // ListVolumes lists the volumes CreateVolume made, filtered on the engine.
 func (b *Backend) ListVolumes(ctx context.Context, filter backend.Filter) ([]backend.VolumeInfo, error) {
-	args := filters.NewArgs(filters.Arg("label", backend.LabelBackend+"="+Name), filters.Arg("label", labelVolume))
-	if filter.Session != "" {
-		args.Add("label", backend.LabelSession+"="+filter.Session)
-	}
-	for k, v := range filter.Labels {
-		args.Add("label", k+"="+v)
-	}
+	args := labelFilter(filter, labelVolume)
 	resp, err := b.cli.VolumeList(ctx, volume.ListOptions{Filters: args})
 	if err != nil {
 		return nil, b.opErr("list volumes", "", err)
@@ -268,6 +262,23 @@ func (b *Backend) ListVolumes(ctx context.Context, filter backend.Filter) ([]bac
 // matchLabels reports whether labels has every "key" and "key=value" of
 // args' label filters. Docker ANDs label filters but Podman (4.x) ORs them
 // on some lists, so what an engine returns is checked again here.
+// labelFilter is the engine's filter for the resources of this backend
+// that carry the labels (each "key" or "key=value") and filter's session
+// and labels (not its name: List adds that for sandboxes).
+func labelFilter(filter backend.Filter, labels ...string) filters.Args {
+	args := filters.NewArgs(filters.Arg("label", backend.LabelBackend+"="+Name))
+	for _, l := range labels {
+		args.Add("label", l)
+	}
+	if filter.Session != "" {
+		args.Add("label", backend.LabelSession+"="+filter.Session)
+	}
+	for k, v := range filter.Labels {
+		args.Add("label", k+"="+v)
+	}
+	return args
+}
+
 func matchLabels(labels map[string]string, args filters.Args) bool {
 	for _, kv := range args.Get("label") {
 		k, v, hasValue := strings.Cut(kv, "=")

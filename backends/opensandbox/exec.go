@@ -173,10 +173,6 @@ func (r *execRun) run(ctx context.Context) (backend.ExecResult, error) {
 	}
 	defer stream.Close()
 
-	type terminal struct {
-		oc  *outcome
-		err error
-	}
 	termCh := make(chan terminal, 1)
 	go func() {
 		oc, err := readEventsKeeping(stream, r.setID, reportMaxText)
@@ -199,26 +195,7 @@ func (r *execRun) run(ctx context.Context) (backend.ExecResult, error) {
 		go r.feedStdin(stdinCtx)
 	}
 
-	var deadline <-chan time.Time
-	if r.req.Timeout > 0 {
-		t := time.NewTimer(r.req.Timeout + clientTimeoutGrace)
-		defer t.Stop()
-		deadline = t.C
-	}
-	var term terminal
-	var ctxErr error
-	timedOut := false
-	select {
-	case term = <-termCh:
-	case <-ctx.Done():
-		ctxErr = ctx.Err()
-	case <-deadline:
-		timedOut = true
-	}
-	if term.oc != nil && term.oc.done && term.oc.exitCode == -1 && r.req.Timeout > 0 &&
-		time.Since(start) >= r.req.Timeout-10*time.Millisecond {
-		timedOut = true // execd's timeout killed the wrapper
-	}
+	term, ctxErr, timedOut := r.wait(ctx, termCh, start)
 	stopStdin()
 
 	// A broken stream leaves the command running: end it too, unless the
@@ -255,13 +232,53 @@ func (r *execRun) run(ctx context.Context) (backend.ExecResult, error) {
 		res.Duration = time.Nanosecond
 	}
 	out.Finish(&res)
+	return commandResult(res, term, ctxErr, timedOut, poll.err)
+}
+
+// terminal is how a command's event stream ended: with the command's
+// outcome, or broken.
+type terminal struct {
+	oc  *outcome
+	err error
+}
+
+// wait waits for the event stream to end (termCh), ctx to end or, with a
+// timeout, for execd's own timeout to have had its chance. It returns the
+// stream's end, ctx's error, and whether the command timed out: the
+// deadline passed, or execd's timeout killed the wrapper.
+func (r *execRun) wait(ctx context.Context, termCh <-chan terminal, start time.Time) (term terminal, ctxErr error, timedOut bool) {
+	var deadline <-chan time.Time
+	if r.req.Timeout > 0 {
+		t := time.NewTimer(r.req.Timeout + clientTimeoutGrace)
+		defer t.Stop()
+		deadline = t.C
+	}
+	select {
+	case term = <-termCh:
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+	case <-deadline:
+		timedOut = true
+	}
+	if term.oc != nil && term.oc.done && term.oc.exitCode == -1 && r.req.Timeout > 0 &&
+		time.Since(start) >= r.req.Timeout-10*time.Millisecond {
+		timedOut = true // execd's timeout killed the wrapper
+	}
+	return term, ctxErr, timedOut
+}
+
+// commandResult completes res (output and duration in place) from how the
+// command ended, in order: cancelled, timed out, a broken stream, a
+// wrapper that could not set up, then the command's own outcome; an error
+// reading its output comes last.
+func commandResult(res backend.ExecResult, term terminal, ctxErr error, timedOut bool, pollErr error) (backend.ExecResult, error) {
 	switch {
 	case ctxErr != nil:
 		return res, ctxErr
 	case timedOut:
 		res.ExitCode, res.TimedOut = backend.TimeoutExitCode, true
-		if poll.err != nil {
-			return res, fmt.Errorf("the command timed out, and reading its output failed: %w", poll.err)
+		if pollErr != nil {
+			return res, fmt.Errorf("the command timed out, and reading its output failed: %w", pollErr)
 		}
 		return res, nil
 	case term.err != nil:
@@ -282,8 +299,8 @@ func (r *execRun) run(ctx context.Context) (backend.ExecResult, error) {
 	default:
 		res.ExitCode = oc.exitCode
 	}
-	if poll.err != nil {
-		return res, fmt.Errorf("reading the command's output: %w", poll.err)
+	if pollErr != nil {
+		return res, fmt.Errorf("reading the command's output: %w", pollErr)
 	}
 	return res, nil
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/ctxio"
 )
 
 // File access goes through execd's file API, so fileops needs no tools in
@@ -71,7 +72,7 @@ func (x *execd) upload(ctx context.Context, p string, r io.Reader, perm fs.FileM
 			if w, err = mw.CreatePart(h); err != nil {
 				return err
 			}
-			if _, err := io.Copy(w, ctxReader{ctx, r}); err != nil {
+			if _, err := io.Copy(w, ctxio.Reader(ctx, r)); err != nil {
 				return err
 			}
 			return mw.Close()
@@ -322,19 +323,6 @@ func fileInfoOf(fi fileInfoJSON) fs.FileInfo {
 		mtime = time.Unix(0, 0)
 	}
 	return backend.NewFileInfo(path.Base(fi.Path), fi.Size, mode, mtime)
-}
-
-// ctxReader stops a copy when its context ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }

@@ -217,18 +217,9 @@ func (b *Backend) createRequest(spec backend.Spec) (createRequest, map[string]st
 		return req, nil, err
 	}
 	req.Volumes = vols
-	var ports []string
-	for _, p := range spec.Ports {
-		switch {
-		case p.Port < 1 || p.Port > 65535:
-			return req, nil, fmt.Errorf("%w: port %d out of range", backend.ErrInvalidConfig, p.Port)
-		case p.Protocol != "" && !strings.EqualFold(p.Protocol, "tcp"):
-			return req, nil, fmt.Errorf("%w: the %s backend cannot honour ports over %s (the endpoints API is TCP only)", errors.ErrUnsupported, Name, p.Protocol)
-		case p.HostPort != 0 || p.HostIP != "":
-			b.log.Warn("OpenSandbox chooses where a port is reachable; the host address and port are ignored (Endpoint reports the real one)",
-				"sandbox", spec.Name, "port", p.Port, "host_ip", p.HostIP, "host_port", p.HostPort)
-		}
-		ports = append(ports, strconv.Itoa(p.Port))
+	ports, err := b.checkPorts(spec)
+	if err != nil {
+		return req, nil, err
 	}
 	nonce, err := randomHex(16)
 	if err != nil {
@@ -243,6 +234,37 @@ func (b *Backend) createRequest(spec backend.Spec) (createRequest, map[string]st
 	}
 	req.Env[envExecdToken] = b.execdToken(nonce)
 
+	labels := b.sandboxLabels(spec, nonce, ports)
+	md, err := encodeLabels(labels)
+	if err != nil {
+		return req, nil, err
+	}
+	req.Metadata = md
+	return req, labels, nil
+}
+
+// checkPorts checks spec's ports and returns their numbers.
+func (b *Backend) checkPorts(spec backend.Spec) ([]string, error) {
+	var ports []string
+	for _, p := range spec.Ports {
+		switch {
+		case p.Port < 1 || p.Port > 65535:
+			return nil, fmt.Errorf("%w: port %d out of range", backend.ErrInvalidConfig, p.Port)
+		case p.Protocol != "" && !strings.EqualFold(p.Protocol, "tcp"):
+			return nil, fmt.Errorf("%w: the %s backend cannot honour ports over %s (the endpoints API is TCP only)", errors.ErrUnsupported, Name, p.Protocol)
+		case p.HostPort != 0 || p.HostIP != "":
+			b.log.Warn("OpenSandbox chooses where a port is reachable; the host address and port are ignored (Endpoint reports the real one)",
+				"sandbox", spec.Name, "port", p.Port, "host_ip", p.HostIP, "host_port", p.HostPort)
+		}
+		ports = append(ports, strconv.Itoa(p.Port))
+	}
+	return ports, nil
+}
+
+// sandboxLabels is the metadata a sandbox carries: the entry's labels and
+// ours (the execd token's nonce, the user, the ports, the working
+// directory), without those the server's own fields give.
+func (b *Backend) sandboxLabels(spec backend.Spec, nonce string, ports []string) map[string]string {
 	labels := maps.Clone(spec.Labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -269,12 +291,7 @@ func (b *Backend) createRequest(spec backend.Spec) (createRequest, map[string]st
 	// Derived from the server's own fields on read.
 	delete(labels, backend.LabelID)
 	delete(labels, backend.LabelExpiresAt)
-	md, err := encodeLabels(labels)
-	if err != nil {
-		return req, nil, err
-	}
-	req.Metadata = md
-	return req, labels, nil
+	return labels
 }
 
 // workDirOf is the working directory a spec asks for: working_dir (relative

@@ -160,9 +160,29 @@ func resolveTarget(s *sshSettings, alias, userArg string, portArg, depth int) (*
 		t.port = 22
 	}
 	home, _ := os.UserHomeDir()
-	expand := func(p string) string { return expandTokens(p, t, home) }
-	for _, f := range s.getAll(alias, "IdentityFile") {
-		t.identityFiles = append(t.identityFiles, expand(f))
+	t.readIdentities(s, home)
+	t.readHostKeys(s, home)
+	if err := t.readTimeouts(s); err != nil {
+		return nil, err
+	}
+	if pc := s.get(alias, "ProxyCommand"); pc != "" && pc != "none" {
+		return nil, invalid("~/.ssh/config: ProxyCommand (host %s) is not supported by remotedocker; use ProxyJump", alias)
+	}
+	if pj := s.get(alias, "ProxyJump"); pj != "" && pj != "none" {
+		jumps, err := resolveJumps(s, alias, pj, depth)
+		if err != nil {
+			return nil, err
+		}
+		t.jumps = jumps
+	}
+	return t, nil
+}
+
+// readIdentities applies IdentityFile (else ssh's default keys under home)
+// and IdentitiesOnly.
+func (t *sshTarget) readIdentities(s *sshSettings, home string) {
+	for _, f := range s.getAll(t.alias, "IdentityFile") {
+		t.identityFiles = append(t.identityFiles, expandTokens(f, t, home))
 	}
 	if len(t.identityFiles) == 0 && home != "" {
 		t.defaultIDs = true
@@ -170,12 +190,17 @@ func resolveTarget(s *sshSettings, alias, userArg string, portArg, depth int) (*
 			t.identityFiles = append(t.identityFiles, filepath.Join(home, ".ssh", name))
 		}
 	}
-	t.identitiesOnly = strings.EqualFold(s.get(alias, "IdentitiesOnly"), "yes")
+	t.identitiesOnly = strings.EqualFold(s.get(t.alias, "IdentitiesOnly"), "yes")
+}
+
+// readHostKeys applies UserKnownHostsFile, GlobalKnownHostsFile (by default
+// /etc/ssh/ssh_known_hosts) and HostKeyAlias.
+func (t *sshTarget) readHostKeys(s *sshSettings, home string) {
 	for _, key := range []string{"UserKnownHostsFile", "GlobalKnownHostsFile"} {
 		var files []string
-		for _, v := range s.getAll(alias, key) {
+		for _, v := range s.getAll(t.alias, key) {
 			for f := range strings.FieldsSeq(v) {
-				files = append(files, expand(f))
+				files = append(files, expandTokens(f, t, home))
 			}
 		}
 		if key == "UserKnownHostsFile" {
@@ -187,58 +212,71 @@ func resolveTarget(s *sshSettings, alias, userArg string, portArg, depth int) (*
 	if t.globalKnown == nil {
 		t.globalKnown = []string{"/etc/ssh/ssh_known_hosts"}
 	}
-	t.hostKeyAlias = s.get(alias, "HostKeyAlias")
-	t.connectTimeout = defaultConnectTimeout
-	if v := s.get(alias, "ConnectTimeout"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return nil, invalid("~/.ssh/config: ConnectTimeout %q for host %s is not a number of seconds", v, alias)
-		}
-		if n > 0 {
-			t.connectTimeout = time.Duration(n) * time.Second
-		}
+	t.hostKeyAlias = s.get(t.alias, "HostKeyAlias")
+}
+
+// readTimeouts applies ConnectTimeout, ServerAliveInterval and
+// ServerAliveCountMax over remotedocker's defaults.
+func (t *sshTarget) readTimeouts(s *sshSettings) error {
+	t.connectTimeout, t.aliveInterval, t.aliveCountMax = defaultConnectTimeout, defaultAliveInterval, defaultAliveCountMax
+	n, err := t.intOption(s, "ConnectTimeout", 0, "a number of seconds")
+	if err != nil {
+		return err
 	}
-	t.aliveInterval = defaultAliveInterval
-	if v := s.get(alias, "ServerAliveInterval"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return nil, invalid("~/.ssh/config: ServerAliveInterval %q for host %s is not a number of seconds", v, alias)
-		}
-		// 0 turns ssh's keepalives off; remotedocker keeps its default,
-		// since it must notice a dead link to fail calls cleanly.
-		if n > 0 {
-			t.aliveInterval = time.Duration(n) * time.Second
-		}
+	if n > 0 {
+		t.connectTimeout = time.Duration(n) * time.Second
 	}
-	t.aliveCountMax = defaultAliveCountMax
-	if v := s.get(alias, "ServerAliveCountMax"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return nil, invalid("~/.ssh/config: ServerAliveCountMax %q for host %s is not a positive number", v, alias)
-		}
+	// 0 turns ssh's keepalives off; remotedocker keeps its default, since
+	// it must notice a dead link to fail calls cleanly.
+	if n, err = t.intOption(s, "ServerAliveInterval", 0, "a number of seconds"); err != nil {
+		return err
+	}
+	if n > 0 {
+		t.aliveInterval = time.Duration(n) * time.Second
+	}
+	if n, err = t.intOption(s, "ServerAliveCountMax", 1, "a positive number"); err != nil {
+		return err
+	}
+	if n > 0 {
 		t.aliveCountMax = n
 	}
-	if pc := s.get(alias, "ProxyCommand"); pc != "" && pc != "none" {
-		return nil, invalid("~/.ssh/config: ProxyCommand (host %s) is not supported by remotedocker; use ProxyJump", alias)
+	return nil
+}
+
+// intOption reads the option key of the target's host: a whole number no
+// smaller than lowest, or 0 when the option is not set. want says what the
+// value should be, for the error.
+func (t *sshTarget) intOption(s *sshSettings, key string, lowest int, want string) (int, error) {
+	v := s.get(t.alias, key)
+	if v == "" {
+		return 0, nil
 	}
-	if pj := s.get(alias, "ProxyJump"); pj != "" && pj != "none" {
-		for hop := range strings.SplitSeq(pj, ",") {
-			hop = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(hop), "ssh://"))
-			hu, hh, hp, err := splitUserHostPort(hop)
-			if err != nil {
-				return nil, invalid("~/.ssh/config: ProxyJump %q for host %s: %v", pj, alias, err)
-			}
-			jt, err := resolveTarget(s, hh, hu, hp, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			// A hop's own jumps come before it.
-			t.jumps = append(t.jumps, jt.jumps...)
-			jt.jumps = nil
-			t.jumps = append(t.jumps, jt)
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lowest {
+		return 0, invalid("~/.ssh/config: %s %q for host %s is not %s", key, v, t.alias, want)
+	}
+	return n, nil
+}
+
+// resolveJumps resolves alias's ProxyJump value pj into the hops to pass
+// through, in order: each hop's own jumps come before it.
+func resolveJumps(s *sshSettings, alias, pj string, depth int) ([]*sshTarget, error) {
+	var jumps []*sshTarget
+	for hop := range strings.SplitSeq(pj, ",") {
+		hop = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(hop), "ssh://"))
+		hu, hh, hp, err := splitUserHostPort(hop)
+		if err != nil {
+			return nil, invalid("~/.ssh/config: ProxyJump %q for host %s: %v", pj, alias, err)
 		}
+		jt, err := resolveTarget(s, hh, hu, hp, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		jumps = append(jumps, jt.jumps...)
+		jt.jumps = nil
+		jumps = append(jumps, jt)
 	}
-	return t, nil
+	return jumps, nil
 }
 
 // splitUserHostPort parses [user@]host[:port] ([v6]:port too).

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
 )
@@ -155,154 +156,33 @@ func (a *app) benchScale(ctx context.Context, o scaleOptions) error {
 		return err
 	}
 	defer b.Close()
-	name, err := defaultEntry(cfg, o.entry)
+	name, spec, err := benchSpec(cfg, o.entry, o.image, benchSession())
 	if err != nil {
 		return err
 	}
-	spec, err := cfg.Spec(name)
-	if err != nil {
-		return err
-	}
-	if o.image != "" {
-		spec.Image, spec.Build = o.image, nil
-	}
-	run := make([]byte, 4)
-	rand.Read(run)
-	// A session of its own finds what is left; the owner lets sbx gc reap
-	// it if the bench is killed.
-	spec.Session = "bench-" + hex.EncodeToString(run)
-	spec.Owner = owner.Self()
-	if spec.TTL == 0 {
-		spec.TTL = time.Hour
-	}
-	rep := scaleReport{Backend: b.Name(), Image: spec.Image, N: o.n, Parallel: o.parallel}
-	var (
-		mu                    sync.Mutex
-		errs                  []string
-		createMs, execMs, rms []float64
-	)
-	fail := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		rep.Failures++
-		msg := err.Error()
-		if len(errs) < 5 && !slices.Contains(errs, msg) {
-			errs = append(errs, msg)
-		}
-	}
-	logf := func(format string, args ...any) {
-		if !a.json {
-			fmt.Fprintf(a.stderr, format+"\n", args...)
-		}
-	}
+	r := &scaleRun{a: a, b: b, o: o, name: name, spec: spec,
+		rep: scaleReport{Backend: b.Name(), Image: spec.Image, N: o.n, Parallel: o.parallel}}
 
-	// The first sandbox alone: it pulls or builds the image, which is not
-	// what is measured, so the clocks start after it.
 	memBefore, memKnown := memAvailable()
-	sandboxes := make([]backend.Sandbox, o.n)
-	makeOne := func(i int) {
-		s := spec
-		s.Name = fmt.Sprintf("%s-%d", name, i)
-		t0 := time.Now()
-		sb, err := b.Create(ctx, s)
-		if err != nil {
-			fail(fmt.Errorf("create: %w", err))
-			return
-		}
-		t1 := time.Now()
-		sandboxes[i] = sb
-		res, err := sb.Exec(ctx, backend.ExecRequest{Cmd: o.cmd})
-		switch {
-		case err != nil:
-			fail(fmt.Errorf("exec: %w", err))
-		case res.ExitCode != 0:
-			fail(fmt.Errorf("exec: %s exited %d: %s", strings.Join(o.cmd, " "), res.ExitCode, strings.TrimSpace(string(res.Stderr))))
-		}
-		mu.Lock()
-		rep.Created++
-		createMs = append(createMs, ms(t1.Sub(t0)))
-		if err == nil && res.ExitCode == 0 {
-			rep.Execed++
-			execMs = append(execMs, ms(time.Since(t1)))
-		}
-		mu.Unlock()
-	}
-	logf("bench: creating %d sandboxes (%s, image %s, %d at once)", o.n, b.Name(), spec.Image, o.parallel)
-	t0 := time.Now()
-	makeOne(0)
-	rep.FirstCreateMs = ms(time.Since(t0))
-	createMs, execMs = nil, nil
-	start := time.Now()
-	parallel(ctx, o.n-1, o.parallel, func(i int) { makeOne(i + 1) }, func(done int) {
-		if (done+1)%100 == 0 {
-			logf("bench: %d/%d made", done+1, o.n)
-		}
-	})
-	rep.CreateWall = time.Since(start).Seconds()
-	rep.CreateRate = float64(len(createMs)) / max(rep.CreateWall, 1e-9)
+	live, start := r.createAll(ctx)
+	r.rep.CreateWall = time.Since(start).Seconds()
+	r.rep.CreateRate = float64(len(r.createMs)) / max(r.rep.CreateWall, 1e-9)
 
 	// All alive at once: count them and measure their memory.
-	live := slices.DeleteFunc(slices.Clone(sandboxes), func(sb backend.Sandbox) bool { return sb == nil })
-	if infos, err := b.List(ctx, backend.Filter{Session: spec.Session}); err == nil {
-		for _, info := range infos {
-			if info.State == backend.StateRunning {
-				rep.PeakAlive++
-			}
-		}
-	} else {
-		fail(fmt.Errorf("list: %w", err))
-	}
+	r.countAlive(ctx)
 	if memAfter, ok := memAvailable(); ok && memKnown && len(live) > 0 && memBefore > memAfter {
-		rep.HostMemMiB = float64(memBefore-memAfter) / float64(len(live)) / (1 << 20)
+		r.rep.HostMemMiB = float64(memBefore-memAfter) / float64(len(live)) / (1 << 20)
 	}
-	// The engine's stats take a while per container: a sample of
-	// memSample, spread over the sandboxes, tells the distribution.
-	var sbMem []float64
-	sample := live
-	if len(live) > memSample {
-		sample = nil
-		for i := range memSample {
-			sample = append(sample, live[i*len(live)/memSample])
-		}
-	}
-	parallel(ctx, len(sample), o.parallel, func(i int) {
-		mr, ok := backend.As[memoryReporter](sample[i])
-		if !ok {
-			return
-		}
-		if n, err := mr.MemoryUsage(ctx); err == nil {
-			mu.Lock()
-			sbMem = append(sbMem, float64(n)/(1<<20))
-			mu.Unlock()
-		}
-	}, nil)
-	rep.SandboxMemMiB, rep.SandboxMemSampled = percentilesOf(sbMem), len(sbMem)
+	r.sampleMemory(ctx, live)
 
-	logf("bench: %d alive; removing them", rep.PeakAlive)
-	dstart := time.Now()
+	a.benchLog("bench: %d alive; removing them", r.rep.PeakAlive)
 	// Removal runs even after Ctrl-C, so the bench leaves nothing.
 	rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 	defer cancel()
-	parallel(rmCtx, len(live), o.parallel, func(i int) {
-		t0 := time.Now()
-		if err := live[i].Destroy(rmCtx); err != nil {
-			fail(fmt.Errorf("destroy: %w", err))
-			return
-		}
-		mu.Lock()
-		rep.Removed++
-		rms = append(rms, ms(time.Since(t0)))
-		mu.Unlock()
-	}, nil)
-	rep.DestroyWall = time.Since(dstart).Seconds()
-	rep.TotalWall = time.Since(start).Seconds()
-	if left, err := b.List(rmCtx, backend.Filter{Session: spec.Session}); err == nil {
-		rep.Leaked = len(left)
-	} else {
-		fail(fmt.Errorf("list after removal: %w", err))
-	}
-	rep.CreateMs, rep.ExecMs, rep.DestroyMs = percentilesOf(createMs), percentilesOf(execMs), percentilesOf(rms)
-	rep.Errors = errs
+	r.removeAll(rmCtx, live)
+	r.rep.TotalWall = time.Since(start).Seconds()
+	r.countLeaked(rmCtx)
+	rep := r.report()
 
 	if a.json {
 		if err := printJSON(a.stdout, rep); err != nil {
@@ -318,6 +198,202 @@ func (a *app) benchScale(ctx context.Context, o scaleOptions) error {
 		return &exitCode{exitError}
 	}
 	return nil
+}
+
+// scaleRun is one bench scale run: what its sandboxes are made from and
+// what it measures, shared by the goroutines that make, measure and remove
+// them.
+type scaleRun struct {
+	a    *app
+	b    backend.Backend
+	o    scaleOptions
+	name string       // the config entry
+	spec backend.Spec // the entry's, in the run's own session
+
+	mu                         sync.Mutex // guards the fields below while goroutines run
+	rep                        scaleReport
+	errs                       []string // the first few distinct failures
+	createMs, execMs, removeMs []float64
+}
+
+// fail counts a failure and keeps its message if it is one of the first
+// few distinct ones.
+func (r *scaleRun) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rep.Failures++
+	msg := err.Error()
+	if len(r.errs) < 5 && !slices.Contains(r.errs, msg) {
+		r.errs = append(r.errs, msg)
+	}
+}
+
+// createAll makes the sandboxes, at most o.parallel at once, runs the
+// command once in each and returns those it made, and when the measured
+// part (after the first sandbox) began.
+func (r *scaleRun) createAll(ctx context.Context) ([]backend.Sandbox, time.Time) {
+	sandboxes := make([]backend.Sandbox, r.o.n)
+	r.a.benchLog("bench: creating %d sandboxes (%s, image %s, %d at once)", r.o.n, r.b.Name(), r.spec.Image, r.o.parallel)
+	// The first sandbox alone: it pulls or builds the image, which is not
+	// what is measured, so it is reported apart and the clocks start
+	// after it.
+	t0 := time.Now()
+	sandboxes[0] = r.createOne(ctx, 0)
+	r.rep.FirstCreateMs = ms(time.Since(t0))
+	r.mu.Lock()
+	r.createMs, r.execMs = nil, nil
+	r.mu.Unlock()
+	start := time.Now()
+	parallel(ctx, r.o.n-1, r.o.parallel, func(i int) { sandboxes[i+1] = r.createOne(ctx, i+1) }, func(done int) {
+		if (done+1)%100 == 0 {
+			r.a.benchLog("bench: %d/%d made", done+1, r.o.n)
+		}
+	})
+	return slices.DeleteFunc(sandboxes, func(sb backend.Sandbox) bool { return sb == nil }), start
+}
+
+// createOne makes sandbox i and runs the command in it, timing both; it
+// returns nil when Create failed.
+func (r *scaleRun) createOne(ctx context.Context, i int) backend.Sandbox {
+	s := r.spec
+	s.Name = fmt.Sprintf("%s-%d", r.name, i)
+	t0 := time.Now()
+	sb, err := r.b.Create(ctx, s)
+	if err != nil {
+		r.fail(fmt.Errorf("create: %w", err))
+		return nil
+	}
+	t1 := time.Now()
+	res, err := sb.Exec(ctx, backend.ExecRequest{Cmd: r.o.cmd})
+	switch {
+	case err != nil:
+		r.fail(fmt.Errorf("exec: %w", err))
+	case res.ExitCode != 0:
+		r.fail(fmt.Errorf("exec: %s exited %d: %s", strings.Join(r.o.cmd, " "), res.ExitCode, strings.TrimSpace(string(res.Stderr))))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rep.Created++
+	r.createMs = append(r.createMs, ms(t1.Sub(t0)))
+	if err == nil && res.ExitCode == 0 {
+		r.rep.Execed++
+		r.execMs = append(r.execMs, ms(time.Since(t1)))
+	}
+	return sb
+}
+
+// countAlive counts the run's sandboxes that the backend lists as running.
+func (r *scaleRun) countAlive(ctx context.Context) {
+	infos, err := r.b.List(ctx, backend.Filter{Session: r.spec.Session})
+	if err != nil {
+		r.fail(fmt.Errorf("list: %w", err))
+		return
+	}
+	for _, info := range infos {
+		if info.State == backend.StateRunning {
+			r.rep.PeakAlive++
+		}
+	}
+}
+
+// sampleMemory asks up to memSample of the live sandboxes for their memory.
+// The engine's stats take a while per container: a sample spread over the
+// sandboxes tells the distribution.
+func (r *scaleRun) sampleMemory(ctx context.Context, live []backend.Sandbox) {
+	var sbMem []float64
+	sample := live
+	if len(live) > memSample {
+		sample = nil
+		for i := range memSample {
+			sample = append(sample, live[i*len(live)/memSample])
+		}
+	}
+	parallel(ctx, len(sample), r.o.parallel, func(i int) {
+		mr, ok := backend.As[memoryReporter](sample[i])
+		if !ok {
+			return
+		}
+		if n, err := mr.MemoryUsage(ctx); err == nil {
+			r.mu.Lock()
+			sbMem = append(sbMem, float64(n)/(1<<20))
+			r.mu.Unlock()
+		}
+	}, nil)
+	r.rep.SandboxMemMiB, r.rep.SandboxMemSampled = percentilesOf(sbMem), len(sbMem)
+}
+
+// removeAll destroys the live sandboxes, at most o.parallel at once.
+func (r *scaleRun) removeAll(ctx context.Context, live []backend.Sandbox) {
+	start := time.Now()
+	parallel(ctx, len(live), r.o.parallel, func(i int) {
+		t0 := time.Now()
+		if err := live[i].Destroy(ctx); err != nil {
+			r.fail(fmt.Errorf("destroy: %w", err))
+			return
+		}
+		r.mu.Lock()
+		r.rep.Removed++
+		r.removeMs = append(r.removeMs, ms(time.Since(t0)))
+		r.mu.Unlock()
+	}, nil)
+	r.rep.DestroyWall = time.Since(start).Seconds()
+}
+
+// countLeaked counts the run's sandboxes still listed after removal.
+func (r *scaleRun) countLeaked(ctx context.Context) {
+	left, err := r.b.List(ctx, backend.Filter{Session: r.spec.Session})
+	if err != nil {
+		r.fail(fmt.Errorf("list after removal: %w", err))
+		return
+	}
+	r.rep.Leaked = len(left)
+}
+
+// report completes the report with the latency percentiles and the errors.
+func (r *scaleRun) report() scaleReport {
+	rep := r.rep
+	rep.CreateMs, rep.ExecMs, rep.DestroyMs = percentilesOf(r.createMs), percentilesOf(r.execMs), percentilesOf(r.removeMs)
+	rep.Errors = r.errs
+	return rep
+}
+
+// benchSession names a bench run's own session, by which it finds what it
+// left behind.
+func benchSession() string {
+	run := make([]byte, 4)
+	rand.Read(run)
+	return "bench-" + hex.EncodeToString(run)
+}
+
+// benchSpec returns the name and spec of the config entry a bench makes its
+// sandboxes from (the default one when entry is ""), with image (when set)
+// instead of the entry's, in session. The owner lets sbx gc reap the
+// sandboxes if the bench is killed.
+func benchSpec(cfg *sandboxkit.Config, entry, image, session string) (string, backend.Spec, error) {
+	name, err := defaultEntry(cfg, entry)
+	if err != nil {
+		return "", backend.Spec{}, err
+	}
+	spec, err := cfg.Spec(name)
+	if err != nil {
+		return "", backend.Spec{}, err
+	}
+	if image != "" {
+		spec.Image, spec.Build = image, nil
+	}
+	spec.Session = session
+	spec.Owner = owner.Self()
+	if spec.TTL == 0 {
+		spec.TTL = time.Hour
+	}
+	return name, spec, nil
+}
+
+// benchLog reports a bench's progress on stderr (not with --json).
+func (a *app) benchLog(format string, args ...any) {
+	if !a.json {
+		fmt.Fprintf(a.stderr, format+"\n", args...)
+	}
 }
 
 func printScale(a *app, r scaleReport) {

@@ -3,8 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -95,44 +93,16 @@ func (a *app) benchCreate(ctx context.Context, o benchCreateOptions) error {
 		defer ob.Close()
 		targets = append(targets, &createTarget{cfg: ocfg, b: ob, imageFlag: cmp.Or(o.compareImage, o.image)})
 	}
-	run := make([]byte, 4)
-	rand.Read(run)
-	session := "bench-" + hex.EncodeToString(run)
-	quiet := func(string, ...any) {}
+	session := benchSession()
 	if !a.json {
 		fmt.Fprintf(a.stderr, "bench: %d create+exec+destroy rounds per backend\n", o.n)
 	}
 	// One unmeasured round each: image resolution, caches, the sbxd volume.
 	for i := -1; i < o.n; i++ {
 		for _, t := range targets {
-			start := time.Now()
-			sb, spec, err := a.benchSandbox(ctx, t.cfg, t.b, benchExecOptions{image: t.imageFlag, entry: o.entry}, session, quiet)
+			created, destroyed, err := a.createRound(ctx, t, o.entry, session)
 			if err != nil {
-				return fmt.Errorf("%s: %w", t.b.Name(), err)
-			}
-			t.image = spec.Image
-			var ex backend.Sandbox = sb
-			if t.sbxd {
-				c, err := sbxd.Wrap(ctx, sb, sbxd.WithLogger(a.logger))
-				if err != nil {
-					destroy(ctx, sb)
-					return err
-				}
-				ex = c
-			}
-			res, err := ex.Exec(ctx, trueReq)
-			created := time.Since(start)
-			if c, ok := ex.(*sbxd.Client); ok {
-				c.Close()
-			}
-			if err == nil && res.ExitCode != 0 {
-				err = fmt.Errorf("true exited %d", res.ExitCode)
-			}
-			start = time.Now()
-			derr := destroy(ctx, sb)
-			destroyed := time.Since(start)
-			if err = errors.Join(err, derr); err != nil {
-				return fmt.Errorf("%s: %w", t.b.Name(), err)
+				return err
 			}
 			if i >= 0 {
 				t.create = append(t.create, ms(created))
@@ -153,6 +123,49 @@ func (a *app) benchCreate(ctx context.Context, o benchCreateOptions) error {
 	if a.json {
 		return printJSON(a.stdout, rep)
 	}
+	printBenchCreate(a, rep)
+	return nil
+}
+
+// createRound makes a sandbox on t, runs true in it (through sbxd with
+// t.sbxd) and destroys it, and returns how long create to first exec took
+// and how long the destroy. Its errors, except sbxd.Wrap's, start with
+// t's backend name.
+func (a *app) createRound(ctx context.Context, t *createTarget, entry, session string) (created, destroyed time.Duration, err error) {
+	start := time.Now()
+	quiet := func(string, ...any) {}
+	sb, spec, err := a.benchSandbox(ctx, t.cfg, t.b, benchExecOptions{image: t.imageFlag, entry: entry}, session, quiet)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", t.b.Name(), err)
+	}
+	t.image = spec.Image
+	var ex backend.Sandbox = sb
+	if t.sbxd {
+		c, err := sbxd.Wrap(ctx, sb, sbxd.WithLogger(a.logger))
+		if err != nil {
+			destroy(ctx, sb)
+			return 0, 0, err
+		}
+		ex = c
+	}
+	res, err := ex.Exec(ctx, trueReq)
+	created = time.Since(start)
+	if c, ok := ex.(*sbxd.Client); ok {
+		c.Close()
+	}
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("true exited %d", res.ExitCode)
+	}
+	start = time.Now()
+	derr := destroy(ctx, sb)
+	destroyed = time.Since(start)
+	if err = errors.Join(err, derr); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", t.b.Name(), err)
+	}
+	return created, destroyed, nil
+}
+
+func printBenchCreate(a *app, rep benchCreateReport) {
 	tb := newTable(a.stdout, "BACKEND", "IMAGE", "CREATE+FIRST EXEC P50", "P99", "MAX", "DESTROY P50")
 	row := func(backend, image string, create, destroy percentiles) {
 		tb.row(backend, image, fmt.Sprintf("%.1fms", create.P50), create.p99Cell("%.1fms"), fmt.Sprintf("%.1fms", create.Max), fmt.Sprintf("%.1fms", destroy.P50))
@@ -165,5 +178,4 @@ func (a *app) benchCreate(ctx context.Context, o benchCreateOptions) error {
 	if rep.CompareBackend != "" {
 		fmt.Fprintf(a.stdout, "%s creates %.1fx faster than %s (p50)\n", rep.Backend, rep.SpeedupVsCompare, rep.CompareBackend)
 	}
-	return nil
 }

@@ -298,31 +298,36 @@ func execMain(args []string) int {
 	}
 	outP.Started()
 	errP.Started()
+	code := superviseExec(cmd, *timeout, *id, sigs)
+	outpipe.Finish(*grace, outP, errP)
+	return code
+}
+
+// superviseExec waits for the started cmd, passing sigs on to its process
+// group, and returns sbxd exec's exit code: cmd's own, or 124 after timeout
+// (if > 0) killed its process tree (and every process marked with id, when
+// set). When cmd exits by itself, background children (servers started
+// with &) keep running.
+func superviseExec(cmd *exec.Cmd, timeout time.Duration, id string, sigs <-chan os.Signal) int {
 	pgid := cmd.Process.Pid
-	killTree := func() {
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		if *id != "" {
-			procfs.KillByEnv(EnvExecID, *id)
-		}
-	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var timer <-chan time.Time
-	if *timeout > 0 {
-		t := time.NewTimer(*timeout)
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
 		defer t.Stop()
 		timer = t.C
 	}
 	for {
 		select {
 		case <-done:
-			// Background children (servers started with &) keep running.
-			outpipe.Finish(*grace, outP, errP)
 			return exitCodeOf(cmd.ProcessState)
 		case <-timer:
-			killTree()
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			if id != "" {
+				procfs.KillByEnv(EnvExecID, id)
+			}
 			<-done
-			outpipe.Finish(*grace, outP, errP)
 			return exitTimeout
 		case sig := <-sigs:
 			_ = syscall.Kill(-pgid, sig.(syscall.Signal))

@@ -11,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 )
@@ -41,21 +43,61 @@ func ValidID(id string) bool {
 	return err == nil
 }
 
-// ReadMeta decodes dir's record into v. A missing record is
-// backend.ErrNotFound.
-func ReadMeta(dir string, v any) error {
+// Read decodes the record (of type M) in the sandbox folder dir. A missing
+// record is backend.ErrNotFound.
+func Read[M any](dir string) (*M, error) {
 	p := filepath.Join(dir, MetaFile)
 	data, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return backend.ErrNotFound
+		return nil, backend.ErrNotFound
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("%s: %w", p, err)
+	m := new(M)
+	if err := json.Unmarshal(data, m); err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
 	}
-	return nil
+	return m, nil
+}
+
+// Get is a backend's Get for the sandboxes under root: it returns the
+// folder of sandbox id once its record (of type M) reads. An ID of another
+// shape, or without a record, is backend.ErrNotFound. Errors are
+// *backend.OpError naming backendName.
+func Get[M any](root, backendName, id string) (string, error) {
+	if !ValidID(id) {
+		return "", &backend.OpError{Op: "get", Backend: backendName, Sandbox: id, Err: backend.ErrNotFound}
+	}
+	dir := filepath.Join(root, id)
+	if _, err := Read[M](dir); err != nil {
+		return "", &backend.OpError{Op: "get", Backend: backendName, Sandbox: id, Err: err}
+	}
+	return dir, nil
+}
+
+// Labels is what Info reports as the labels of the sandbox i describes:
+// those it was made with (extra) and sandboxkit's, from i's ID and Backend
+// and, when set, its Name, Session, Owner and ExpiresAt.
+func Labels(extra map[string]string, i backend.Info) map[string]string {
+	labels := maps.Clone(extra)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[backend.LabelID] = i.ID
+	labels[backend.LabelBackend] = i.Backend
+	set := func(k, v string) {
+		if v != "" {
+			labels[k] = v
+		}
+	}
+	set(backend.LabelName, i.Name)
+	set(backend.LabelSession, i.Session)
+	set(backend.LabelOwner, i.Owner)
+	if !i.ExpiresAt.IsZero() {
+		labels[backend.LabelExpiresAt] = i.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	return labels
 }
 
 // WriteMeta replaces dir's record with v atomically.
@@ -105,22 +147,23 @@ func IDs(root string) ([]string, error) {
 	return ids, nil
 }
 
-// List reads the record (of type M) of every sandbox under root and returns
-// info of those whose Info matches filter, sorted by ID. Records that cannot
-// be read (a sandbox being created or destroyed right now, or damaged) are
-// skipped.
-func List[M any](root string, filter backend.Filter, info func(*M) backend.Info) ([]backend.Info, error) {
+// List is a backend's List for the sandboxes under root: it reads the
+// record (of type M) of each and returns info of those whose Info matches
+// filter, sorted by ID. Records that cannot be read (a sandbox being
+// created or destroyed right now, or damaged) are skipped. Errors are
+// *backend.OpError naming backendName.
+func List[M any](root, backendName string, filter backend.Filter, info func(*M) backend.Info) ([]backend.Info, error) {
 	ids, err := IDs(root)
 	if err != nil {
-		return nil, err
+		return nil, &backend.OpError{Op: "list", Backend: backendName, Err: err}
 	}
 	var out []backend.Info
 	for _, id := range ids {
-		var m M
-		if err := ReadMeta(filepath.Join(root, id), &m); err != nil {
+		m, err := Read[M](filepath.Join(root, id))
+		if err != nil {
 			continue
 		}
-		if i := info(&m); filter.Match(i) {
+		if i := info(m); filter.Match(i) {
 			out = append(out, i)
 		}
 	}

@@ -2,10 +2,12 @@ package statedir
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 )
@@ -23,15 +25,14 @@ func TestIDsAndRecords(t *testing.T) {
 	}
 	dir := filepath.Join(root, id)
 	type rec struct{ Name string }
-	var got rec
-	if err := ReadMeta(dir, &got); !errors.Is(err, backend.ErrNotFound) {
-		t.Fatalf("ReadMeta of a missing record = %v, want ErrNotFound", err)
+	if _, err := Read[rec](dir); !errors.Is(err, backend.ErrNotFound) {
+		t.Fatalf("Read of a missing record = %v, want ErrNotFound", err)
 	}
 	if err := WriteMeta(dir, rec{Name: "main"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := ReadMeta(dir, &got); err != nil || got.Name != "main" {
-		t.Fatalf("ReadMeta = %+v, %v", got, err)
+	if got, err := Read[rec](dir); err != nil || got.Name != "main" {
+		t.Fatalf("Read = %+v, %v", got, err)
 	}
 	os.Mkdir(filepath.Join(root, "not-an-id"), 0o755)
 	ids, err := IDs(root)
@@ -62,15 +63,72 @@ func TestList(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(damaged, MetaFile), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := List(root, backend.Filter{Name: "web"}, info)
+	got, err := List(root, "test", backend.Filter{Name: "web"}, info)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 2 || got[0].ID != "aaaaaaaaaaaa" || got[1].ID != "bbbbbbbbbbbb" {
 		t.Errorf("List(name=web) = %+v", got)
 	}
-	all, err := List(root, backend.Filter{}, info)
+	all, err := List(root, "test", backend.Filter{}, info)
 	if err != nil || len(all) != 3 {
 		t.Errorf("List(all) = %+v, %v; want the 3 readable records", all, err)
+	}
+	var op *backend.OpError
+	if _, err := List(filepath.Join(root, "missing"), "test", backend.Filter{}, info); !errors.As(err, &op) || op.Op != "list" || op.Backend != "test" {
+		t.Errorf("List of a missing state dir = %v, want an *OpError naming the backend", err)
+	}
+}
+
+// Get finds a sandbox's folder by ID; a bad ID, a missing or damaged
+// record is an error naming the backend and the sandbox.
+func TestGet(t *testing.T) {
+	type rec struct{ ID string }
+	root := t.TempDir()
+	id := "aaaaaaaaaaaa"
+	if err := WriteMeta(filepath.Join(root, id), rec{id}); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := Get[rec](root, "test", id)
+	if err != nil || dir != filepath.Join(root, id) {
+		t.Fatalf("Get = %q, %v", dir, err)
+	}
+	damaged := filepath.Join(root, "dddddddddddd")
+	if err := os.MkdirAll(damaged, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(damaged, MetaFile), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"../" + id, "bbbbbbbbbbbb", "dddddddddddd"} {
+		_, err := Get[rec](root, "test", bad)
+		var op *backend.OpError
+		if !errors.As(err, &op) || op.Op != "get" || op.Backend != "test" || op.Sandbox != bad {
+			t.Errorf("Get(%q) = %v, want an *OpError for the sandbox", bad, err)
+		}
+		if notFound := bad != "dddddddddddd"; errors.Is(err, backend.ErrNotFound) != notFound {
+			t.Errorf("Get(%q) = %v; ErrNotFound: want %v", bad, err, notFound)
+		}
+	}
+}
+
+// Labels adds sandboxkit's labels to the sandbox's own, leaving out the
+// unset ones, and does not change the record's map.
+func TestLabels(t *testing.T) {
+	own := map[string]string{"team": "a", backend.LabelName: "stale"}
+	exp := time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600))
+	got := Labels(own, backend.Info{ID: "aaaaaaaaaaaa", Backend: "test", Name: "main", Owner: "me", ExpiresAt: exp})
+	want := map[string]string{
+		"team": "a", backend.LabelID: "aaaaaaaaaaaa", backend.LabelBackend: "test", backend.LabelName: "main",
+		backend.LabelOwner: "me", backend.LabelExpiresAt: "2026-01-02T02:04:05Z",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("Labels = %v, want %v", got, want)
+	}
+	if own[backend.LabelName] != "stale" || len(own) != 2 {
+		t.Errorf("Labels changed its argument: %v", own)
+	}
+	if l := Labels(nil, backend.Info{ID: "x", Backend: "test"}); len(l) != 2 {
+		t.Errorf("Labels(nil, bare info) = %v, want only the ID and backend", l)
 	}
 }

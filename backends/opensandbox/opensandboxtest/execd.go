@@ -161,18 +161,7 @@ func (sb *sandbox) runCommand(w http.ResponseWriter, r *http.Request) {
 		writeExecdError(w, http.StatusBadRequest, codeInvalidRequest, fmt.Sprintf("working directory does not exist: %s", cwd))
 		return
 	}
-	flusher, _ := w.(http.Flusher)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	send := func(ev map[string]any) {
-		ev["timestamp"] = time.Now().UnixMilli()
-		data, _ := json.Marshal(ev)
-		w.Write(append(data, '\n', '\n'))
-		if flusher != nil {
-			flusher.Flush()
-		}
-	}
+	send := eventStream(w)
 	defer func() {
 		// execd keeps the stream open for a moment after the last event.
 		select {
@@ -196,33 +185,17 @@ func (sb *sandbox) runCommand(w http.ResponseWriter, r *http.Request) {
 	stdout, err1 := os.Create(outPath)
 	stderr, err2 := os.Create(errPath)
 	if err := errors.Join(err1, err2); err != nil {
-		send(map[string]any{"type": "init", "text": id})
-		send(map[string]any{"type": "error", "error": map[string]any{"ename": "CommandExecError", "evalue": err.Error(), "traceback": []string{err.Error()}}})
+		sendStartError(send, id, err)
 		return
 	}
-	cmd := exec.Command("bash", "-c", body.Command)
-	cmd.Dir = cwd
-	cmd.Env = sb.processEnv(body.Envs)
+	cmd := sb.command(body, cwd)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if body.UID != nil {
-		cred := &syscall.Credential{Uid: uint32(*body.UID), Gid: uint32(*body.UID)}
-		if body.GID != nil {
-			cred.Gid = uint32(*body.GID)
-		} else if u, err := user.LookupId(strconv.Itoa(*body.UID)); err == nil {
-			if g, err := strconv.Atoi(u.Gid); err == nil {
-				cred.Gid = uint32(g)
-			}
-		}
-		cmd.SysProcAttr.Credential = cred
-	}
 	start := time.Now()
 	err := cmd.Start()
 	stdout.Close()
 	stderr.Close()
 	if err != nil {
-		send(map[string]any{"type": "init", "text": id})
-		send(map[string]any{"type": "error", "error": map[string]any{"ename": "CommandExecError", "evalue": err.Error(), "traceback": []string{err.Error()}}})
+		sendStartError(send, id, err)
 		return
 	}
 	c := &command{id: id, content: body.Command, pid: cmd.Process.Pid, startedAt: start, running: true}
@@ -236,6 +209,83 @@ func (sb *sandbox) runCommand(w http.ResponseWriter, r *http.Request) {
 		t := time.AfterFunc(time.Duration(body.Timeout)*time.Millisecond, func() { cmd.Process.Kill() })
 		defer t.Stop()
 	}
+	waitErr := sb.streamOutput(cmd, send, outPath, errPath)
+	c.ended(waitErr, start, send)
+}
+
+// eventStream starts an answer of server-sent events on w and returns the
+// function that sends one.
+func eventStream(w http.ResponseWriter) func(map[string]any) {
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return func(ev map[string]any) {
+		ev["timestamp"] = time.Now().UnixMilli()
+		data, _ := json.Marshal(ev)
+		w.Write(append(data, '\n', '\n'))
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+}
+
+// ended records that c ended (waitErr is Wait's error) and sends the last
+// event: an error for a non-zero exit, else execution_complete.
+func (c *command) ended(waitErr error, start time.Time, send func(map[string]any)) {
+	code := 0
+	if waitErr != nil {
+		code = 1
+		if ee, ok := waitErr.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+	}
+	c.mu.Lock()
+	c.running, c.exitCode, c.finishedAt = false, &code, time.Now()
+	if waitErr != nil {
+		c.errMsg = waitErr.Error()
+	}
+	c.mu.Unlock()
+	if waitErr != nil {
+		send(map[string]any{"type": "error", "error": map[string]any{
+			"ename": "CommandExecError", "evalue": strconv.Itoa(code), "traceback": []string{waitErr.Error()},
+		}})
+		return
+	}
+	send(map[string]any{"type": "execution_complete", "execution_time": time.Since(start).Milliseconds()})
+}
+
+// sendStartError sends the events of a command that did not start.
+func sendStartError(send func(map[string]any), id string, err error) {
+	send(map[string]any{"type": "init", "text": id})
+	send(map[string]any{"type": "error", "error": map[string]any{"ename": "CommandExecError", "evalue": err.Error(), "traceback": []string{err.Error()}}})
+}
+
+// command is the bash running body's command in cwd, in a process group of
+// its own, as body's uid and gid (by default the uid's group).
+func (sb *sandbox) command(body runBody, cwd string) *exec.Cmd {
+	cmd := exec.Command("bash", "-c", body.Command)
+	cmd.Dir = cwd
+	cmd.Env = sb.processEnv(body.Envs)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if body.UID != nil {
+		cred := &syscall.Credential{Uid: uint32(*body.UID), Gid: uint32(*body.UID)}
+		if body.GID != nil {
+			cred.Gid = uint32(*body.GID)
+		} else if u, err := user.LookupId(strconv.Itoa(*body.UID)); err == nil {
+			if g, err := strconv.Atoi(u.Gid); err == nil {
+				cred.Gid = uint32(g)
+			}
+		}
+		cmd.SysProcAttr.Credential = cred
+	}
+	return cmd
+}
+
+// streamOutput sends the lines the started cmd writes to its output files
+// as events, with a ping now and then, until it exits (or the sandbox is
+// removed), and returns Wait's error.
+func (sb *sandbox) streamOutput(cmd *exec.Cmd, send func(map[string]any), outPath, errPath string) error {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 
@@ -269,26 +319,7 @@ loop:
 		}
 	}
 	emit(true)
-	code := 0
-	if waitErr != nil {
-		code = 1
-		if ee, ok := waitErr.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		}
-	}
-	c.mu.Lock()
-	c.running, c.exitCode, c.finishedAt = false, &code, time.Now()
-	if waitErr != nil {
-		c.errMsg = waitErr.Error()
-	}
-	c.mu.Unlock()
-	if waitErr != nil {
-		send(map[string]any{"type": "error", "error": map[string]any{
-			"ename": "CommandExecError", "evalue": strconv.Itoa(code), "traceback": []string{waitErr.Error()},
-		}})
-		return
-	}
-	send(map[string]any{"type": "execution_complete", "execution_time": time.Since(start).Milliseconds()})
+	return waitErr
 }
 
 // tailer reads what a command appended to an output file and splits it into

@@ -136,85 +136,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		write422(w, validationError{Type: "json_invalid", Loc: []any{"body"}, Msg: "JSON decode error: " + err.Error()})
 		return
 	}
-	var errs []validationError
-	field := func(name string, v any, required bool) bool {
-		data, ok := raw[name]
-		if !ok || string(data) == "null" {
-			if required {
-				errs = append(errs, validationError{Type: "missing", Loc: []any{"body", name}, Msg: "Field required"})
-			}
-			return false
-		}
-		if err := json.Unmarshal(data, v); err != nil {
-			errs = append(errs, validationError{Type: "type_error", Loc: []any{"body", name}, Msg: "Input has the wrong type: " + err.Error(), Input: json.RawMessage(data)})
-			return false
-		}
-		return true
-	}
-	var (
-		image      struct{ URI string }
-		entrypoint []string
-		timeout    int
-		limits     map[string]string
-		env        map[string]string
-		metadata   map[string]string
-		volumes    []struct {
-			Name      string `json:"name"`
-			MountPath string `json:"mountPath"`
-			ReadOnly  bool   `json:"readOnly"`
-			Host      *struct {
-				Path string `json:"path"`
-			} `json:"host"`
-			PVC *struct {
-				ClaimName string `json:"claimName"`
-			} `json:"pvc"`
-		}
-	)
-	if field("image", &image, false) && image.URI == "" {
-		errs = append(errs, validationError{Type: "missing", Loc: []any{"body", "image", "uri"}, Msg: "Field required"})
-	}
-	if _, ok := raw["image"]; !ok {
-		errs = append(errs, validationError{Type: "value_error", Loc: []any{"body"}, Msg: "Value error, exactly one of image or snapshotId must be provided"})
-	}
-	if field("entrypoint", &entrypoint, true) && len(entrypoint) == 0 {
-		errs = append(errs, validationError{Type: "too_short", Loc: []any{"body", "entrypoint"}, Msg: "List should have at least 1 item after validation, not 0"})
-	}
-	hasTimeout := field("timeout", &timeout, false)
-	if hasTimeout && timeout < 60 {
-		errs = append(errs, validationError{Type: "greater_than_equal", Loc: []any{"body", "timeout"}, Msg: "Input should be greater than or equal to 60", Input: timeout})
-	}
-	field("resourceLimits", &limits, true)
-	field("env", &env, false)
-	field("metadata", &metadata, false)
-	field("volumes", &volumes, false)
+	req, errs := decodeCreate(raw)
 	if len(errs) > 0 {
 		write422(w, errs...)
 		return
 	}
-	for k, v := range metadata {
-		if msg := validLabel(k, v); msg != "" {
-			writeError(w, http.StatusBadRequest, "SANDBOX::INVALID_METADATA_LABEL", msg)
-			return
-		}
-	}
-	for _, v := range volumes {
-		switch {
-		case !dnsLabelRE.MatchString(v.Name) || len(v.Name) > 63:
-			writeError(w, http.StatusBadRequest, "SANDBOX::INVALID_VOLUME_NAME", fmt.Sprintf("Volume name '%s' is not a valid DNS label.", v.Name))
-			return
-		case !strings.HasPrefix(v.MountPath, "/"):
-			writeError(w, http.StatusBadRequest, "SANDBOX::INVALID_MOUNT_PATH", fmt.Sprintf("Mount path '%s' must be an absolute path starting with '/'.", v.MountPath))
-			return
-		case (v.Host == nil) == (v.PVC == nil):
-			writeError(w, http.StatusBadRequest, "SANDBOX::INVALID_VOLUME_BACKEND", fmt.Sprintf("Volume '%s' must specify exactly one backend.", v.Name))
-			return
-		case v.Host != nil && !filepath.IsAbs(v.Host.Path):
-			writeError(w, http.StatusBadRequest, "SANDBOX::INVALID_HOST_PATH", fmt.Sprintf("Host path '%s' must be an absolute path.", v.Host.Path))
-			return
-		case v.PVC != nil && !dnsLabelRE.MatchString(v.PVC.ClaimName):
-			writeError(w, http.StatusBadRequest, "SANDBOX::INVALID_PVC_NAME", fmt.Sprintf("PVC claim name '%s' is not a valid Kubernetes resource name.", v.PVC.ClaimName))
-			return
-		}
+	if code, msg := req.check(); code != "" {
+		writeError(w, http.StatusBadRequest, code, msg)
+		return
 	}
 
 	id := newID()
@@ -226,16 +155,16 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	os.Chmod(filepath.Join(dir, "tmp"), 0o1777)
 	now := time.Now().UTC()
 	sb := &sandbox{
-		srv: s, id: id, image: image.URI, entrypoint: entrypoint, env: env, metadata: metadata, dir: dir,
-		token: env["EXECD_ACCESS_TOKEN"], createdAt: now, state: "Pending", reason: "provisioning",
+		srv: s, id: id, image: req.image.URI, entrypoint: req.entrypoint, env: req.env, metadata: req.metadata, dir: dir,
+		token: req.env["EXECD_ACCESS_TOKEN"], createdAt: now, state: "Pending", reason: "provisioning",
 		message: "Sandbox is being provisioned.", stateCh: make(chan struct{}), gone: make(chan struct{}),
 		commands: map[string]*command{},
 	}
 	if sb.metadata == nil {
 		sb.metadata = map[string]string{}
 	}
-	if hasTimeout {
-		sb.expiresAt = now.Add(time.Duration(timeout) * time.Second)
+	if req.hasTimeout {
+		sb.expiresAt = now.Add(time.Duration(req.timeout) * time.Second)
 	}
 	sb.execd = httptest.NewServer(sb.execdRoutes())
 
@@ -258,6 +187,92 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		}
 	})
 	writeJSON(w, http.StatusAccepted, resp)
+}
+
+// createBody is a create request, decoded.
+type createBody struct {
+	image      struct{ URI string }
+	entrypoint []string
+	timeout    int
+	hasTimeout bool
+	limits     map[string]string
+	env        map[string]string
+	metadata   map[string]string
+	volumes    []struct {
+		Name      string `json:"name"`
+		MountPath string `json:"mountPath"`
+		ReadOnly  bool   `json:"readOnly"`
+		Host      *struct {
+			Path string `json:"path"`
+		} `json:"host"`
+		PVC *struct {
+			ClaimName string `json:"claimName"`
+		} `json:"pvc"`
+	}
+}
+
+// decodeCreate decodes a create request's fields as the server's request
+// model does, with the validation errors it answers 422 with.
+func decodeCreate(raw map[string]json.RawMessage) (createBody, []validationError) {
+	var c createBody
+	var errs []validationError
+	field := func(name string, v any, required bool) bool {
+		data, ok := raw[name]
+		if !ok || string(data) == "null" {
+			if required {
+				errs = append(errs, validationError{Type: "missing", Loc: []any{"body", name}, Msg: "Field required"})
+			}
+			return false
+		}
+		if err := json.Unmarshal(data, v); err != nil {
+			errs = append(errs, validationError{Type: "type_error", Loc: []any{"body", name}, Msg: "Input has the wrong type: " + err.Error(), Input: json.RawMessage(data)})
+			return false
+		}
+		return true
+	}
+	if field("image", &c.image, false) && c.image.URI == "" {
+		errs = append(errs, validationError{Type: "missing", Loc: []any{"body", "image", "uri"}, Msg: "Field required"})
+	}
+	if _, ok := raw["image"]; !ok {
+		errs = append(errs, validationError{Type: "value_error", Loc: []any{"body"}, Msg: "Value error, exactly one of image or snapshotId must be provided"})
+	}
+	if field("entrypoint", &c.entrypoint, true) && len(c.entrypoint) == 0 {
+		errs = append(errs, validationError{Type: "too_short", Loc: []any{"body", "entrypoint"}, Msg: "List should have at least 1 item after validation, not 0"})
+	}
+	c.hasTimeout = field("timeout", &c.timeout, false)
+	if c.hasTimeout && c.timeout < 60 {
+		errs = append(errs, validationError{Type: "greater_than_equal", Loc: []any{"body", "timeout"}, Msg: "Input should be greater than or equal to 60", Input: c.timeout})
+	}
+	field("resourceLimits", &c.limits, true)
+	field("env", &c.env, false)
+	field("metadata", &c.metadata, false)
+	field("volumes", &c.volumes, false)
+	return c, errs
+}
+
+// check applies the server's checks of metadata and volumes: it returns
+// the code and message of its 400 answer, or "".
+func (c *createBody) check() (code, msg string) {
+	for k, v := range c.metadata {
+		if msg := validLabel(k, v); msg != "" {
+			return "SANDBOX::INVALID_METADATA_LABEL", msg
+		}
+	}
+	for _, v := range c.volumes {
+		switch {
+		case !dnsLabelRE.MatchString(v.Name) || len(v.Name) > 63:
+			return "SANDBOX::INVALID_VOLUME_NAME", fmt.Sprintf("Volume name '%s' is not a valid DNS label.", v.Name)
+		case !strings.HasPrefix(v.MountPath, "/"):
+			return "SANDBOX::INVALID_MOUNT_PATH", fmt.Sprintf("Mount path '%s' must be an absolute path starting with '/'.", v.MountPath)
+		case (v.Host == nil) == (v.PVC == nil):
+			return "SANDBOX::INVALID_VOLUME_BACKEND", fmt.Sprintf("Volume '%s' must specify exactly one backend.", v.Name)
+		case v.Host != nil && !filepath.IsAbs(v.Host.Path):
+			return "SANDBOX::INVALID_HOST_PATH", fmt.Sprintf("Host path '%s' must be an absolute path.", v.Host.Path)
+		case v.PVC != nil && !dnsLabelRE.MatchString(v.PVC.ClaimName):
+			return "SANDBOX::INVALID_PVC_NAME", fmt.Sprintf("PVC claim name '%s' is not a valid Kubernetes resource name.", v.PVC.ClaimName)
+		}
+	}
+	return "", ""
 }
 
 // processEnv is the environment of every process of the sandbox: the
