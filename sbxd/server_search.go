@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/sandboxkit/sandboxkit/internal/hostfs"
 )
 
 // GrepRequest is one search (see Client.Grep).
@@ -483,7 +485,7 @@ func (run *grepRun) visit(p string, fi fs.FileInfo) error {
 
 // readSmall reads a file of at most limit bytes.
 func readSmall(p string, limit int64) ([]byte, error) {
-	f, err := os.Open(p)
+	f, _, err := hostfs.OpenRegular("read", p)
 	if err != nil {
 		return nil, err
 	}

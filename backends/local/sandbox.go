@@ -180,16 +180,18 @@ func (s *Sandbox) startFailed(err error, cmd *exec.Cmd, argv0 string, start time
 		return backend.ExecResult{}, s.opErr("exec", fmt.Errorf("uid %d cannot enter working directory %s or execute %s: %w",
 			cred.Uid, cmd.Dir, argv0, err))
 	}
+	// A missing program is data, as a shell would report it: the message
+	// goes into the stderr writer when there is one (sbx run streams).
 	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(out.Stderr, "%s: command not found\n", argv0)
 		res := backend.ExecResult{ExitCode: 127, Duration: time.Since(start)}
 		out.Finish(&res)
-		res.Stderr = append(res.Stderr, fmt.Sprintf("%s: command not found\n", argv0)...)
 		return res, nil
 	}
 	if errors.Is(err, os.ErrPermission) {
+		fmt.Fprintf(out.Stderr, "%s: permission denied\n", argv0)
 		res := backend.ExecResult{ExitCode: 126, Duration: time.Since(start)}
 		out.Finish(&res)
-		res.Stderr = append(res.Stderr, fmt.Sprintf("%s: permission denied\n", argv0)...)
 		return res, nil
 	}
 	return backend.ExecResult{}, s.opErr("exec", err)
