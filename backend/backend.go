@@ -48,6 +48,9 @@ const (
 	StateRunning  State = "running"
 	StatePaused   State = "paused"
 	StateExited   State = "exited"
+	// StateRemoving: Destroy began and did not finish (its caller may have
+	// died); Destroy, sbx rm and sbx gc finish it.
+	StateRemoving State = "removing"
 	StateUnknown  State = "unknown"
 )
 
@@ -113,4 +116,8 @@ const (
 	// (sbx run without --keep). Sandboxes meant to outlive their creator
 	// (sbx up) have no owner and live until their TTL.
 	LabelOwner = "sandboxkit.owner"
+	// LabelCreator, where a backend reports it, names the process still
+	// creating the sandbox (an owner string, as LabelOwner): a sandbox in
+	// StateCreating whose creator is gone was cut short and is reaped.
+	LabelCreator = "sandboxkit.creator"
 )

@@ -22,6 +22,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/owner"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
@@ -233,6 +234,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 // meta is what meta.json holds: everything Get, List, Exec and Destroy
 // need after a restart of the host program.
 type meta struct {
+	statedir.Lifecycle
 	ID          string            `json:"id"`
 	Name        string            `json:"name,omitempty"`
 	Session     string            `json:"session,omitempty"`
@@ -308,8 +310,9 @@ func agentHostDir(dir string) string { return filepath.Join(dir, "agent") }
 const maxSocketPath = 107
 
 func (m *meta) info() backend.Info {
-	var state backend.State
+	state := m.Lifecycle.State()
 	switch {
+	case state != "":
 	case m.InitPID == 0:
 		state = backend.StateCreating
 	case !procfs.Alive(m.InitPID, m.InitStart):
@@ -325,6 +328,7 @@ func (m *meta) info() backend.Info {
 		CreatedAt: m.CreatedAt, ExpiresAt: m.ExpiresAt, WorkDir: m.WorkDir,
 	}
 	i.Labels = statedir.Labels(m.Labels, i)
+	m.Lifecycle.Label(i.Labels)
 	return i
 }
 
@@ -370,6 +374,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	m := &meta{
 		ID: id, Name: spec.Name, Session: spec.Session, Image: ref, ImageDigest: img.config.Digest,
 		Owner: spec.Owner, Labels: maps.Clone(spec.Labels),
+		Lifecycle: statedir.Lifecycle{Creator: owner.Self()},
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
 		Runtime:   rt.path, RuntimeRoot: rt.root, ContainerID: containerID(id, 0),
 		Lower: img.rootfs, Network: network, ReadOnly: spec.ReadOnlyRootfs, Volumes: spec.Volumes,
@@ -414,6 +419,10 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		return fail(err)
 	}
 	if err := sb.start(ctx, m); err != nil {
+		return fail(err)
+	}
+	m.Creator = ""
+	if err := writeMeta(dir, m); err != nil {
 		return fail(err)
 	}
 	b.log.Debug("created sandbox", "id", id, "name", spec.Name, "image", ref)

@@ -69,6 +69,11 @@ func (s *Sandbox) meta() (*meta, error) { return readMeta(s.dir) }
 
 func (s *Sandbox) Info(ctx context.Context) (backend.Info, error) {
 	m, err := s.meta()
+	if errors.Is(err, backend.ErrNotFound) {
+		if i, half := statedir.HalfInfo(s.dir, Name); half {
+			return i, nil
+		}
+	}
 	if err != nil {
 		return backend.Info{}, s.opErr("info", err)
 	}
@@ -177,6 +182,10 @@ func killInit(pid int, start uint64) {
 // teardown removes everything the sandbox made. The meta file goes last
 // but one, so a failure leaves a sandbox Destroy can be retried on.
 func (s *Sandbox) teardown(ctx context.Context, m *meta) error {
+	// The record says removing first and goes last (statedir.Lifecycle).
+	if err := statedir.MarkRemoving(s.dir); err != nil {
+		return err
+	}
 	if err := s.stop(ctx, m); err != nil {
 		return err
 	}
@@ -194,10 +203,7 @@ func (s *Sandbox) teardown(ctx context.Context, m *meta) error {
 	if left, err := mountsUnder(s.dir); err != nil || len(left) > 0 {
 		return fmt.Errorf("mounts remain under %s: %v %v", s.dir, left, err)
 	}
-	if err := os.Remove(filepath.Join(s.dir, "meta.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return removeTree(s.dir)
+	return statedir.RemoveDir(s.dir, removeTree)
 }
 
 // Destroy removes the container, unmounts and deletes the sandbox's folder.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/owner"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
@@ -128,12 +129,17 @@ type meta struct {
 	// MainPID and MainStart identify the entry's command, if it has one.
 	MainPID   int    `json:"main_pid,omitempty"`
 	MainStart uint64 `json:"main_start,omitempty"`
+	statedir.Lifecycle
 }
 
 func (m *meta) info() backend.Info {
-	state := backend.StateRunning
-	if m.MainPID != 0 && !procfs.Alive(m.MainPID, m.MainStart) {
+	state := m.Lifecycle.State()
+	switch {
+	case state != "":
+	case m.MainPID != 0 && !procfs.Alive(m.MainPID, m.MainStart):
 		state = backend.StateExited
+	default:
+		state = backend.StateRunning
 	}
 	i := backend.Info{
 		ID: m.ID, Backend: Name, Name: m.Name, Session: m.Session, Image: m.Image,
@@ -141,6 +147,7 @@ func (m *meta) info() backend.Info {
 		CreatedAt: m.CreatedAt, ExpiresAt: m.ExpiresAt, WorkDir: m.WorkDir,
 	}
 	i.Labels = statedir.Labels(m.Labels, i)
+	m.Lifecycle.Label(i.Labels)
 	return i
 }
 
@@ -181,26 +188,38 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	default:
 		m.WorkDir = filepath.Join(dir, "work", wd)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "work"), 0o755); err != nil {
+	sb := &Sandbox{b: b, id: id, dir: dir}
+	fail := func(err error) (backend.Sandbox, error) {
+		sb.kill()
+		statedir.RemoveDir(dir, nil)
 		return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
+	}
+	// The record comes first, naming this process as its creator, so a
+	// Create killed from here on leaves a sandbox that List shows (as
+	// creating, and gc reaps once the creator is gone).
+	m.Creator = owner.Self()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
+	}
+	if err := writeMeta(dir, m); err != nil {
+		return fail(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "work"), 0o755); err != nil {
+		return fail(err)
 	}
 	if err := os.MkdirAll(m.WorkDir, 0o755); err != nil {
-		os.RemoveAll(dir)
-		return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
+		return fail(err)
 	}
-	sb := &Sandbox{b: b, id: id, dir: dir}
 	if spec.Command != nil {
 		pid, start, err := sb.startMain(m, spec.Command)
 		if err != nil {
-			os.RemoveAll(dir)
-			return nil, &backend.OpError{Op: "create", Backend: Name, Err: fmt.Errorf("command %q: %w", spec.Command, err)}
+			return fail(fmt.Errorf("command %q: %w", spec.Command, err))
 		}
 		m.MainPID, m.MainStart = pid, start
 	}
+	m.Creator = ""
 	if err := writeMeta(dir, m); err != nil {
-		sb.kill()
-		os.RemoveAll(dir)
-		return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
+		return fail(err)
 	}
 	b.log.Debug("created sandbox", "id", id, "name", spec.Name, "dir", dir)
 	return sb, nil

@@ -45,6 +45,11 @@ func (s *Sandbox) meta() (*meta, error) { return readMeta(s.dir) }
 
 func (s *Sandbox) Info(ctx context.Context) (backend.Info, error) {
 	m, err := s.meta()
+	if errors.Is(err, backend.ErrNotFound) {
+		if i, half := statedir.HalfInfo(s.dir, Name); half {
+			return i, nil
+		}
+	}
 	if err != nil {
 		return backend.Info{}, s.opErr("info", err)
 	}
@@ -277,15 +282,16 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	if _, err := os.Stat(s.dir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
+	// The record says removing first and goes last (statedir.Lifecycle):
+	// a Destroy killed half-way leaves a sandbox List shows and Destroy
+	// finishes.
+	if err := statedir.MarkRemoving(s.dir); err != nil {
+		return s.opErr("destroy", err)
+	}
 	if left := s.kill(); left > 0 {
 		s.b.log.Warn("processes survived SIGKILL", "sandbox", s.id, "count", left)
 	}
-	// Remove meta.json first so List and Get stop seeing the sandbox even if
-	// removing a large tree takes a while or partly fails.
-	if err := os.Remove(filepath.Join(s.dir, "meta.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return s.opErr("destroy", err)
-	}
-	if err := os.RemoveAll(s.dir); err != nil {
+	if err := statedir.RemoveDir(s.dir, nil); err != nil {
 		return s.opErr("destroy", err)
 	}
 	s.b.log.Debug("destroyed sandbox", "id", s.id)

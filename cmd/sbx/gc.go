@@ -261,6 +261,14 @@ func reapReason(info backend.Info, now time.Time) string {
 	if info.Expired(now) {
 		return "expired " + shortDuration(now.Sub(info.ExpiresAt)) + " ago"
 	}
+	if info.State == backend.StateRemoving {
+		return "its removal was cut short"
+	}
+	if c := info.Labels[backend.LabelCreator]; c != "" && info.State == backend.StateCreating {
+		if alive, known := owner.Alive(c); known && !alive {
+			return "its creation was cut short: its creator " + c + " is gone"
+		}
+	}
 	if info.Owner == "" {
 		return ""
 	}

@@ -71,6 +71,9 @@ func Get[M any](root, backendName, id string) (string, error) {
 	}
 	dir := filepath.Join(root, id)
 	if _, err := Read[M](dir); err != nil {
+		if _, half := HalfInfo(dir, backendName); half && errors.Is(err, backend.ErrNotFound) {
+			return dir, nil // half made or removed: Destroy finishes it
+		}
 		return "", &backend.OpError{Op: "get", Backend: backendName, Sandbox: id, Err: err}
 	}
 	return dir, nil
@@ -149,8 +152,9 @@ func IDs(root string) ([]string, error) {
 
 // List is a backend's List for the sandboxes under root: it reads the
 // record (of type M) of each and returns info of those whose Info matches
-// filter, sorted by ID. Records that cannot be read (a sandbox being
-// created or destroyed right now, or damaged) are skipped. Errors are
+// filter, sorted by ID. Folders without a record are half made or half
+// removed: listed as removing (HalfInfo) once older than HalfGrace.
+// Records that cannot be read (damaged) are skipped. Errors are
 // *backend.OpError naming backendName.
 func List[M any](root, backendName string, filter backend.Filter, info func(*M) backend.Info) ([]backend.Info, error) {
 	ids, err := IDs(root)
@@ -160,6 +164,12 @@ func List[M any](root, backendName string, filter backend.Filter, info func(*M) 
 	var out []backend.Info
 	for _, id := range ids {
 		m, err := Read[M](filepath.Join(root, id))
+		if errors.Is(err, backend.ErrNotFound) {
+			if i, half := HalfInfo(filepath.Join(root, id), backendName); half && filter.Match(i) {
+				out = append(out, i)
+			}
+			continue
+		}
 		if err != nil {
 			continue
 		}
@@ -169,4 +179,155 @@ func List[M any](root, backendName string, filter backend.Filter, info func(*M) 
 	}
 	slices.SortFunc(out, func(a, b backend.Info) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// Lifecycle is the part of a record that says where the sandbox is in its
+// life, shared by every backend using this package; embed it in the
+// record. The protocol that keeps half-made and half-removed sandboxes
+// visible (so List, Get, Destroy, sbx rm and sbx gc finish them):
+//
+//   - Create writes the record, with Creator set, before it makes anything
+//     else, and clears Creator once the sandbox is complete;
+//   - Destroy marks the record Removing first (MarkRemoving), removes
+//     everything else, and the record last (RemoveDir);
+//   - a folder with no record at all (a Create killed before its first
+//     write, or a Destroy killed between its last two steps) is listed as
+//     removing once it is older than HalfGrace, and Get finds it.
+type Lifecycle struct {
+	// Creator is the process creating the sandbox (an owner string) while
+	// Create runs; "" once the sandbox is complete.
+	Creator string `json:"creator,omitempty"`
+	// Removing says Destroy began.
+	Removing bool `json:"removing,omitempty"`
+}
+
+// State is the backend.State the lifecycle says, or "" when the sandbox is
+// complete (the backend then tells running from exited).
+func (l Lifecycle) State() backend.State {
+	switch {
+	case l.Removing:
+		return backend.StateRemoving
+	case l.Creator != "":
+		return backend.StateCreating
+	}
+	return ""
+}
+
+// Label adds the lifecycle's labels to labels (LabelCreator while
+// creating).
+func (l Lifecycle) Label(labels map[string]string) {
+	if l.Creator != "" && !l.Removing {
+		labels[backend.LabelCreator] = l.Creator
+	}
+}
+
+// HalfGrace is how old a sandbox folder without a record must be before
+// List shows it (as removing): younger, it may be a Create between making
+// the folder and writing the record.
+const HalfGrace = 10 * time.Second
+
+// MarkRemoving sets Removing in dir's record, whatever the record's type.
+// A folder without a record is left as it is.
+func MarkRemoving(dir string) error {
+	p := filepath.Join(dir, MetaFile)
+	data, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	if rec["removing"] == true {
+		return nil
+	}
+	rec["removing"] = true
+	return WriteMeta(dir, rec)
+}
+
+// RemoveDir removes a sandbox folder with its record last, so that until
+// the very end the sandbox stays visible: remove (RemoveAll when nil) is
+// called on each other entry, then the record and the folder go.
+func RemoveDir(dir string, remove func(string) error) error {
+	if remove == nil {
+		remove = os.RemoveAll
+	}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() == MetaFile {
+			continue
+		}
+		if err := remove(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, MetaFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// HalfInfo describes a folder without a record: a sandbox half made or
+// half removed, which Destroy finishes. ok is false for a folder too young
+// to tell (see HalfGrace) or that is gone.
+func HalfInfo(dir, backendName string) (backend.Info, bool) {
+	fi, err := os.Stat(dir)
+	if err != nil || time.Since(fi.ModTime()) < HalfGrace {
+		return backend.Info{}, false
+	}
+	i := backend.Info{ID: filepath.Base(dir), Backend: backendName, State: backend.StateRemoving, CreatedAt: fi.ModTime()}
+	i.Labels = Labels(nil, i)
+	return i, true
+}
+
+// SetLabels is a Labeler's SetLabels for the sandboxes under root: it
+// changes the labels of sandbox id's record (an empty value removes one)
+// through labelsOf, which returns the record's label map (allocating it
+// when nil). sandboxkit's own labels kept as record fields cannot be set.
+func SetLabels[M any](root, backendName, id string, set map[string]string, labelsOf func(*M) *map[string]string) error {
+	opErr := func(err error) error {
+		return &backend.OpError{Op: "set labels", Backend: backendName, Sandbox: id, Err: err}
+	}
+	for k := range set {
+		switch k {
+		case backend.LabelID, backend.LabelBackend, backend.LabelName, backend.LabelSession,
+			backend.LabelOwner, backend.LabelExpiresAt, backend.LabelCreator:
+			return opErr(fmt.Errorf("%w: label %s is kept by the backend itself", backend.ErrInvalidConfig, k))
+		}
+	}
+	if !ValidID(id) {
+		return opErr(backend.ErrNotFound)
+	}
+	dir := filepath.Join(root, id)
+	m, err := Read[M](dir)
+	if err != nil {
+		return opErr(err)
+	}
+	labels := labelsOf(m)
+	if *labels == nil {
+		*labels = map[string]string{}
+	}
+	for k, v := range set {
+		if v == "" {
+			delete(*labels, k)
+		} else {
+			(*labels)[k] = v
+		}
+	}
+	if err := WriteMeta(dir, m); err != nil {
+		return opErr(err)
+	}
+	return nil
 }
