@@ -318,8 +318,10 @@ func lookupUser(spec string) (*syscall.Credential, string, error) {
 // killTree kills a command's process group, then every process that still
 // carries its marker (children that started a session of their own).
 func killTree(pgid int, id string) {
+	// The tree first: once its root is dead, an unmarked child that left
+	// the process group could no longer be found through its parent.
+	procfs.KillTree(pgid, EnvExecID, id)
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	procfs.KillByEnv(EnvExecID, id)
 }
 
 func exitStatus(ps *os.ProcessState) int {

@@ -241,8 +241,10 @@ func exitCode(ps *os.ProcessState) int {
 // killTree kills a command's process group, then every process that still
 // carries its marker (children that started a session of their own).
 func killTree(pid int, execID string) {
+	// The tree first: once its root is dead, an unmarked child that left
+	// the process group could no longer be found through its parent.
+	procfs.KillTree(pid, EnvExecID, execID)
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	procfs.KillByEnv(EnvExecID, execID)
 }
 
 // startMain starts the entry's command detached from the host program, so it

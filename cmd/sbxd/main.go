@@ -338,10 +338,13 @@ func superviseExec(cmd *exec.Cmd, timeout time.Duration, id string, sigs <-chan 
 		case <-done:
 			return exitCodeOf(cmd.ProcessState)
 		case <-timer:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			// The tree first (see procfs.KillTree), then the group.
+			key := ""
 			if id != "" {
-				procfs.KillByEnv(EnvExecID, id)
+				key = EnvExecID
 			}
+			procfs.KillTree(pgid, key, id)
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 			<-done
 			return exitTimeout
 		case sig := <-sigs:

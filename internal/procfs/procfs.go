@@ -96,10 +96,26 @@ func FindByEnv(key, value string) []int {
 // remain. (A process that both dropped the marker and left the tree, a
 // double fork whose middle process exited, is not found: see README on
 // how each backend bounds a command.)
-func KillByEnv(key, value string) int {
+func KillByEnv(key, value string) int { return KillTree(0, key, value) }
+
+// KillTree is KillByEnv with one more root: process pid (when > 0) and all
+// its descendants go too, marked or not. Call it before killing pid's
+// process group: a child whose parent died first would leave the tree.
+// key "" finds no marked processes.
+func KillTree(pid int, key, value string) int {
+	roots := func() []int {
+		var r []int
+		if pid > 0 && Alive(pid, 0) {
+			r = append(r, pid)
+		}
+		if key != "" {
+			r = append(r, FindByEnv(key, value)...)
+		}
+		return r
+	}
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		set := treeOf(FindByEnv(key, value))
+		set := treeOf(roots())
 		for _, pid := range set {
 			_ = syscall.Kill(pid, syscall.SIGSTOP)
 		}
@@ -112,7 +128,7 @@ func KillByEnv(key, value string) int {
 				live++
 			}
 		}
-		if len(set) == 0 || (live == 0 && len(treeOf(FindByEnv(key, value))) == 0) || time.Now().After(deadline) {
+		if len(set) == 0 || (live == 0 && len(treeOf(roots())) == 0) || time.Now().After(deadline) {
 			return live
 		}
 		time.Sleep(5 * time.Millisecond)
