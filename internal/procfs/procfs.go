@@ -15,25 +15,33 @@ import (
 	"time"
 )
 
+// statFields returns the fields of /proc/PID/stat from field 3 (state) on:
+// the command name (field 2) is in parentheses and may hold spaces, so
+// fields are counted from the last ')'. want is how many it needs.
+func statFields(pid, want int) ([]string, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < want {
+		return nil, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	return fields, nil
+}
+
 // StartTime returns the start time of process pid in clock ticks since
 // boot (field 22 of /proc/PID/stat).
 func StartTime(pid int) (uint64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	fields, err := statFields(pid, 20)
 	if err != nil {
 		return 0, err
 	}
-	// The command name (field 2) is in parentheses and may hold spaces, so
-	// count fields from the last ')'.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	fields := strings.Fields(string(data[i+1:]))
-	// fields[0] is field 3 (state); field 22 is fields[19].
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	return strconv.ParseUint(fields[19], 10, 64)
+	return strconv.ParseUint(fields[19], 10, 64) // field 22
 }
 
 // Alive reports whether process pid exists and, when start is non-zero,
@@ -174,17 +182,9 @@ func treeOf(roots []int) []int {
 
 // parentOf returns process pid's parent (field 4 of /proc/PID/stat).
 func parentOf(pid int) (int, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	fields, err := statFields(pid, 2)
 	if err != nil {
 		return 0, err
-	}
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	fields := strings.Fields(string(data[i+1:]))
-	if len(fields) < 2 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
 	}
 	return strconv.Atoi(fields[1])
 }
