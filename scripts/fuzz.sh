@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Runs every Go fuzz target of the module for a bounded time each
-# (SBX_FUZZTIME, default 15s), after the seed corpus runs as plain tests.
+# (SBX_FUZZTIME, default 10s), after the seed corpus runs as plain tests.
 # Finds targets by name, so a new Fuzz function is picked up without editing
 # this file. A failure leaves its input under the package's testdata/fuzz.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-fuzztime=${SBX_FUZZTIME:-15s}
+fuzztime=${SBX_FUZZTIME:-10s}
 rc=0
 while IFS= read -r line; do
 	file=${line%%:*}
