@@ -3,6 +3,7 @@ package backend
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,16 +26,28 @@ import (
 // Exit codes the fallback scripts use to report file errors; chosen outside
 // the range of sh's own codes (1, 2, 126, 127) and signals. Backends whose
 // own file scripts use them get the same errors from ScriptError.
+// (106 is k8s's and fileops's "a tool is missing".)
 const (
-	exitNotExist = 102
-	exitIsDir    = 103
-	exitNoAccess = 104
-	exitNotDir   = 105
+	exitNotExist   = 102
+	exitIsDir      = 103
+	exitNoAccess   = 104
+	exitNotDir     = 105
+	exitNotRegular = 107
+	exitLoop       = 108
+	exitNotLink    = 109
 )
 
+// ErrNotRegular is what a read of something other than a regular file or a
+// directory wraps (in an *fs.PathError): a named pipe, a socket or a
+// device. Reading one could block until a writer comes, or never end, so
+// the file operations refuse it at once instead.
+var ErrNotRegular = errors.New("not a regular file")
+
 // ScriptError is the *fs.PathError of a file script that failed: exit codes
-// 102 (fs.ErrNotExist), 103 (EISDIR), 104 (fs.ErrPermission) and 105
-// (ENOTDIR), else the exit code with the script's stderr.
+// 102 (fs.ErrNotExist), 103 (EISDIR), 104 (fs.ErrPermission), 105
+// (ENOTDIR), 107 (ErrNotRegular), 108 (ELOOP: too many levels of symbolic
+// links) and 109 (EINVAL: not a symbolic link, from Readlink), else the
+// exit code with the script's stderr.
 func ScriptError(op, name string, res ExecResult) error {
 	var err error
 	switch res.ExitCode {
@@ -46,6 +59,12 @@ func ScriptError(op, name string, res ExecResult) error {
 		err = fs.ErrPermission
 	case exitNotDir:
 		err = syscall.ENOTDIR
+	case exitNotRegular:
+		err = ErrNotRegular
+	case exitLoop:
+		err = syscall.ELOOP
+	case exitNotLink:
+		err = syscall.EINVAL
 	default:
 		msg := strings.TrimSpace(string(res.Stderr))
 		if msg == "" {
@@ -108,15 +127,45 @@ type readCloser struct {
 	io.Closer
 }
 
+// GoneFn defines a sh function gone for a path $1 that does not exist
+// (test -e fails): it exits 108 (ELOOP) when $1 is a chain of more than
+// 40 symbolic links (a loop), else 102 (not found; a dangling link too).
+// File scripts use it as `[ -e "$1" ] || gone "$1"`.
+const GoneFn = `gone() {
+  p=$1 n=0
+  while [ -L "$p" ]; do
+    n=$((n+1))
+    [ $n -gt 40 ] && exit 108
+    t=$(readlink -- "$p") || exit 102
+    case $t in
+    /*) p=$t ;;
+    *) case $p in */*) p=${p%/*}/$t ;; *) p=$t ;; esac ;;
+    esac
+  done
+  exit 102
+}
+`
+
 // readScript prints a marker line once the checks pass, so errors are known
-// before the caller reads any content.
-const readScript = `[ -e "$1" ] || exit 102
+// before the caller reads any content. Only regular files are read: a
+// named pipe would block cat until a writer came.
+const readScript = GoneFn + `[ -e "$1" ] || gone "$1"
 [ -d "$1" ] && exit 103
+[ -f "$1" ] || exit 107
 [ -r "$1" ] || exit 104
 echo ok
 exec cat -- "$1"`
 
 func readByExec(ctx context.Context, sb Sandbox, name string) (io.ReadCloser, error) {
+	return ReadByExec(ctx, sb, name, []string{"sh", "-c", readScript, "sh", name}, ScriptError)
+}
+
+// ReadByExec runs argv in sb, which prints a line "ok" once it knows it
+// can read name and then name's bytes, and returns those bytes as a
+// stream; a command that exits non-zero is reported by failed("read",
+// name, result) (ScriptError, for scripts using its exit codes). Closing
+// the stream early stops the command.
+func ReadByExec(ctx context.Context, sb Sandbox, name string, argv []string, failed func(op, name string, res ExecResult) error) (io.ReadCloser, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
@@ -124,12 +173,12 @@ func readByExec(ctx context.Context, sb Sandbox, name string) (io.ReadCloser, er
 	var execErr error
 	go func() {
 		defer close(done)
-		res, execErr = sb.Exec(ctx, ExecRequest{Cmd: []string{"sh", "-c", readScript, "sh", name}, Stdout: pw})
+		res, execErr = sb.Exec(ctx, ExecRequest{Cmd: argv, Stdout: pw})
 		switch {
 		case execErr != nil:
 			pw.CloseWithError(execErr)
 		case res.ExitCode != 0:
-			pw.CloseWithError(ScriptError("read", name, res))
+			pw.CloseWithError(failed("read", name, res))
 		default:
 			pw.Close()
 		}
@@ -144,7 +193,7 @@ func readByExec(ctx context.Context, sb Sandbox, name string) (io.ReadCloser, er
 			return nil, execErr
 		}
 		if res.ExitCode != 0 {
-			return nil, ScriptError("read", name, res)
+			return nil, failed("read", name, res)
 		}
 		return nil, &fs.PathError{Op: "read", Path: name, Err: fmt.Errorf("unexpected reply %q", line)}
 	}
@@ -305,15 +354,17 @@ func Stat(ctx context.Context, sb Sandbox, name string) (fs.FileInfo, error) {
 			return fi, err
 		}
 	}
-	infos, err := statByExec(ctx, sb, "stat", name, `[ -e "$1" ] || exit 102
-exec stat -L -c '%f %s %Y %n' -- "$1"`)
+	// No %n: the caller knows the name, and it might hold a newline.
+	infos, err := statByExec(ctx, sb, "stat", name, GoneFn+`[ -e "$1" ] || gone "$1"
+exec stat -L -c '%f %s %Y' -- "$1"`)
 	if err != nil {
 		return nil, err
 	}
 	if len(infos) != 1 {
 		return nil, &fs.PathError{Op: "stat", Path: name, Err: errors.New("unexpected stat output")}
 	}
-	return infos[0], nil
+	i := infos[0]
+	return NewFileInfo(path.Base(name), i.Size(), i.Mode(), i.ModTime()), nil
 }
 
 // ReadDir lists a directory in sb, sorted by name, without following
@@ -325,16 +376,36 @@ func ReadDir(ctx context.Context, sb Sandbox, name string) ([]fs.FileInfo, error
 			return fis, err
 		}
 	}
-	infos, err := statByExec(ctx, sb, "readdir", name, `[ -e "$1" ] || exit 102
+	infos, err := StatLines(ctx, sb, "readdir", name, []string{"sh", "-c", GoneFn + `[ -e "$1" ] || gone "$1"
 [ -d "$1" ] || exit 105
 [ -r "$1" ] && [ -x "$1" ] || exit 104
-exec find "$1" -mindepth 1 -maxdepth 1 -exec stat -c '%f %s %Y %n' {} +`)
+exec find "$1" -mindepth 1 -maxdepth 1 -exec sh -c "$2" sh '%f %s %Y' {} +`, "sh", name, StatBatchScript}, ScriptError)
 	if err != nil {
 		return nil, err
 	}
 	SortByName(infos)
 	return infos, nil
 }
+
+// StatBatchScript is a sh script that prints one stat record (see
+// StatRecords) for each path it is given after a stat -c format: sh -c
+// StatBatchScript sh FORMAT PATH... prints "FORMAT PATH" (stat -c 'FORMAT
+// %n') for each PATH, framed with NUL bytes when PATH holds a newline, so
+// no file name can forge or split a record. It needs only POSIX sh and
+// stat (coreutils or busybox), and runs stat once for all the ordinary
+// paths (find ... -exec sh -c "$script" sh FORMAT {} +).
+const StatBatchScript = `f=$1
+shift
+nl='
+'
+for p do
+  shift
+  case $p in
+  *"$nl"*) s=$(stat -c "$f" -- "$p") && printf '\000%s %s\000' "$s" "$p" ;;
+  *) set -- "$@" "$p" ;;
+  esac
+done
+[ $# -eq 0 ] || exec stat -c "$f %n" -- "$@"`
 
 // SortByName sorts file infos by name.
 func SortByName(infos []fs.FileInfo) {
@@ -345,8 +416,9 @@ func statByExec(ctx context.Context, sb Sandbox, op, name, script string) ([]fs.
 	return StatLines(ctx, sb, op, name, []string{"sh", "-c", script, "sh", name}, ScriptError)
 }
 
-// StatLines runs argv in sb and parses each line of its output with
-// ParseStatLine; a non-zero exit becomes failed(op, name, result).
+// StatLines runs argv in sb and parses each record of its output (see
+// StatRecords) with ParseStatLine; a non-zero exit becomes failed(op, name,
+// result).
 func StatLines(ctx context.Context, sb Sandbox, op, name string, argv []string, failed func(op, name string, res ExecResult) error) ([]fs.FileInfo, error) {
 	res, err := sb.Exec(ctx, ExecRequest{Cmd: argv, OutputLimit: -1})
 	if err != nil {
@@ -355,12 +427,13 @@ func StatLines(ctx context.Context, sb Sandbox, op, name string, argv []string, 
 	if res.ExitCode != 0 {
 		return nil, failed(op, name, res)
 	}
+	records, complete := StatRecords(res.Stdout)
+	if !complete {
+		return nil, &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("unexpected stat output: the last record is cut (%q)", res.Stdout[len(res.Stdout)-min(len(res.Stdout), 64):])}
+	}
 	var infos []fs.FileInfo
-	for line := range strings.SplitSeq(strings.TrimSuffix(string(res.Stdout), "\n"), "\n") {
-		if line == "" {
-			continue
-		}
-		fi, err := ParseStatLine(line)
+	for _, rec := range records {
+		fi, err := ParseStatLine(rec)
 		if err != nil {
 			return nil, &fs.PathError{Op: op, Path: name, Err: err}
 		}
@@ -369,8 +442,36 @@ func StatLines(ctx context.Context, sb Sandbox, op, name string, argv []string, 
 	return infos, nil
 }
 
-// ParseStatLine reads a line of stat -c '%f %s %Y %n' (raw mode in hex,
-// size, mtime in seconds, name; the name may be left out).
+// StatRecords splits the output of a file listing into its records. A
+// record that starts with a NUL byte runs to the next NUL byte and may
+// hold newlines; any other record runs to the next newline. File names
+// cannot hold NUL bytes, so a listing that frames every name holding a
+// newline with NULs (as StatBatchScript and `sbxd ls -0` do) cannot be
+// misread, whatever the names are. Empty records are left out. complete
+// is false when the output ends inside a record (cut by an output limit):
+// that record is left out too.
+func StatRecords(out []byte) (records []string, complete bool) {
+	for len(out) > 0 {
+		end, sep := byte('\n'), 0
+		if out[0] == 0 {
+			end, sep = 0, 1
+		}
+		i := bytes.IndexByte(out[sep:], end)
+		if i < 0 {
+			return records, false
+		}
+		if rec := out[sep : sep+i]; len(rec) > 0 {
+			records = append(records, string(rec))
+		}
+		out = out[sep+i+1:]
+	}
+	return records, true
+}
+
+// ParseStatLine reads a record of stat -c '%f %s %Y %n' (raw mode in hex,
+// size, mtime in seconds, name; the name may be left out). The name is
+// everything after the third space, newlines and spaces included; its
+// last path element is the FileInfo's name.
 func ParseStatLine(line string) (fs.FileInfo, error) {
 	parts := strings.SplitN(line, " ", 4)
 	if len(parts) < 3 {
@@ -382,11 +483,49 @@ func ParseStatLine(line string) (fs.FileInfo, error) {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return nil, fmt.Errorf("unexpected stat output %q: %w", line, err)
 	}
+	if size < 0 {
+		return nil, fmt.Errorf("unexpected stat output %q: negative size", line)
+	}
 	name := ""
 	if len(parts) == 4 {
 		name = path.Base(parts[3])
 	}
 	return NewFileInfo(name, size, ModeFromUnix(uint32(raw)), time.Unix(mtime, 0)), nil
+}
+
+// Readlinker is implemented by sandboxes that read symbolic links
+// natively; Readlink uses it when it can.
+type Readlinker interface {
+	// Readlink returns the target of the symbolic link name as it is
+	// stored. Errors are *fs.PathError, wrapping syscall.EINVAL when name
+	// is not a symbolic link and fs.ErrNotExist when it does not exist.
+	Readlink(ctx context.Context, name string) (string, error)
+}
+
+// readlinkScript prints the target of the symlink $1 after a marker
+// (readlink's own trailing newline is then cut, not a target's).
+const readlinkScript = `[ -L "$1" ] || { [ -e "$1" ] && exit 109; exit 102; }
+t=$(readlink -- "$1"; echo .) || exit 102
+printf '%s' "${t%?.}"`
+
+// Readlink returns the target of the symbolic link name in sb, as it is
+// stored: with the sandbox's Readlinker when it has one, else with
+// readlink(1) through Exec. The errors are Readlinker's.
+func Readlink(ctx context.Context, sb Sandbox, name string) (string, error) {
+	if r, ok := As[Readlinker](sb); ok {
+		t, err := r.Readlink(ctx, name)
+		if !errors.Is(err, errors.ErrUnsupported) {
+			return t, err
+		}
+	}
+	res, err := sb.Exec(ctx, ExecRequest{Cmd: []string{"sh", "-c", readlinkScript, "sh", name}, OutputLimit: -1})
+	if err != nil {
+		return "", err
+	}
+	if res.ExitCode != 0 {
+		return "", ScriptError("readlink", name, res)
+	}
+	return string(res.Stdout), nil
 }
 
 // ModeFromUnix converts a Unix st_mode to an fs.FileMode.
