@@ -17,7 +17,10 @@ import (
 // to an agent that reports the same number in its hello; anything else is a
 // stale agent, which the client replaces. Bump it with every change to a
 // route, a wire type or the meaning of a field.
-const ProtocolVersion = 1
+//
+// 2: error codes not_regular (a read of a named pipe, socket or device,
+// refused at once) and loop (ELOOP); a write follows a dangling symlink.
+const ProtocolVersion = 2
 
 // Version is the agent's version string, as `sbxd serve` reports it.
 var Version = fmt.Sprintf("sbxd/%d", ProtocolVersion)
@@ -258,6 +261,8 @@ const (
 	codeIsDir      = "is_dir"
 	codeNotDir     = "not_dir"
 	codeNotEmpty   = "not_empty"
+	codeNotRegular = "not_regular" // a named pipe, socket or device where a file is read
+	codeLoop       = "loop"        // too many levels of symbolic links
 	codeInvalid    = "invalid"
 	codeUnsupport  = "unsupported"
 	codeNoMatch    = "no_match"   // edit: old string not found
@@ -277,6 +282,7 @@ var errnoCodes = []struct {
 	{syscall.EISDIR, codeIsDir},
 	{syscall.ENOTDIR, codeNotDir},
 	{syscall.ENOTEMPTY, codeNotEmpty},
+	{syscall.ELOOP, codeLoop},
 }
 
 // codeOf classifies err for the wire.
@@ -293,6 +299,8 @@ func codeOf(err error) string {
 		return codeExist
 	case errors.Is(err, fs.ErrPermission):
 		return codePermission
+	case errors.Is(err, backend.ErrNotRegular):
+		return codeNotRegular
 	case errors.Is(err, errors.ErrUnsupported):
 		return codeUnsupport
 	case errors.Is(err, errInvalid):
@@ -318,6 +326,10 @@ func (e wireError) cause() error {
 		return syscall.ENOTDIR
 	case codeNotEmpty:
 		return syscall.ENOTEMPTY
+	case codeNotRegular:
+		return backend.ErrNotRegular
+	case codeLoop:
+		return syscall.ELOOP
 	case codeUnsupport:
 		return fmt.Errorf("%w: %s", errors.ErrUnsupported, e.Msg)
 	case codeInvalid:

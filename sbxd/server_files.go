@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/sandboxkit/sandboxkit/internal/hostfs"
 )
 
 // copyBufSize is the buffer of file transfers: large writes become few,
@@ -109,21 +111,14 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 		writeError(w, "read", name, err)
 		return
 	}
-	f, err := os.Open(name)
+	// Regular files only: a named pipe would hold the call (and a thread
+	// of the agent, blocked in open) until a writer came.
+	f, fi, err := hostfs.OpenRegular("read", name)
 	if err != nil {
 		writeError(w, "read", name, err)
 		return
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		writeError(w, "read", name, err)
-		return
-	}
-	if fi.IsDir() {
-		writeError(w, "read", name, &fs.PathError{Op: "read", Path: name, Err: syscall.EISDIR})
-		return
-	}
 	var src io.Reader = f
 	if rr.offset > 0 {
 		if _, err := f.Seek(rr.offset, io.SeekStart); err != nil {
@@ -186,12 +181,13 @@ func copyLines(w io.Writer, r io.Reader, first, n int) error {
 	return nil
 }
 
-// writeTarget resolves where a write of name lands: a symlink is followed;
-// a directory there is an error; missing parents are made.
+// writeTarget resolves where a write of name lands: a symlink is followed
+// (a dangling one too: the write creates its target); a directory there is
+// an error; missing parents are made.
 func writeTarget(name string) (string, error) {
-	p := name
-	if real, err := filepath.EvalSymlinks(p); err == nil {
-		p = real
+	p, err := hostfs.FollowLinks("write", name)
+	if err != nil {
+		return "", err
 	}
 	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
 		return "", &fs.PathError{Op: "write", Path: name, Err: syscall.EISDIR}
@@ -342,19 +338,23 @@ func editFile(name, old, new string, all bool) (int, error) {
 	if real, err := filepath.EvalSymlinks(p); err == nil {
 		p = real
 	}
-	fi, err := os.Stat(p)
+	f, fi, err := hostfs.OpenRegular("edit", p)
 	if err != nil {
+		if pe, ok := errors.AsType[*fs.PathError](err); ok {
+			pe.Path = name
+		}
 		return 0, err
 	}
-	if fi.IsDir() {
-		return 0, &fs.PathError{Op: "edit", Path: name, Err: syscall.EISDIR}
-	}
+	defer f.Close()
 	if fi.Size() > maxEditSize {
 		return 0, fmt.Errorf("%w: %s is larger than %d MiB", errInvalid, name, maxEditSize>>20)
 	}
-	data, err := os.ReadFile(p)
+	data, err := io.ReadAll(io.LimitReader(f, maxEditSize+1))
 	if err != nil {
 		return 0, err
+	}
+	if len(data) > maxEditSize {
+		return 0, fmt.Errorf("%w: %s is larger than %d MiB", errInvalid, name, maxEditSize>>20)
 	}
 	n := bytes.Count(data, []byte(old))
 	switch {

@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/sandboxkit/sandboxkit/internal/hostfs"
 )
 
 // GrepRequest is one search (see Client.Grep).
@@ -467,7 +469,7 @@ func (s *Server) handleGrep(w http.ResponseWriter, r *http.Request) {
 
 // readSmall reads a file of at most limit bytes.
 func readSmall(p string, limit int64) ([]byte, error) {
-	f, err := os.Open(p)
+	f, _, err := hostfs.OpenRegular("read", p)
 	if err != nil {
 		return nil, err
 	}

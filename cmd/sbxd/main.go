@@ -31,12 +31,31 @@
 //	    set to theirs; needs root): how backends whose exec API has no user
 //	    (Kubernetes) switch users. A user that cannot be had exits 125.
 //
-//	sbxd ls DIR
-//	    Lists DIR without following symlinks, one line per entry:
+//	sbxd ls [-0] DIR
+//	    Lists DIR without following symlinks, one record per entry:
 //	    "RAWMODE-HEX SIZE MTIME-SECONDS NAME" (stat -c '%f %s %Y %n' style),
-//	    so sandboxes without a shell or find can list directories. Exit
-//	    code 102: DIR does not exist; 104: permission denied; 105: not a
-//	    directory (the codes of package backend's fallback scripts).
+//	    so sandboxes without a shell or find can list directories. A record
+//	    ends with a newline, except that one whose name holds a newline is
+//	    framed by NUL bytes ("\0RECORD\0"); with -0 every record is, so a
+//	    caller that asks for -0 learns from the usage error (exit code 125)
+//	    of an older sbxd that its names are not framed. Exit code 102: DIR
+//	    does not exist; 104: permission denied; 105: not a directory (the
+//	    codes of package backend's fallback scripts); 108: a symlink loop.
+//
+//	sbxd stat PATH
+//	    Describes PATH, following symlinks, in one NUL-framed record of the
+//	    same form (NAME is PATH as given). Exit codes as for ls.
+//
+//	sbxd cat PATH
+//	    Prints "ok" and a newline, then the bytes of PATH, a regular file
+//	    (symlinks followed; /proc files are read to their end whatever size
+//	    they report). Exit code 103: a directory; 107: not a regular file (a
+//	    named pipe, socket or device: refused at once rather than blocking);
+//	    the others as for ls. Nothing is printed before a failure.
+//
+//	sbxd readlink PATH
+//	    Prints the target of the symlink PATH as stored, with no newline.
+//	    Exit code 109: PATH is not a symlink; the others as for ls.
 //
 //	sbxd dial HOST:PORT TIMEOUT
 //	    Exits 0 when a TCP connection to HOST:PORT opens within TIMEOUT,
@@ -53,7 +72,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -104,11 +122,8 @@ func main() {
 			fmt.Fprintf(os.Stderr, "sbxd: %d processes survived SIGKILL\n", left)
 			os.Exit(1)
 		}
-	case "ls":
-		if len(os.Args) != 3 {
-			usage("sbxd ls DIR")
-		}
-		os.Exit(lsMain(os.Args[2]))
+	case "ls", "stat", "cat", "readlink":
+		os.Exit(fileMain(os.Args[1], os.Args[2:]))
 	case "dial":
 		if len(os.Args) != 4 {
 			usage("sbxd dial HOST:PORT TIMEOUT")
@@ -117,7 +132,7 @@ func main() {
 	case "version":
 		fmt.Println("sbxd 1")
 	default:
-		usage("sbxd init|exec|serve|ls|kill|dial|version")
+		usage("sbxd init|exec|serve|ls|stat|cat|readlink|kill|dial|version")
 	}
 }
 
@@ -357,35 +372,6 @@ func unwrapExecErr(err error) error {
 	return err
 }
 
-// Exit codes of sbxd ls, shared with package backend's fallback scripts.
-const (
-	exitNotExist = 102
-	exitNoAccess = 104
-	exitNotDir   = 105
-)
-
-func lsMain(dir string) int {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fileErrCode(err)
-	}
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return fileErrCode(err)
-	}
-	w := bufio.NewWriter(os.Stdout)
-	defer w.Flush()
-	for _, name := range names {
-		var st syscall.Stat_t
-		if err := syscall.Lstat(dir+"/"+name, &st); err != nil {
-			continue // removed while listing
-		}
-		fmt.Fprintf(w, "%x %d %d %s\n", st.Mode, st.Size, st.Mtim.Sec, name)
-	}
-	return 0
-}
-
 // dialMain is `sbxd dial HOST:PORT TIMEOUT`: exit 0 when a TCP connection
 // to HOST:PORT opens within TIMEOUT, 1 when it does not. Backends use it
 // to check from inside a sandbox that its network is really cut off.
@@ -401,17 +387,4 @@ func dialMain(addr, timeout string) int {
 	}
 	conn.Close()
 	return 0
-}
-
-func fileErrCode(err error) int {
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return exitNotExist
-	case errors.Is(err, os.ErrPermission):
-		return exitNoAccess
-	case errors.Is(err, syscall.ENOTDIR):
-		return exitNotDir
-	}
-	fmt.Fprintln(os.Stderr, "sbxd:", err)
-	return 1
 }
