@@ -184,8 +184,11 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	case copyErr = <-copied:
 	case <-ctx.Done():
 		ctxErr = ctx.Err()
-		s.kill(execID)
+		// The stream first: a caller that stopped reading leaves the
+		// engine blocked writing the command's output to it, and the kill
+		// exec's stream then never ends.
 		hr.Close()
+		s.kill(execID)
 		<-copied
 	case <-backstop:
 		res.TimedOut = true
