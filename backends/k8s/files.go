@@ -46,6 +46,7 @@ const missingFn = `missing() { p=$(dirname -- "$1"); while [ ! -e "$p" ]; do p=$
 const (
 	readScript = missingFn + `[ -e "$1" ] || missing "$1"
 [ -d "$1" ] && exit 103
+[ -f "$1" ] || exit 107
 [ -r "$1" ] || exit 104
 echo ok
 exec cat -- "$1"`
@@ -73,10 +74,15 @@ exec stat -L -c '%f %s %Y' -- "$1"`
 	readDirScript = missingFn + `[ -e "$1" ] || missing "$1"
 [ -d "$1" ] || exit 105
 [ -r "$1" ] && [ -x "$1" ] || exit 104
+nl='
+'
 cd -- "$1" && for f in .* *; do
   case $f in .|..) continue;; esac
   [ -e "$f" ] || [ -L "$f" ] || continue
-  stat -c '%f %s %Y %n' -- "$f"
+  case $f in
+  *"$nl"*) s=$(stat -c '%f %s %Y' -- "$f") && printf '\000%s %s\000' "$s" "$f" ;;
+  *) stat -c '%f %s %Y %n' -- "$f" ;;
+  esac
 done`
 
 	// putScript extracts stdin into $1, owned by the extracting user (as
@@ -112,6 +118,18 @@ func fileErr(op, name string, res backend.ExecResult) error {
 	return &fs.PathError{Op: op, Path: name, Err: err}
 }
 
+// errOldSbxd: the pod's sbxd predates the file command asked for.
+var errOldSbxd = errors.New("the pod's sbxd is too old for this file command")
+
+// sbxdFileErr is fileErr for an sbxd file command, which reports a command
+// it does not know with a usage error (exit code 125).
+func sbxdFileErr(op, name string, res backend.ExecResult) error {
+	if res.ExitCode == 125 && strings.HasPrefix(string(res.Stderr), "usage:") {
+		return &fs.PathError{Op: op, Path: name, Err: errOldSbxd}
+	}
+	return fileErr(op, name, res)
+}
+
 // script is the argv running one of the scripts above on args.
 func script(body string, args ...string) []string {
 	return append([]string{"/bin/sh", "-c", body, "sh"}, args...)
@@ -144,11 +162,16 @@ func (s *Sandbox) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
 // ReadDir lists a directory without following symlinks, sorted by name
 // (with sbxd ls when the pod has sbxd, else sh and stat).
 func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, error) {
-	argv := script(readDirScript, s.resolve(name))
+	var infos []fs.FileInfo
+	err := errOldSbxd
 	if s.sbxd {
-		argv = []string{sbxdPath, "ls", s.resolve(name)}
+		// Names holding a newline are framed (see backend.StatRecords);
+		// an sbxd from before that refuses -0 with a usage error.
+		infos, err = backend.StatLines(ctx, s, "readdir", name, []string{sbxdPath, "ls", "-0", s.resolve(name)}, sbxdFileErr)
 	}
-	infos, err := backend.StatLines(ctx, s, "readdir", name, argv, fileErr)
+	if errors.Is(err, errOldSbxd) {
+		infos, err = backend.StatLines(ctx, s, "readdir", name, script(readDirScript, s.resolve(name)), fileErr)
+	}
 	if err != nil {
 		return nil, err
 	}

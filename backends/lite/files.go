@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/sandboxkit/sandboxkit/internal/hostfs"
 )
 
 // Files are read and written on the host side of the sandbox: the merged
@@ -261,20 +263,35 @@ func (s *Sandbox) ReadFile(ctx context.Context, name string) (io.ReadCloser, err
 		return nil, err
 	}
 	defer v.close()
-	f, err := r.Open(rel)
+	// Without blocking, and regular files only: a named pipe would block
+	// the open until a writer came.
+	f, err := r.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, s.pathErr("read", name, err)
 	}
 	fi, err := f.Stat()
+	if err == nil {
+		err = hostfs.CheckRegular("read", name, fi.Mode())
+	}
 	if err != nil {
 		f.Close()
 		return nil, s.pathErr("read", name, err)
 	}
-	if fi.IsDir() {
-		f.Close()
-		return nil, &fs.PathError{Op: "read", Path: name, Err: syscall.EISDIR}
-	}
 	return f, nil
+}
+
+// Readlink returns the target of the symlink name, as stored.
+func (s *Sandbox) Readlink(ctx context.Context, name string) (string, error) {
+	_, v, _, r, rel, err := s.open("readlink", name, false)
+	if err != nil {
+		return "", err
+	}
+	defer v.close()
+	target, err := r.Readlink(rel)
+	if err != nil {
+		return "", s.pathErr("readlink", name, err)
+	}
+	return target, nil
 }
 
 // WriteFile replaces name atomically (a temporary file renamed over it),

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/sandboxkit/sandboxkit/internal/hostfs"
 )
 
 // path resolves a sandbox path: absolute paths are host paths, relative
@@ -30,18 +32,11 @@ func (s *Sandbox) ReadFile(ctx context.Context, name string) (io.ReadCloser, err
 	if err != nil {
 		return nil, s.opErr("read", err)
 	}
-	f, err := os.Open(p)
+	// Regular files only: a named pipe would block the open until a
+	// writer came.
+	f, _, err := hostfs.OpenRegular("read", p)
 	if err != nil {
 		return nil, renamePathErr(err, name)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, renamePathErr(err, name)
-	}
-	if fi.IsDir() {
-		f.Close()
-		return nil, &fs.PathError{Op: "read", Path: name, Err: syscall.EISDIR}
 	}
 	return f, nil
 }
@@ -54,10 +49,10 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, r io.Reader, perm 
 	if err != nil {
 		return s.opErr("write", err)
 	}
-	// Write through a symlink to its target, as a plain write would, rather
-	// than replacing the link.
-	if real, err := filepath.EvalSymlinks(p); err == nil {
-		p = real
+	// Write through a symlink to its target (a dangling one too), as a
+	// plain write would, rather than replacing the link.
+	if p, err = hostfs.FollowLinks("write", p); err != nil {
+		return renamePathErr(err, name)
 	}
 	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
 		return &fs.PathError{Op: "write", Path: name, Err: syscall.EISDIR}
@@ -124,6 +119,19 @@ func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, erro
 	}
 	slices.SortFunc(infos, func(a, b fs.FileInfo) int { return strings.Compare(a.Name(), b.Name()) })
 	return infos, nil
+}
+
+// Readlink returns the target of the symlink name.
+func (s *Sandbox) Readlink(ctx context.Context, name string) (string, error) {
+	p, err := s.path(name)
+	if err != nil {
+		return "", s.opErr("readlink", err)
+	}
+	target, err := os.Readlink(p)
+	if err != nil {
+		return "", renamePathErr(err, name)
+	}
+	return target, nil
 }
 
 // renamePathErr reports a host *fs.PathError under the sandbox path the

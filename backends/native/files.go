@@ -9,10 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/docker/docker/api/types/container"
 
@@ -78,12 +76,20 @@ func (s *Sandbox) GetArchive(ctx context.Context, name string) (io.ReadCloser, e
 // stream, without buffering it.
 func (s *Sandbox) ReadFile(ctx context.Context, name string) (io.ReadCloser, error) {
 	abs := s.resolve(name)
+	if inKernelFS(abs) {
+		return s.readInSandbox(ctx, name, abs)
+	}
 	fi, err := s.Stat(ctx, abs)
 	if err != nil {
 		return nil, renamed(err, name)
 	}
-	if fi.IsDir() {
+	switch {
+	case fi.IsDir():
 		return nil, &fs.PathError{Op: "read", Path: name, Err: syscall.EISDIR}
+	case !fi.Mode().IsRegular():
+		// A named pipe, socket or device: refused at once, as every
+		// backend does (the archive would not have its bytes anyway).
+		return nil, &fs.PathError{Op: "read", Path: name, Err: backend.ErrNotRegular}
 	}
 	// Stat resolved symlinks; the archive API does not follow them.
 	if st, err := s.b.cli.ContainerStatPath(ctx, s.cid, abs); err == nil && st.LinkTarget != "" && st.Mode&os.ModeSymlink != 0 {
@@ -119,8 +125,8 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, r io.Reader, perm 
 	switch fi, err := s.Stat(ctx, abs); {
 	case err == nil && fi.IsDir():
 		return &fs.PathError{Op: "write", Path: name, Err: syscall.EISDIR}
-	case errors.Is(err, syscall.ENOTDIR):
-		return &fs.PathError{Op: "write", Path: name, Err: syscall.ENOTDIR}
+	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ELOOP):
+		return reop("write", name, err)
 	}
 	// The engine would replace a file standing where a parent should be;
 	// a local write fails there, so this does too.
@@ -154,27 +160,101 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, r io.Reader, perm 
 // Stat describes name, following symlinks.
 func (s *Sandbox) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
 	abs := s.resolve(name)
+	if inKernelFS(abs) {
+		return s.statInSandbox(ctx, name, abs)
+	}
 	st, err := s.b.cli.ContainerStatPath(ctx, s.cid, abs)
 	if err != nil {
 		if _, ierr := s.inspect(ctx); errors.Is(ierr, backend.ErrNotFound) {
 			return nil, s.opErr("stat", ierr)
 		}
-		// The engine answers a path through a file with a bare 500 (stat
-		// is a HEAD request: no message); find the file in the way.
-		if !errors.Is(s.b.translate(err), backend.ErrNotFound) && s.fileInTheWay(ctx, abs) {
-			return nil, &fs.PathError{Op: "stat", Path: name, Err: syscall.ENOTDIR}
+		if errors.Is(s.b.translate(err), backend.ErrNotFound) {
+			return nil, s.pathErr("stat", name, err)
 		}
-		return nil, s.pathErr("stat", name, err)
+		// The engine answers a path it cannot resolve (through a file, or
+		// a symlink loop) with a bare 500 (stat is a HEAD request: no
+		// message): ask in the sandbox what is wrong.
+		return s.statInSandbox(ctx, name, abs)
 	}
 	if st.Mode&os.ModeSymlink != 0 && st.LinkTarget != "" {
 		// The engine resolves the link; stat what it points to.
 		target, err := s.b.cli.ContainerStatPath(ctx, s.cid, st.LinkTarget)
 		if err != nil {
-			return nil, s.pathErr("stat", name, err)
+			if errors.Is(s.b.translate(err), backend.ErrNotFound) {
+				return nil, s.pathErr("stat", name, err)
+			}
+			return s.statInSandbox(ctx, name, abs)
 		}
 		st.Size, st.Mode, st.Mtime = target.Size, target.Mode, target.Mtime
 	}
 	return backend.NewFileInfo(path.Base(abs), st.Size, st.Mode, st.Mtime), nil
+}
+
+// kernelFS are the folders whose files the engine's archive API does not
+// see (they are mounted in the container only: /proc, /sys, /dev); file
+// operations there run in the sandbox.
+var kernelFS = []string{"/proc", "/sys", "/dev"}
+
+func inKernelFS(abs string) bool {
+	for _, k := range kernelFS {
+		if abs == k || strings.HasPrefix(abs, k+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// errOldSbxd: the sandbox's sbxd predates the file command asked for.
+var errOldSbxd = errors.New("the sandbox's sbxd is too old for this file command")
+
+// sbxdFileErr is the *fs.PathError of a failed sbxd file command (exit
+// codes as package backend's scripts), or one wrapping errOldSbxd when
+// that sbxd does not know the command (a usage error, exit code 125).
+func sbxdFileErr(op, name string, res backend.ExecResult) error {
+	if res.ExitCode == 125 && strings.HasPrefix(string(res.Stderr), "usage:") {
+		return &fs.PathError{Op: op, Path: name, Err: errOldSbxd}
+	}
+	return backend.ScriptError(op, name, res)
+}
+
+// statInSandbox is Stat by a command in the sandbox (sbxd stat, else sh
+// and stat), as the sandbox's user.
+func (s *Sandbox) statInSandbox(ctx context.Context, name, abs string) (fs.FileInfo, error) {
+	if !s.plain {
+		infos, err := backend.StatLines(ctx, s, "stat", name, []string{sbxdPath, "stat", abs}, sbxdFileErr)
+		switch {
+		case err == nil && len(infos) == 1:
+			i := infos[0]
+			return backend.NewFileInfo(path.Base(abs), i.Size(), i.Mode(), i.ModTime()), nil
+		case err == nil:
+			return nil, &fs.PathError{Op: "stat", Path: name, Err: fmt.Errorf("unexpected sbxd stat output (%d records)", len(infos))}
+		case !errors.Is(err, errOldSbxd):
+			return nil, err
+		}
+	} else if !inKernelFS(abs) && s.fileInTheWay(ctx, abs) {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: syscall.ENOTDIR}
+	}
+	fi, err := backend.Stat(ctx, execOnly{s}, abs)
+	if err != nil {
+		return nil, reop("stat", name, err)
+	}
+	return fi, nil
+}
+
+// readInSandbox is ReadFile by a command in the sandbox (sbxd cat, else sh
+// and cat), as the sandbox's user.
+func (s *Sandbox) readInSandbox(ctx context.Context, name, abs string) (io.ReadCloser, error) {
+	if !s.plain {
+		rc, err := backend.ReadByExec(ctx, s, name, []string{sbxdPath, "cat", abs}, sbxdFileErr)
+		if !errors.Is(err, errOldSbxd) {
+			return rc, err
+		}
+	}
+	rc, err := backend.ReadFile(ctx, execOnly{s}, abs)
+	if err != nil {
+		return nil, reop("read", name, err)
+	}
+	return rc, nil
 }
 
 // fileInTheWay reports whether an ancestor of abs is not a directory.
@@ -191,52 +271,60 @@ func (s *Sandbox) fileInTheWay(ctx context.Context, abs string) bool {
 
 // ReadDir lists a directory with `sbxd ls` in an exec (the archive API
 // would send the whole tree), as the sandbox's user, so permissions apply
-// as they do to Exec; no tools are needed in the image.
+// as they do to Exec; no tools are needed in the image. Names are framed
+// so that none can split or forge an entry (see backend.StatRecords).
 func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, error) {
-	if s.plain {
-		// No sbxd: the generic path, with the image's shell and tools.
-		return backend.ReadDir(ctx, execOnly{s}, s.resolve(name))
+	abs := s.resolve(name)
+	if !s.plain {
+		infos, err := backend.StatLines(ctx, s, "readdir", name, []string{sbxdPath, "ls", "-0", abs}, sbxdFileErr)
+		if err == nil {
+			backend.SortByName(infos)
+			return infos, nil
+		}
+		if !errors.Is(err, errOldSbxd) {
+			return nil, err
+		}
+		// An sbxd from before framed listings: the generic path.
 	}
-	res, err := s.Exec(ctx, backend.ExecRequest{Cmd: []string{sbxdPath, "ls", s.resolve(name)}, OutputLimit: -1})
+	infos, err := backend.ReadDir(ctx, execOnly{s}, abs)
 	if err != nil {
-		return nil, err
+		return nil, reop("readdir", name, err)
 	}
-	switch res.ExitCode {
-	case 0:
-	case 102:
-		return nil, &fs.PathError{Op: "readdir", Path: name, Err: fs.ErrNotExist}
-	case 104:
-		return nil, &fs.PathError{Op: "readdir", Path: name, Err: fs.ErrPermission}
-	case 105:
-		return nil, &fs.PathError{Op: "readdir", Path: name, Err: syscall.ENOTDIR}
-	default:
-		return nil, &fs.PathError{Op: "readdir", Path: name,
-			Err: fmt.Errorf("sbxd ls: exit code %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))}
-	}
-	var infos []fs.FileInfo
-	for line := range strings.SplitSeq(strings.TrimSuffix(string(res.Stdout), "\n"), "\n") {
-		if line == "" {
-			continue
-		}
-		parts := strings.SplitN(line, " ", 4)
-		if len(parts) != 4 {
-			return nil, &fs.PathError{Op: "readdir", Path: name, Err: fmt.Errorf("unexpected sbxd ls output %q", line)}
-		}
-		raw, err1 := strconv.ParseUint(parts[0], 16, 32)
-		size, err2 := strconv.ParseInt(parts[1], 10, 64)
-		mtime, err3 := strconv.ParseInt(parts[2], 10, 64)
-		if err := errors.Join(err1, err2, err3); err != nil {
-			return nil, &fs.PathError{Op: "readdir", Path: name, Err: fmt.Errorf("unexpected sbxd ls output %q: %w", line, err)}
-		}
-		infos = append(infos, backend.NewFileInfo(parts[3], size, backend.ModeFromUnix(uint32(raw)), time.Unix(mtime, 0)))
-	}
-	backend.SortByName(infos)
 	return infos, nil
+}
+
+// Readlink returns the target of the symlink name (sbxd readlink; without
+// sbxd, backend.Readlink's generic path).
+func (s *Sandbox) Readlink(ctx context.Context, name string) (string, error) {
+	if s.plain {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: errors.ErrUnsupported}
+	}
+	res, err := s.Exec(ctx, backend.ExecRequest{Cmd: []string{sbxdPath, "readlink", s.resolve(name)}, OutputLimit: -1})
+	if err != nil {
+		return "", err
+	}
+	if res.ExitCode != 0 {
+		err := sbxdFileErr("readlink", name, res)
+		if errors.Is(err, errOldSbxd) {
+			return "", &fs.PathError{Op: "readlink", Path: name, Err: fmt.Errorf("%w: %w", errors.ErrUnsupported, errOldSbxd)}
+		}
+		return "", err
+	}
+	return string(res.Stdout), nil
 }
 
 // execOnly hides every capability of a sandbox but Exec, so package
 // backend's helpers take their generic paths.
 type execOnly struct{ backend.Sandbox }
+
+// reop reports a failed file operation op on name: an *fs.PathError's
+// cause under op and name, any other error as it is.
+func reop(op, name string, err error) error {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		return &fs.PathError{Op: op, Path: name, Err: pe.Err}
+	}
+	return err
+}
 
 // renamed reports a *fs.PathError under the path the caller used.
 func renamed(err error, name string) error {
