@@ -30,7 +30,11 @@
 // formatted "%-7s %10s  %s  %s": the type (dir, file, symlink, fifo,
 // socket, device, other), the size in bytes ("-" for directories), the
 // modification time in UTC (RFC 3339) and the name, with a trailing "/" for
-// directories. Symlinks are not followed. An empty directory gives
+// directories. Symlinks are not followed. A name that holds a control
+// character (a newline, a tab, ...) or invalid UTF-8, or starts with a
+// double quote, is printed as a Go string literal ("a\nb"), here and in
+// the paths glob and grep print, so every entry is one line and no name
+// can pass for other entries. An empty directory gives
 // "Directory '<path>' is empty."; a missing path "Error: Path not found:
 // '<path>'"; a file "Error: '<path>' is not a directory. Use read_file to
 // read a file.". At most [MaxResults] entries are printed, then a line
@@ -49,16 +53,25 @@
 // of 5000 characters numbered "N.1", "N.2", ..., right-aligned in the same
 // six columns ("  12.1\t..."). When lines remain after the last one printed,
 // a final line "[showing lines A-B; more lines follow: pass offset=B to read
-// on]" says so. At most [MaxReadOutput] (1 MiB) of text is printed; a longer
-// answer ends early with a line "[output cut at 1 MiB after line N; pass
-// offset=N to read on]" (or "inside line N", when one line is that long).
-// Other answers:
+// on]" says so. The whole answer, numbers and notes included, is at most
+// [MaxReadOutput] (1 MiB); a longer one ends early with a line "[output
+// cut at 1 MiB after line N; pass offset=N to read on]", or, when the first
+// line printed (or a line of more than one piece) does not fit, with the
+// pieces that do and "[output cut at 1 MiB inside line N; ...]". Other
+// answers:
 //
 //	File '<path>' exists but is empty.                          (no error)
 //	Error: File not found: '<path>'
 //	Error: '<path>' is a directory, not a file. Use ls to list it.
 //	Error: '<path>' is a binary file; read_file shows text files only.
 //	Error: Line offset 10 is past the end of '<path>' (the file has 3 lines).
+//	Error: '<path>' is a named pipe, not a regular file; the file tools read regular files only.
+//	Error: '<path>': too many levels of symbolic links (a symlink loop).
+//
+// Only regular files are read (symlinks followed): a named pipe, socket or
+// device ("named pipe", "socket", "device") is refused at once, on every
+// backend, since reading one could block or never end. Files in /proc,
+// which report a size of 0, are read to their end.
 //
 // A file is binary when its first 8 KiB hold a NUL byte or are more than a
 // tenth invalid UTF-8 or control characters (other than tab, newlines, form

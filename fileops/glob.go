@@ -66,7 +66,7 @@ func (t *Tools) Glob(ctx context.Context, pattern, dir string) (string, error) {
 			lines = append(lines, fmt.Sprintf("[%d more matches not shown; these are the %d most recently modified]", len(matches)-i, MaxResults))
 			break
 		}
-		lines = append(lines, m.path)
+		lines = append(lines, displayName(m.path))
 	}
 	if truncated {
 		lines = append(lines, "[the file listing was cut short: there are too many files; results may be incomplete. Narrow the path or pattern.]")

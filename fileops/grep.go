@@ -285,6 +285,7 @@ type grepper struct {
 }
 
 func (g *grepper) search(name string, data []byte) []string {
+	name = displayName(name)
 	text := string(data)
 	text = strings.TrimSuffix(text, "\n")
 	lines := strings.Split(text, "\n")

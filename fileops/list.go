@@ -44,24 +44,28 @@ var vcsDirs = []string{".git", ".hg", ".svn"}
 // maxListOutput bounds the listing transferred from the sandbox.
 const maxListOutput = 64 << 20
 
-// Exit codes of listScript, next to backend's 102-105.
+// Exit codes of listScript, backend's (see backend.ScriptError).
 const (
 	exitNotExist = 102
 	exitNoAccess = 104
 	exitNotDir   = 105
 	exitNoTools  = 106
+	exitLoop     = 108
 )
 
-// listScript runs find in the sandbox and prints "size mtime path" for each
-// file. Errors inside the walk (an unreadable directory) do not fail it.
-// The find expression comes after the base as "$@".
-const listScript = `command -v find >/dev/null 2>&1 && command -v stat >/dev/null 2>&1 || exit 106
+// listScript runs find in the sandbox and prints a record "size mtime
+// path" for each file, framed as backend.StatRecords reads it (a path
+// holding a newline between NUL bytes). Errors inside the walk (an
+// unreadable directory) do not fail it. The base comes as $1,
+// backend.StatBatchScript as $2, the find expression after them.
+const listScript = backend.GoneFn + `command -v find >/dev/null 2>&1 && command -v stat >/dev/null 2>&1 || exit 106
 base=$1
-shift
-[ -e "$base" ] || exit 102
+batch=$2
+shift 2
+[ -e "$base" ] || gone "$base"
 [ -d "$base" ] || exit 105
 [ -r "$base" ] && [ -x "$base" ] || exit 104
-find -H "$base" "$@" -exec stat -c '%s %Y %n' {} + 2>/dev/null
+find -H "$base" "$@" -exec sh -c "$batch" sh '%s %Y' {} + 2>/dev/null
 exit 0`
 
 // listFiles lists the files under the absolute directory base. truncated
@@ -71,7 +75,7 @@ func (t *Tools) listFiles(ctx context.Context, base string, spec listSpec) (file
 	if files, truncated, ok, err := t.walkNative(ctx, base, spec); ok {
 		return files, truncated, err
 	}
-	argv := append([]string{"sh", "-c", listScript, "sh", base}, findArgs(base, spec)...)
+	argv := append([]string{"sh", "-c", listScript, "sh", base, backend.StatBatchScript}, findArgs(base, spec)...)
 	res, err := t.sb.Exec(ctx, backend.ExecRequest{Cmd: argv, OutputLimit: maxListOutput})
 	if err != nil {
 		return nil, false, err
@@ -84,6 +88,8 @@ func (t *Tools) listFiles(ctx context.Context, base string, spec listSpec) (file
 		return nil, false, &fs.PathError{Op: "list", Path: base, Err: fs.ErrPermission}
 	case exitNotDir:
 		return nil, false, &fs.PathError{Op: "list", Path: base, Err: syscall.ENOTDIR}
+	case exitLoop:
+		return nil, false, &fs.PathError{Op: "list", Path: base, Err: syscall.ELOOP}
 	case exitNoTools, 126, 127:
 		// No sh, find or stat in the sandbox: walk with native file
 		// access if the backend has it.
@@ -94,13 +100,10 @@ func (t *Tools) listFiles(ctx context.Context, base string, spec listSpec) (file
 	default:
 		return nil, false, fmt.Errorf("fileops: listing files under %s: exit code %d: %s", base, res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	}
-	out := string(res.Stdout)
-	if res.Truncated {
-		// Drop the last line: it may be cut.
-		out = out[:strings.LastIndexByte(out, '\n')+1]
-	}
-	for line := range strings.SplitSeq(out, "\n") {
-		if e, ok := parseListLine(line); ok {
+	// A record the output limit cut is left out.
+	records, _ := backend.StatRecords(res.Stdout)
+	for _, rec := range records {
+		if e, ok := parseListLine(rec); ok {
 			files = append(files, e)
 		}
 	}
@@ -147,7 +150,8 @@ func findArgs(base string, spec listSpec) []string {
 	return args
 }
 
-// parseListLine parses "size mtime path".
+// parseListLine parses a record "size mtime path" (the path may hold
+// spaces and newlines).
 func parseListLine(line string) (fileEntry, bool) {
 	size, rest, ok1 := strings.Cut(line, " ")
 	mtime, p, ok2 := strings.Cut(rest, " ")

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 )
@@ -41,7 +42,7 @@ func (t *Tools) Ls(ctx context.Context, path string) (string, error) {
 // size ("-" for directories, whose size means little), the RFC 3339 UTC
 // modification time and the name.
 func formatEntry(fi fs.FileInfo) string {
-	size, name := strconv.FormatInt(fi.Size(), 10), fi.Name()
+	size, name := strconv.FormatInt(fi.Size(), 10), displayName(fi.Name())
 	if fi.IsDir() {
 		size, name = "-", name+"/"
 	}
@@ -64,4 +65,23 @@ func fileType(m fs.FileMode) string {
 		return "device"
 	}
 	return "other"
+}
+
+// displayName is a file name or path as the tools print it: as it is, or,
+// when it holds a control character (a newline, a tab, ...) or invalid
+// UTF-8 or starts with a double quote, as a Go string literal ("a\nb"),
+// so that a name can neither break an answer's one-entry-a-line layout
+// nor pass for other entries.
+func displayName(s string) string {
+	// A name that starts with a quote is quoted too, so that it cannot
+	// pass for a quoted one.
+	if !utf8.ValidString(s) || strings.HasPrefix(s, `"`) {
+		return strconv.Quote(s)
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }

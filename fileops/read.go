@@ -61,40 +61,109 @@ func (t *Tools) ReadFile(ctx context.Context, path string, offset, limit int) (s
 				offset, path, plural(skipped, "line", "lines"))
 		}
 	}
-	var out []string
-	budget := MaxReadOutput
+	out, err := t.numberLines(br, offset, limit)
+	if err != nil {
+		return "", t.fileError(ctx, path, err)
+	}
+	if out == "" {
+		return "", toolErr(nil, "Error: Line offset %d is past the end of '%s' (the file has %s).",
+			offset, path, plural(offset, "line", "lines"))
+	}
+	return out, nil
+}
+
+// noteReserve is the room kept in MaxReadOutput for ReadFile's final note
+// line (the longest is under 200 bytes).
+const noteReserve = 256
+
+// numberLines prints up to limit lines of br, numbered from offset+1, with
+// the note that ends a cut or partial answer; the whole answer is at most
+// MaxReadOutput bytes. It returns "" when br has no line to print.
+func (t *Tools) numberLines(br *bufio.Reader, offset, limit int) (string, error) {
+	var b strings.Builder
+	room := MaxReadOutput - noteReserve // for numbered lines and the newlines between them
+	printed := 0
+	note := func(format string, args ...any) string {
+		return b.String() + "\n" + fmt.Sprintf(format, args...)
+	}
 	for n := offset + 1; n <= offset+limit; n++ {
-		line, ok, cut, err := readLine(br, budget)
+		sep := 0
+		if printed > 0 {
+			sep = 1
+		}
+		left := room - b.Len() - sep
+		if left <= 0 {
+			if !hasMore(br) {
+				break
+			}
+			return note("[output cut at %d MiB after line %d; pass offset=%d to read on]", MaxReadOutput>>20, n-1, n-1), nil
+		}
+		// A numbered line is never shorter than its text, so no more
+		// than left bytes of it can be printed.
+		line, ok, cut, err := readLine(br, left)
 		if err != nil {
-			return "", t.fileError(ctx, path, err)
+			return "", err
 		}
 		if !ok {
-			if n == offset+1 {
-				return "", toolErr(nil, "Error: Line offset %d is past the end of '%s' (the file has %s).",
-					offset, path, plural(offset, "line", "lines"))
-			}
 			break
 		}
-		out = appendNumbered(out, n, line)
-		budget -= len(line)
-		switch {
-		case cut:
-			out = append(out, fmt.Sprintf("[output cut at %d MiB inside line %d; pass offset=%d to read on after it, or use execute (e.g. head -c or cut -c) for the rest of the line]",
-				MaxReadOutput>>20, n, n))
-			return strings.Join(out, "\n"), nil
-		case budget <= 0 && n < offset+limit && hasMore(br):
-			out = append(out, fmt.Sprintf("[output cut at %d MiB after line %d; pass offset=%d to read on]",
-				MaxReadOutput>>20, n, n))
-			return strings.Join(out, "\n"), nil
-		case budget <= 0:
-			n = offset + limit // done; say below whether lines remain
+		pieces := appendNumbered(nil, n, line)
+		if size := piecesLen(pieces); size > left {
+			// It does not fit. A line of one piece goes whole into the
+			// next answer; a longer one (or the first) is cut inside.
+			if printed > 0 && len(pieces) == 1 {
+				return note("[output cut at %d MiB after line %d; pass offset=%d to read on]", MaxReadOutput>>20, n-1, n-1), nil
+			}
+			pieces, cut = fitPieces(pieces, left), true
+		}
+		if sep > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(strings.Join(pieces, "\n"))
+		printed++
+		if cut {
+			return note("[output cut at %d MiB inside line %d; pass offset=%d to read on after it, or use execute (e.g. head -c or cut -c) for the rest of the line]",
+				MaxReadOutput>>20, n, n), nil
 		}
 	}
-	if hasMore(br) {
-		out = append(out, fmt.Sprintf("[showing lines %d-%d; more lines follow: pass offset=%d to read on]",
-			offset+1, offset+limit, offset+limit))
+	if printed == 0 {
+		return "", nil
 	}
-	return strings.Join(out, "\n"), nil
+	if hasMore(br) { // only a full answer ends with lines left
+		return note("[showing lines %d-%d; more lines follow: pass offset=%d to read on]", offset+1, offset+limit, offset+limit), nil
+	}
+	return b.String(), nil
+}
+
+// piecesLen is the length of pieces joined by newlines.
+func piecesLen(pieces []string) int {
+	n := len(pieces) - 1
+	for _, p := range pieces {
+		n += len(p)
+	}
+	return n
+}
+
+// fitPieces keeps what fits of pieces in room bytes (joined by newlines):
+// the whole pieces that fit, and of the next one its number and as much of
+// its text as fits, cut at a character boundary.
+func fitPieces(pieces []string, room int) []string {
+	var kept []string
+	used := 0
+	for _, p := range pieces {
+		sep := min(len(kept), 1)
+		if used+sep+len(p) <= room {
+			kept = append(kept, p)
+			used += sep + len(p)
+			continue
+		}
+		label, text, _ := strings.Cut(p, "\t")
+		if left := room - used - sep - len(label) - 1; left > 0 {
+			kept = append(kept, label+"\t"+string(trimCutRune([]byte(text[:left]))))
+		}
+		break
+	}
+	return kept
 }
 
 func hasMore(br *bufio.Reader) bool {

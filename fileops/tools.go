@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/hostfs"
 )
 
 // DefaultExecuteTimeout is Execute's timeout when neither the call nor
@@ -26,8 +27,9 @@ const (
 	// MaxLineLength is the longest line, in characters, ReadFile prints in
 	// one piece; longer lines are split into numbered pieces.
 	MaxLineLength = 5000
-	// MaxReadOutput caps the bytes of file text ReadFile prints; a cut is
-	// announced with the offset to read on from.
+	// MaxReadOutput caps the bytes of ReadFile's answer, line numbers
+	// and notes included; a cut is announced with the offset to read on
+	// from.
 	MaxReadOutput = 1 << 20
 	// MaxResults caps the lines Ls, Glob and Grep print.
 	MaxResults = 1000
@@ -129,6 +131,8 @@ const (
 	kindPermission
 	kindIsDir
 	kindNotDir
+	kindNotRegular
+	kindLoop
 )
 
 func classify(err error) errKind {
@@ -141,6 +145,10 @@ func classify(err error) errKind {
 		return kindIsDir
 	case errors.Is(err, syscall.ENOTDIR):
 		return kindNotDir
+	case errors.Is(err, backend.ErrNotRegular):
+		return kindNotRegular
+	case errors.Is(err, syscall.ELOOP):
+		return kindLoop
 	}
 	return kindOther
 }
@@ -177,8 +185,27 @@ func (t *Tools) fileError(ctx context.Context, p string, err error) error {
 		return toolErr(err, "Error: Permission denied: '%s'", p)
 	case kindIsDir:
 		return toolErr(err, "Error: '%s' is a directory, not a file. Use ls to list it.", p)
+	case kindNotRegular:
+		kind := "special file"
+		if fi, serr := backend.Stat(ctx, t.sb, p); serr == nil {
+			kind = hostfs.Kind(fi.Mode())
+		}
+		return notRegular(err, p, kind)
+	case kindLoop:
+		return loopError(err, p)
 	}
 	return err
+}
+
+// notRegular is the answer for a path that is not a regular file (kind
+// names what it is): reading a named pipe or a device could block or
+// never end.
+func notRegular(cause error, p, kind string) error {
+	return toolErr(cause, "Error: '%s' is a %s, not a regular file; the file tools read regular files only.", p, kind)
+}
+
+func loopError(cause error, p string) error {
+	return toolErr(cause, "Error: '%s': too many levels of symbolic links (a symlink loop).", p)
 }
 
 // dirError is fileError for a directory the agent asked to list or search.
@@ -190,6 +217,8 @@ func (t *Tools) dirError(ctx context.Context, p string, err error) error {
 		return toolErr(err, "Error: Permission denied: '%s'", p)
 	case kindNotDir:
 		return toolErr(err, "Error: '%s' is not a directory. Use read_file to read a file.", p)
+	case kindLoop:
+		return loopError(err, p)
 	}
 	return err
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/hostfs"
 )
 
 // DefaultFileMode is the mode of files WriteFile creates.
@@ -71,6 +72,9 @@ func (t *Tools) EditFile(ctx context.Context, path, oldString, newString string,
 	}
 	if fi.IsDir() {
 		return "", toolErr(nil, "Error: '%s' is a directory, not a file. Use ls to list it.", path)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", notRegular(&fs.PathError{Op: "edit", Path: path, Err: backend.ErrNotRegular}, path, hostfs.Kind(fi.Mode()))
 	}
 	if fi.Size() > MaxEditFileSize {
 		return "", toolErr(nil, "Error: '%s' is too large to edit (%d bytes; the limit is %d MiB).", path, fi.Size(), MaxEditFileSize>>20)

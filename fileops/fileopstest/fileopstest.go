@@ -28,7 +28,7 @@ import (
 // directory. No case globs or greps outside its directory.
 func Run(t *testing.T, newSandbox func(t *testing.T) backend.Sandbox) {
 	sb := newSandbox(t)
-	for _, group := range [][]testCase{lsCases, readCases, writeCases, editCases, globCases, grepCases, executeCases} {
+	for _, group := range [][]testCase{lsCases, readCases, writeCases, editCases, globCases, grepCases, executeCases, edgeCases} {
 		for _, c := range group {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
