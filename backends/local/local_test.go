@@ -158,4 +158,11 @@ func TestMissingProgramIsExit127(t *testing.T) {
 	res, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"no-such-program-xyz"}})
 	require.NoError(t, err)
 	assert.Equal(t, 127, res.ExitCode)
+	assert.Equal(t, "no-such-program-xyz: command not found\n", string(res.Stderr))
+	// Streamed, the message goes to the caller's writer (sbx run).
+	var stderr strings.Builder
+	res, err = sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"no-such-program-xyz"}, Stderr: &stderr})
+	require.NoError(t, err)
+	assert.Equal(t, 127, res.ExitCode)
+	assert.Equal(t, "no-such-program-xyz: command not found\n", stderr.String())
 }

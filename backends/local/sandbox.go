@@ -179,15 +179,16 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 		}
 		// A missing program is data, as a shell would report it.
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			// Into the stderr writer when there is one (sbx run streams).
+			fmt.Fprintf(out.Stderr, "%s: command not found\n", argv[0])
 			res := backend.ExecResult{ExitCode: 127, Duration: time.Since(start)}
 			out.Finish(&res)
-			res.Stderr = append(res.Stderr, fmt.Sprintf("%s: command not found\n", argv[0])...)
 			return res, nil
 		}
 		if errors.Is(err, os.ErrPermission) {
+			fmt.Fprintf(out.Stderr, "%s: permission denied\n", argv[0])
 			res := backend.ExecResult{ExitCode: 126, Duration: time.Since(start)}
 			out.Finish(&res)
-			res.Stderr = append(res.Stderr, fmt.Sprintf("%s: permission denied\n", argv[0])...)
 			return res, nil
 		}
 		return backend.ExecResult{}, s.opErr("exec", err)
