@@ -242,3 +242,12 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 		return nil
 	}
 }
+
+// checkTimeout refuses a negative --timeout, which would otherwise mean no
+// timeout at all without a word.
+func checkTimeout(cmd *cobra.Command, d time.Duration) error {
+	if d < 0 {
+		return usageError(cmd, "--timeout %s: a timeout must not be negative (0 means none)", d)
+	}
+	return nil
+}

@@ -29,6 +29,9 @@ config entry.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkTimeout(cmd, timeout); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			argv := splitCommand(args[1:])
 			_, b, err := a.open(ctx)

@@ -39,6 +39,9 @@ removes the sandbox and exits 130.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkTimeout(cmd, timeout); err != nil {
+				return err
+			}
 			return a.runSandbox(cmd.Context(), runOptions{
 				entry: entry, image: image, timeout: timeout, keep: keep, stdin: stdin,
 				argv: args,

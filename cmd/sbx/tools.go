@@ -195,6 +195,9 @@ command's exit code (124 after a timeout).`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkTimeout(cmd, timeout); err != nil {
+				return err
+			}
 			var code int
 			err := a.tool(cmd.Context(), args, func(ctx context.Context, t *fileops.Tools, args []string) (string, error) {
 				res, err := t.Execute(ctx, strings.Join(splitCommand(args[1:]), " "), timeout)
