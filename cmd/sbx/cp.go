@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -119,6 +120,52 @@ type tree interface {
 	// Untar extracts a tar stream into the existing directory dir.
 	Untar(ctx context.Context, dir string, r io.Reader) error
 	Split(name string) (dir, file string)
+	// Readlink returns the target of the symlink name; any error means
+	// name is not one (or cannot be read as one).
+	Readlink(ctx context.Context, name string) (string, error)
+}
+
+// followLinks returns what dst leads to when it is a symlink, followed to
+// the end as docker cp does (a dangling link too: the copy creates its
+// target), so that every backend writes through a link instead of some
+// replacing it; otherwise dst itself.
+func followLinks(ctx context.Context, t tree, dst string) (string, error) {
+	if strings.HasSuffix(dst, "/") {
+		return dst, nil // a directory is meant; Stat follows a link there
+	}
+	p := t.Abs(dst)
+	for i := 0; ; i++ {
+		target, err := t.Readlink(ctx, p)
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", ctx.Err()
+			}
+			break
+		}
+		if i == 40 {
+			return "", &fs.PathError{Op: "cp", Path: dst, Err: syscall.ELOOP}
+		}
+		dir, _ := t.Split(p)
+		p = t.Abs(joinIfRelative(t, dir, target))
+	}
+	if p == t.Abs(dst) {
+		return dst, nil
+	}
+	return p, nil
+}
+
+// joinIfRelative is target, or target under dir when it is relative.
+func joinIfRelative(t tree, dir, target string) string {
+	if _, ok := t.(hostTree); ok {
+		if filepath.IsAbs(target) {
+			return target
+		}
+		return filepath.Join(dir, target)
+	}
+	if path.IsAbs(target) {
+		return target
+	}
+	return path.Join(dir, target)
 }
 
 // copyTree copies src to dst with docker cp's rules.
@@ -129,6 +176,9 @@ func copyTree(ctx context.Context, srcTree tree, src string, dstTree tree, dst s
 	}
 	// "dir/." copies the directory's contents rather than the directory.
 	contents := srcInfo.IsDir() && (strings.HasSuffix(src, "/.") || src == "." || baseName(srcTree, src) == "")
+	if dst, err = followLinks(ctx, dstTree, dst); err != nil {
+		return err
+	}
 	var dir, as string
 	dstInfo, err := dstTree.Stat(ctx, dst)
 	switch {
@@ -227,6 +277,8 @@ func (hostTree) Abs(name string) string {
 func (hostTree) Stat(_ context.Context, name string) (fs.FileInfo, error) { return os.Stat(name) }
 
 func (hostTree) MkdirAll(_ context.Context, dir string) error { return os.MkdirAll(dir, 0o755) }
+
+func (hostTree) Readlink(_ context.Context, name string) (string, error) { return os.Readlink(name) }
 
 func (hostTree) Split(name string) (string, string) {
 	name = filepath.Clean(name)
@@ -367,6 +419,10 @@ func (t *sandboxTree) Stat(ctx context.Context, name string) (fs.FileInfo, error
 	return backend.Stat(ctx, t.sb, t.Abs(name))
 }
 
+func (t *sandboxTree) Readlink(ctx context.Context, name string) (string, error) {
+	return backend.Readlink(ctx, t.sb, t.Abs(name))
+}
+
 func (t *sandboxTree) Split(name string) (string, string) {
 	name = path.Clean(name)
 	return path.Dir(name), path.Base(name)
@@ -419,6 +475,13 @@ func (t *sandboxTree) Tar(ctx context.Context, name, as string, w io.Writer) err
 	if err != nil {
 		return err
 	}
+	if as != "" {
+		// A symlink is copied as a link, as the archive path copies it
+		// (its target, when the contents of a directory are asked for).
+		if _, err := backend.Readlink(ctx, t.sb, name); err == nil {
+			fi = backend.NewFileInfo(path.Base(name), 0, fs.ModeSymlink|0o777, fi.ModTime())
+		}
+	}
 	if err := t.walk(ctx, tw, name, ".", as, fi); err != nil {
 		return err
 	}
@@ -465,18 +528,19 @@ func (t *sandboxTree) walk(ctx context.Context, tw *tar.Writer, name, rel, as st
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if fi.Mode()&fs.ModeSymlink != 0 {
-		// The contract has no Readlink: copy what the link points to when
-		// it is a file; skip links to directories (they could loop).
-		target, err := backend.Stat(ctx, t.sb, name)
-		if err != nil || !target.Mode().IsRegular() {
-			t.app.logger.Warn("cp: skipping symbolic link", "path", name)
-			return nil
-		}
-		fi = target
-	}
 	entry, ok := rebase(as, rel)
 	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		// Kept as a link (to a directory, dangling or not), as the
+		// archive path and docker cp keep it.
+		target, err := backend.Readlink(ctx, t.sb, name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return nil
+		}
+		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: entry, Linkname: target, Mode: 0o777, ModTime: fi.ModTime()})
 	case fi.IsDir():
 		if ok {
 			hdr := &tar.Header{Typeflag: tar.TypeDir, Name: entry + "/", Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime()}

@@ -89,10 +89,32 @@ func TestCopyPaths(t *testing.T) {
 			if err := copyTree(ctx, hostTree{}, src, sbTree, "in"); err != nil {
 				t.Fatalf("copy in: %v", err)
 			}
+			// Links in the sandbox come out as links: to a folder, to a
+			// file, dangling.
+			inSandbox := func(script string) {
+				t.Helper()
+				res, err := raw.Exec(ctx, backend.ExecRequest{Cmd: []string{"sh", "-c", script}, WorkDir: sbTree.Abs("in")})
+				if err != nil || res.ExitCode != 0 {
+					t.Fatalf("%s: %v, %d %s", script, err, res.ExitCode, res.Stderr)
+				}
+			}
+			inSandbox(`ln -s d/e linkdir && ln -s a linkfile && ln -s nowhere dangling`)
 			back := filepath.Join(t.TempDir(), "back")
 			if err := copyTree(ctx, sbTree, "in", hostTree{}, back); err != nil {
 				t.Fatalf("copy out: %v", err)
 			}
+			for name, want := range map[string]string{"linkdir": "d/e", "linkfile": "a", "dangling": "nowhere"} {
+				if got, err := os.Readlink(filepath.Join(back, name)); err != nil || got != want {
+					t.Errorf("%s copied out: link to %q, %v; want a link to %q", name, got, err, want)
+				}
+			}
+			// Onto a dangling link: written through it, as the
+			// FileSystem contract and docker cp have it.
+			inSandbox(`ln -s made.txt onto`)
+			if err := copyTree(ctx, hostTree{}, filepath.Join(src, "a"), sbTree, "in/onto"); err != nil {
+				t.Fatalf("copy onto a dangling link: %v", err)
+			}
+			inSandbox(`[ -L onto ] && [ "$(readlink onto)" = made.txt ] && [ "$(cat made.txt)" = alpha ]`)
 			for name, content := range files {
 				data, err := os.ReadFile(filepath.Join(back, name))
 				if err != nil || string(data) != content {
