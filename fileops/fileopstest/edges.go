@@ -2,6 +2,7 @@ package fileopstest
 
 import (
 	"fmt"
+	"io/fs"
 	"strconv"
 	"strings"
 	"syscall"
@@ -119,6 +120,32 @@ var edgeCases = []testCase{
 		toolError(t, err, "Error: '"+e.p("loop")+"': too many levels of symbolic links (a symlink loop).")
 		_, err = e.tools.EditFile(e.ctx, e.p("loop"), "a", "b", false)
 		toolError(t, err, "Error: '"+e.p("loop")+"': too many levels of symbolic links (a symlink loop).")
+	}},
+	{"write/dangling_symlink", func(t *testing.T, e *env) {
+		// A symlink at the name is followed, a dangling one too: its
+		// target is created and the link stays (FileSystem.WriteFile).
+		e.sh(`ln -s made.txt link.txt && mkdir d && ln -s ../d/abs.txt d/rel-link`)
+		out, err := e.tools.WriteFile(e.ctx, e.p("link.txt"), "through\n")
+		require.NoError(t, err)
+		assert.Equal(t, "Created file '"+e.p("link.txt")+"' (8 bytes).", out)
+		require.NoError(t, backend.WriteFile(e.ctx, e.sb, e.p("d/rel-link"), strings.NewReader("rel\n"), 0o644))
+		assert.Equal(t, "through\n", e.cat("made.txt"))
+		assert.Equal(t, "rel\n", e.cat("d/abs.txt"))
+		assert.Equal(t, "made.txt\n../d/abs.txt\n", e.sh(`readlink link.txt; readlink d/rel-link`), "the links stay links")
+	}},
+	{"files/readlink", func(t *testing.T, e *env) {
+		e.write("f", "x")
+		e.sh(`ln -s "target with space" link && ln -s "$(printf 'a\nb')" nl-link`)
+		got, err := backend.Readlink(e.ctx, e.sb, e.p("link"))
+		require.NoError(t, err)
+		assert.Equal(t, "target with space", got)
+		got, err = backend.Readlink(e.ctx, e.sb, e.p("nl-link"))
+		require.NoError(t, err)
+		assert.Equal(t, "a\nb", got)
+		_, err = backend.Readlink(e.ctx, e.sb, e.p("f"))
+		assert.ErrorIs(t, err, syscall.EINVAL, "a regular file")
+		_, err = backend.Readlink(e.ctx, e.sb, e.p("nope"))
+		assert.ErrorIs(t, err, fs.ErrNotExist)
 	}},
 	{"ls/newline_names", func(t *testing.T, e *env) {
 		makeEvilNames(e)
