@@ -61,7 +61,7 @@ func (t *Tools) ReadFile(ctx context.Context, path string, offset, limit int) (s
 				offset, path, plural(skipped, "line", "lines"))
 		}
 	}
-	out, err := t.numberLines(br, offset, limit)
+	out, err := numberLines(br, offset, limit, MaxReadOutput)
 	if err != nil {
 		return "", t.fileError(ctx, path, err)
 	}
@@ -78,10 +78,11 @@ const noteReserve = 256
 
 // numberLines prints up to limit lines of br, numbered from offset+1, with
 // the note that ends a cut or partial answer; the whole answer is at most
-// MaxReadOutput bytes. It returns "" when br has no line to print.
-func (t *Tools) numberLines(br *bufio.Reader, offset, limit int) (string, error) {
+// maxOut bytes (MaxReadOutput; the fuzz test passes less). It returns ""
+// when br has no line to print.
+func numberLines(br *bufio.Reader, offset, limit, maxOut int) (string, error) {
 	var b strings.Builder
-	room := MaxReadOutput - noteReserve // for numbered lines and the newlines between them
+	room := maxOut - noteReserve // for numbered lines and the newlines between them
 	printed := 0
 	note := func(format string, args ...any) string {
 		return b.String() + "\n" + fmt.Sprintf(format, args...)
