@@ -32,14 +32,16 @@ var (
 )
 
 // Exit codes of the scripts: those of package backend's fallback scripts
-// (102 not found, 103 a directory, 104 no access, 105 not a directory; see
-// backend.ScriptError), and one for a missing tool.
+// (102 not found, 103 a directory, 104 no access, 105 not a directory, 107
+// not a regular file, 108 a symlink loop; see backend.ScriptError), and
+// one for a missing tool.
 const exitNoTool = 106
 
-// missingFn is a sh function that exits with ENOTDIR's code when the
-// nearest existing ancestor of $1 is not a directory, else with
-// ErrNotExist's.
-const missingFn = `missing() { p=$(dirname -- "$1"); while [ ! -e "$p" ]; do p=$(dirname -- "$p"); done; [ -d "$p" ] && exit 102; exit 105; }
+// missingFn is a sh function for a path $1 that does not exist: it exits
+// with ELOOP's code when $1 is a symlink loop (backend.GoneFn), with
+// ENOTDIR's when the nearest existing ancestor of $1 is not a directory,
+// else with ErrNotExist's.
+const missingFn = backend.GoneFn + `missing() { [ -L "$1" ] && gone "$1"; p=$(dirname -- "$1"); while [ ! -e "$p" ]; do p=$(dirname -- "$p"); done; [ -d "$p" ] && exit 102; exit 105; }
 `
 
 const (

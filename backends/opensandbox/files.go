@@ -172,9 +172,22 @@ func pathError(op, name string, err error) error {
 			err = fmt.Errorf("%w (%v)", syscall.EISDIR, err)
 		case strings.Contains(msg, "no such file or directory"):
 			err = fmt.Errorf("%w (%v)", fs.ErrNotExist, err)
+		case strings.Contains(msg, "too many levels of symbolic links"):
+			err = fmt.Errorf("%w (%v)", syscall.ELOOP, err)
 		}
 	}
 	return &fs.PathError{Op: op, Path: name, Err: err}
+}
+
+// inKernelFS reports whether p is in /proc, /sys or /dev, whose files
+// report sizes that are not their content's.
+func inKernelFS(p string) bool {
+	for _, k := range []string{"/proc", "/sys", "/dev"} {
+		if p == k || strings.HasPrefix(p, k+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // fileError is pathError after checking whether a failure to reach execd
@@ -203,8 +216,19 @@ func (s *Sandbox) ReadFile(ctx context.Context, name string) (io.ReadCloser, err
 	if err != nil {
 		return nil, s.fileError(ctx, "read", name, err)
 	}
-	if fi.Type == "directory" {
+	switch {
+	case fi.Type == "directory":
 		return nil, &fs.PathError{Op: "read", Path: name, Err: syscall.EISDIR}
+	case fi.Type == "symlink", inKernelFS(p):
+		// execd's info does not follow a link (which may lead to a named
+		// pipe, or loop), and a /proc file says it is empty: the read
+		// through Exec resolves them, refuses what is not a regular
+		// file and reads /proc to its end.
+		return nil, &fs.PathError{Op: "read", Path: name, Err: fmt.Errorf("%w: read through Exec", errors.ErrUnsupported)}
+	case fi.Type != "file" && fi.Type != "":
+		// A named pipe, socket or device: refused at once (execd's
+		// download would block on a pipe).
+		return nil, &fs.PathError{Op: "read", Path: name, Err: backend.ErrNotRegular}
 	}
 	req, err := x.request(ctx, http.MethodGet, "/files/download", url.Values{"path": {p}}, nil)
 	if err != nil {
@@ -239,8 +263,9 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, r io.Reader, perm 
 	return s.fileError(ctx, "write", name, x.upload(ctx, p, r, perm, owner))
 }
 
-// Stat describes name. execd does not follow symlinks, so a symlink is
-// reported with errors.ErrUnsupported and backend.Stat asks the sandbox.
+// Stat describes name. execd does not follow symlinks, nor tell special
+// files apart, so a symlink or a special file is reported with
+// errors.ErrUnsupported and backend.Stat asks the sandbox.
 func (s *Sandbox) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
 	p, x, err := s.fileTarget(ctx, name)
 	if err != nil {
@@ -250,8 +275,13 @@ func (s *Sandbox) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
 	if err != nil {
 		return nil, s.fileError(ctx, "stat", name, err)
 	}
-	if fi.Type == "symlink" {
+	switch fi.Type {
+	case "symlink":
 		return nil, &fs.PathError{Op: "stat", Path: name, Err: fmt.Errorf("%w: execd does not follow symlinks", errors.ErrUnsupported)}
+	case "file", "directory", "":
+	default:
+		// A named pipe, socket or device: execd does not say which.
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: fmt.Errorf("%w: execd does not tell special files apart", errors.ErrUnsupported)}
 	}
 	return fileInfoOf(fi), nil
 }

@@ -30,7 +30,10 @@ A file is copied to DST, or into DST when DST is a directory. A directory is
 copied into DST when DST is an existing directory, and otherwise becomes DST;
 SRC ending in /. copies the directory's contents instead. SRC - reads a tar
 stream from stdin and extracts it into the directory DST; DST - writes SRC as a
-tar stream to stdout.`,
+tar stream to stdout.
+
+Symlinks are copied as links, on every backend. A symlink at DST is followed,
+a dangling one too (the copy creates its target), as docker cp does.`,
 		Example: `  sbx cp ./src main:/work
   sbx cp main:/work/out.txt .
   sbx cp 3f9c2a:/var/log - | tar t`,

@@ -54,7 +54,7 @@ func CheckRegular(op, name string, m fs.FileMode) error {
 }
 
 // Kind names the type of a file of mode m: "regular file", "directory",
-// "symbolic link", "named pipe", "socket", "device" or "irregular file".
+// "symbolic link", "named pipe", "socket", "device" or "special file".
 func Kind(m fs.FileMode) string {
 	switch {
 	case m.IsRegular():
@@ -70,7 +70,7 @@ func Kind(m fs.FileMode) string {
 	case m&fs.ModeDevice != 0:
 		return "device"
 	}
-	return "irregular file"
+	return "special file"
 }
 
 // FollowLinks returns the path a write of name lands on: every symbolic
