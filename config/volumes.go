@@ -64,8 +64,13 @@ func parseVolumeOn(spec string, hp hostPaths) (v backend.Volume, skip string, er
 
 // volume checks and resolves one mount of source at target.
 func volume(source, target string, readOnly bool, hp hostPaths) (v backend.Volume, skip string, err error) {
-	if !path.IsAbs(target) {
+	switch {
+	case !path.IsAbs(target):
 		return v, "", fmt.Errorf("sandbox path %q is not absolute", target)
+	case strings.TrimSpace(target) != target:
+		return v, "", fmt.Errorf("sandbox path %q starts or ends with white space", target)
+	case path.Clean(target) == "/":
+		return v, "", fmt.Errorf("sandbox path %q is the sandbox's root, which a volume cannot replace", target)
 	}
 	v = backend.Volume{Type: backend.VolumeBind, Target: path.Clean(target), ReadOnly: readOnly}
 	if isVolumeName(source) {

@@ -81,6 +81,9 @@ func decode32(s string) (string, bool) {
 
 // encodeKey returns the stored form of key k.
 func encodeKey(k string) (string, error) {
+	if k == "" {
+		return "", fmt.Errorf("%w: a label key is empty", backend.ErrInvalidConfig)
+	}
 	if validLabelKey(k) && !strings.HasPrefix(k, keyMark) && !contKeyRE.MatchString(k) {
 		return k, nil
 	}
