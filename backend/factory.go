@@ -106,3 +106,23 @@ func TableAs[T any](name string, table any) (T, error) {
 	}
 	return zero, InvalidConfigf("%s backend: config is %T, want *%T", name, table, zero)
 }
+
+// HostPathField is a host path a factory reads from its table: the key as
+// the file names it (for errors) and the field holding the path.
+type HostPathField struct {
+	Key  string
+	Path *string
+}
+
+// ResolveHostPaths resolves each field in place with s.HostPath, in order,
+// stopping at the first error.
+func ResolveHostPaths(s Settings, fields ...HostPathField) error {
+	for _, f := range fields {
+		p, err := s.HostPath(f.Key, *f.Path)
+		if err != nil {
+			return err
+		}
+		*f.Path = p
+	}
+	return nil
+}

@@ -306,17 +306,6 @@ func (c *Config) Open(ctx context.Context, logger *slog.Logger) (backend.Backend
 
 var errNoRegistry = invalidf("config: this Config was not made by a Registry's LoadConfig or ParseConfig, so it knows no backends")
 
-// EntryExtraKeys reports whether key is an [extra] key that some backend of
-// the registry that parsed the config reads (backend.Factory.EntryExtraKeys
-// and EntryTTLKey): initializers decoding an entry's extra table leave such
-// keys alone.
-func (c *Config) EntryExtraKey(key string) bool {
-	if c.reg == nil {
-		return false
-	}
-	return c.reg.entryExtraKeys()[key]
-}
-
 // settings is what a backend factory may read of a config besides its own
 // table (backend.Settings).
 type settings struct{ c *Config }

@@ -464,9 +464,13 @@ func (c *Config) DecodeExtra(e *Entry, v any) error {
 		t = t.Elem()
 	}
 	_, open := v.(openExtra)
+	var backendKeys map[string]bool // read by some backend of the registry
+	if c.reg != nil {
+		backendKeys = c.reg.entryExtraKeys()
+	}
 	maps.DeleteFunc(data, func(k string, _ any) bool {
 		_, known := fieldFor(t, k)
-		return !known && (open || c.EntryExtraKey(k))
+		return !known && (open || backendKeys[k])
 	})
 	p.decodeStrict(data, slices.Concat(entryKey(e.Name), toml.Key{"extra"}), v, nil)
 	return p.err()

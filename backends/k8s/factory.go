@@ -45,10 +45,9 @@ func openFromConfig(_ context.Context, req backend.OpenRequest) (backend.Backend
 			}
 		}
 	}
-	if c.Kubeconfig, err = req.Settings.HostPath("sandbox.k8s.kubeconfig", c.Kubeconfig); err != nil {
-		return nil, err
-	}
-	if c.SbxdPath, err = req.Settings.HostPath("sandbox.k8s.sbxd_path", c.SbxdPath); err != nil {
+	if err := backend.ResolveHostPaths(req.Settings,
+		backend.HostPathField{Key: "sandbox.k8s.kubeconfig", Path: &c.Kubeconfig},
+		backend.HostPathField{Key: "sandbox.k8s.sbxd_path", Path: &c.SbxdPath}); err != nil {
 		return nil, err
 	}
 	if tol := req.Settings.Tolerations(); len(c.Tolerations) == 0 && len(tol) > 0 {

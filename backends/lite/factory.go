@@ -22,26 +22,18 @@ var Factory = backend.Factory{
 		if err != nil {
 			return nil, err
 		}
-		paths := []struct {
-			key string
-			val *string
-		}{
-			{"sandbox.lite.state_dir", &c.StateDir},
-			{"sandbox.lite.image_dir", &c.ImageDir},
-			{"sandbox.lite.runtime_root", &c.RuntimeRoot},
-			{"sandbox.lite.sbxd_path", &c.SbxdPath},
+		paths := []backend.HostPathField{
+			{Key: "sandbox.lite.state_dir", Path: &c.StateDir},
+			{Key: "sandbox.lite.image_dir", Path: &c.ImageDir},
+			{Key: "sandbox.lite.runtime_root", Path: &c.RuntimeRoot},
+			{Key: "sandbox.lite.sbxd_path", Path: &c.SbxdPath},
 		}
 		// A runtime given as a path (not a bare name) resolves too.
 		if strings.Contains(c.Runtime, "/") {
-			paths = append(paths, struct {
-				key string
-				val *string
-			}{"sandbox.lite.runtime", &c.Runtime})
+			paths = append(paths, backend.HostPathField{Key: "sandbox.lite.runtime", Path: &c.Runtime})
 		}
-		for _, p := range paths {
-			if *p.val, err = req.Settings.HostPath(p.key, *p.val); err != nil {
-				return nil, err
-			}
+		if err := backend.ResolveHostPaths(req.Settings, paths...); err != nil {
+			return nil, err
 		}
 		c.DefaultImage = req.Settings.DefaultImage()
 		return New(c, WithLogger(req.Logger))

@@ -27,24 +27,16 @@ var Factory = backend.Factory{
 		if c.RemoteHost == "" {
 			c.RemoteHost = req.Settings.DockerRemoteHost()
 		}
-		paths := []struct {
-			key string
-			val *string
-		}{
-			{"sandbox.remotedocker.known_hosts", &c.KnownHosts},
-			{"sandbox.remotedocker.identity_file", &c.IdentityFile},
-			{"sandbox.remotedocker.sbxd_path", &c.SbxdPath},
+		paths := []backend.HostPathField{
+			{Key: "sandbox.remotedocker.known_hosts", Path: &c.KnownHosts},
+			{Key: "sandbox.remotedocker.identity_file", Path: &c.IdentityFile},
+			{Key: "sandbox.remotedocker.sbxd_path", Path: &c.SbxdPath},
 		}
 		if c.SSHConfig != "none" {
-			paths = append(paths, struct {
-				key string
-				val *string
-			}{"sandbox.remotedocker.ssh_config", &c.SSHConfig})
+			paths = append(paths, backend.HostPathField{Key: "sandbox.remotedocker.ssh_config", Path: &c.SSHConfig})
 		}
-		for _, p := range paths {
-			if *p.val, err = req.Settings.HostPath(p.key, *p.val); err != nil {
-				return nil, err
-			}
+		if err := backend.ResolveHostPaths(req.Settings, paths...); err != nil {
+			return nil, err
 		}
 		return New(c, WithLogger(req.Logger))
 	},
