@@ -141,11 +141,13 @@
 // execute(command, timeout=1800s) runs "sh -c command" in the sandbox's
 // working directory and answers, from [ExecuteResult.String]:
 //
-//	<stdout and stderr interleaved as written>
+//	<stdout and stderr>
 //	Command timed out after 5 seconds       (after a timeout only)
 //	Exit code: 124
 //
-// The output is followed by a newline if it lacks one; with no output the
+// The order of lines between the two streams is kept only when the
+// command writes both to one (sbx serve runs commands as "exec 2>&1;
+// COMMAND"). The output is followed by a newline if it lacks one; with no output the
 // answer is just "Exit code: N". A timeout kills the command's whole
 // process tree and gives exit code 124 with the output produced so far.
 // Output beyond [Options.OutputLimit] (default 4 MiB) is cut in the middle:
