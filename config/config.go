@@ -210,12 +210,57 @@ type Entry struct {
 	TTL *time.Duration `toml:"ttl"`
 	// Labels are added to the sandbox's labels.
 	Labels map[string]string `toml:"labels"`
+	// Pool keeps ready sandboxes of this entry (see session.Pool); nil:
+	// no pool, every sandbox is made when asked for.
+	Pool *PoolConfig `toml:"pool"`
 	// Extra is free-form, for initializers and backends
 	// (initializer_timeout_sec, namespace, ...).
 	Extra map[string]any `toml:"extra"`
 
 	dir string // the config file's folder
 }
+
+// PoolConfig is an entry's [sandbox.sandboxes.NAME.pool] table.
+type PoolConfig struct {
+	// Size is how many ready sandboxes a keeper keeps (1 to MaxPoolSize).
+	Size int `toml:"size"`
+	// MaxIdle: a ready sandbox older than this is replaced by a fresh one
+	// (default DefaultPoolMaxIdle; written like ttl).
+	MaxIdle time.Duration `toml:"max_idle"`
+	// Refill is how many sandboxes a keeper makes at once (default
+	// DefaultPoolRefill, at most Size).
+	Refill int `toml:"refill"`
+	// Reuse hands a used sandbox back to the pool after a Reset where the
+	// backend's Reset is provably clean (lite); elsewhere used sandboxes
+	// are always removed. Default true; false always removes them.
+	Reuse *bool `toml:"reuse"`
+}
+
+// Pool defaults and bounds.
+const (
+	DefaultPoolMaxIdle = 30 * time.Minute
+	DefaultPoolRefill  = 2
+	MaxPoolSize        = 1000
+)
+
+// PoolSettings returns the entry's pool with defaults filled in, or nil
+// when the entry has none.
+func (e *Entry) PoolSettings() *PoolConfig {
+	if e.Pool == nil {
+		return nil
+	}
+	p := *e.Pool
+	p.MaxIdle = cmp.Or(p.MaxIdle, DefaultPoolMaxIdle)
+	p.Refill = min(cmp.Or(p.Refill, DefaultPoolRefill), max(p.Size, 1))
+	if p.Reuse == nil {
+		t := true
+		p.Reuse = &t
+	}
+	return &p
+}
+
+// ReuseOn reports whether used sandboxes may go back to the pool.
+func (p *PoolConfig) ReuseOn() bool { return p.Reuse == nil || *p.Reuse }
 
 // DockerfilePath returns the entry's Dockerfile as an absolute host path
 // ("" if none is set). Relative paths of all three keys resolve against the

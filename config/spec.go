@@ -116,7 +116,28 @@ func (c *Config) buildSpec(e *Entry, loading bool) (spec backend.Spec, warnings,
 	b.labels()
 	b.build()
 	b.existing()
+	b.pool()
 	return b.spec, b.warnings, b.problems
+}
+
+// pool checks [sandbox.sandboxes.NAME.pool].
+func (b *specBuilder) pool() {
+	p := b.e.Pool
+	if p == nil {
+		return
+	}
+	switch {
+	case p.Size < 1 || p.Size > MaxPoolSize:
+		b.fail(b.at("pool", "size"), "want 1 to %d ready sandboxes, got %d (remove the [pool] table for no pool)", MaxPoolSize, p.Size)
+	case p.MaxIdle < 0:
+		b.fail(b.at("pool", "max_idle"), "must not be negative, got %s", p.MaxIdle)
+	case p.MaxIdle > 0 && p.MaxIdle < time.Second:
+		b.fail(b.at("pool", "max_idle"), "want at least 1s, got %s", p.MaxIdle)
+	case p.Refill < 0:
+		b.fail(b.at("pool", "refill"), "must not be negative, got %d", p.Refill)
+	case b.e.ContainerID != "" || b.e.PodName != "":
+		b.fail(b.at("pool"), "an entry that attaches to an existing container (container_id, pod_name) cannot have a pool")
+	}
 }
 
 // specBuilder holds one entry's Spec while buildSpec fills it, key by key.

@@ -39,6 +39,7 @@ func (s *suite) testOptional(t *testing.T) {
 		{"VolumeManager", func(t *testing.T, _ backend.Sandbox) { s.testVolumeManager(t) }},
 		{"NetworkManager", func(t *testing.T, _ backend.Sandbox) { s.testNetworkManager(t) }},
 		{"Labeler", func(t *testing.T, _ backend.Sandbox) { s.testLabeler(t) }},
+		{"Claimer", func(t *testing.T, _ backend.Sandbox) { s.testClaimer(t) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -20,3 +20,13 @@ var _ backend.Labeler = (*Backend)(nil)
 func (b *Backend) SetLabels(ctx context.Context, id string, labels map[string]string) error {
 	return statedir.SetLabels(b.dir, Name, id, labels, func(m *meta) *map[string]string { return &m.Labels })
 }
+
+var _ backend.Claimer = (*Backend)(nil)
+
+// Claim takes a pool member under its record's lock (backend.Claimer).
+func (b *Backend) Claim(ctx context.Context, id string, c backend.Claim) (backend.Info, error) {
+	return statedir.Claim(b.dir, Name, id, c, func(m *meta) statedir.ClaimFields {
+		return statedir.ClaimFields{Labels: &m.Labels, Owner: &m.Owner, Session: &m.Session, ExpiresAt: &m.ExpiresAt,
+			Removing: m.Removing, Info: m.info}
+	})
+}

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
@@ -292,6 +293,37 @@ func HalfInfo(dir, backendName string) (backend.Info, bool) {
 	return i, true
 }
 
+// Update changes sandbox id's record (of type M) under root with fn,
+// holding an exclusive lock on the sandbox's folder, so that concurrent
+// read-modify-write updates from any process (SetLabels, Claim) never lose
+// one another's changes. fn's error leaves the record as it was. An ID of
+// another shape, or without a record, is backend.ErrNotFound.
+func Update[M any](root, id string, fn func(*M) error) error {
+	if !ValidID(id) {
+		return backend.ErrNotFound
+	}
+	dir := filepath.Join(root, id)
+	f, err := os.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return backend.ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close() // releases the lock
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("locking %s: %w", dir, err)
+	}
+	m, err := Read[M](dir)
+	if err != nil {
+		return err
+	}
+	if err := fn(m); err != nil {
+		return err
+	}
+	return WriteMeta(dir, m)
+}
+
 // SetLabels is a Labeler's SetLabels for the sandboxes under root: it
 // changes the labels of sandbox id's record (an empty value removes one)
 // through labelsOf, which returns the record's label map (allocating it
@@ -307,27 +339,53 @@ func SetLabels[M any](root, backendName, id string, set map[string]string, label
 			return opErr(fmt.Errorf("%w: label %s is kept by the backend itself", backend.ErrInvalidConfig, k))
 		}
 	}
-	if !ValidID(id) {
-		return opErr(backend.ErrNotFound)
-	}
-	dir := filepath.Join(root, id)
-	m, err := Read[M](dir)
+	err := Update(root, id, func(m *M) error {
+		labels := labelsOf(m)
+		if *labels == nil {
+			*labels = map[string]string{}
+		}
+		for k, v := range set {
+			if v == "" {
+				delete(*labels, k)
+			} else {
+				(*labels)[k] = v
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return opErr(err)
 	}
-	labels := labelsOf(m)
-	if *labels == nil {
-		*labels = map[string]string{}
-	}
-	for k, v := range set {
-		if v == "" {
-			delete(*labels, k)
-		} else {
-			(*labels)[k] = v
-		}
-	}
-	if err := WriteMeta(dir, m); err != nil {
-		return opErr(err)
-	}
 	return nil
+}
+
+// ClaimFields are the parts of a record a claim changes.
+type ClaimFields struct {
+	Labels         *map[string]string
+	Owner, Session *string
+	ExpiresAt      *time.Time
+	Removing       bool // the record says the sandbox is being removed
+	Info           func() backend.Info
+}
+
+// Claim is a backend.Claimer's Claim for the sandboxes under root: under
+// Update's lock it checks the member's pool state and applies c to the
+// fields fields returns, then reports the record's Info.
+func Claim[M any](root, backendName, id string, c backend.Claim, fields func(*M) ClaimFields) (backend.Info, error) {
+	var info backend.Info
+	err := Update(root, id, func(m *M) error {
+		f := fields(m)
+		if f.Removing {
+			return backend.ErrClaimed
+		}
+		if err := backend.ApplyClaim(f.Labels, f.Owner, f.Session, f.ExpiresAt, c, time.Now()); err != nil {
+			return err
+		}
+		info = f.Info()
+		return nil
+	})
+	if err != nil {
+		return backend.Info{}, &backend.OpError{Op: "claim", Backend: backendName, Sandbox: id, Err: err}
+	}
+	return info, nil
 }
