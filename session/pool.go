@@ -1,0 +1,730 @@
+package session
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/config"
+	"github.com/sandboxkit/sandboxkit/internal/owner"
+)
+
+// A Pool keeps ready sandboxes of one config entry so that a task gets one
+// in milliseconds: Acquire claims a ready member (atomically, across
+// processes, through the backend's Claimer), binds the task's settings to
+// it and returns it; with no ready member it makes one, as without a pool.
+// Keep runs the keeper that refills the pool.
+//
+// Members are ordinary sandboxes of the entry, labelled
+// backend.LabelPool (the pool's key: the entry's name and Spec) and
+// backend.LabelPoolState (ready, then claimed), owned by the keeper
+// process while ready (so sbx gc reaps them when it dies) and by the
+// task's owner once claimed. A keeper hands out its own members first,
+// whose agents are already connected; members of other keepers (another
+// sbx serve, sbx pool keep) come next, found with List.
+type Pool struct {
+	o       PoolOptions
+	key     string
+	claimer backend.Claimer
+	self    string // this process, as a keeper (owner string)
+	reuse   bool
+	memTTL  time.Duration
+
+	mu      sync.Mutex
+	ready   []*warm // this process's ready members, oldest first
+	making  int
+	keeping bool
+	kick    chan struct{}
+	changed chan struct{} // closed and replaced when ready grows
+	st      counters
+	bg      sync.WaitGroup
+}
+
+// PoolOptions configure a Pool. Backend, Name, Spec and Settings are
+// required.
+type PoolOptions struct {
+	Backend backend.Backend
+	// Name is the config entry; Spec the Spec its sandboxes are made from
+	// (Launcher.Standalone's); Provision, when set, prepares each one
+	// before it is ready.
+	Name      string
+	Spec      backend.Spec
+	Provision func(ctx context.Context, sb backend.Sandbox) error
+	Settings  config.PoolConfig
+	// Wrap, when set, wraps every sandbox the pool keeps or hands out, and
+	// must leave it ready for a fast first command: sbxd.Wrap followed by
+	// starting the agent, so that a member's agent runs and is connected
+	// before a task claims it.
+	Wrap func(ctx context.Context, sb backend.Sandbox) (backend.Sandbox, error)
+	// Logger; nil: discard.
+	Logger *slog.Logger
+}
+
+// warm is a ready member this process made.
+type warm struct {
+	sb   backend.Sandbox // wrapped
+	raw  backend.Sandbox
+	made time.Time
+}
+
+// counters are a pool's figures (see PoolStats).
+type counters struct {
+	claimed, foreign, cold, created, recycled, returned, failed int64
+	made                                                        []time.Time // creation times in the last minute
+	lastErr                                                     string
+}
+
+// Binding is what a task brings to a sandbox it acquires. Nothing of it
+// needs a restart: owner, session, TTL and labels are recorded by the
+// claim; env and working directory are applied to every Exec of the
+// returned sandbox; files are written before Acquire returns.
+type Binding struct {
+	// Env is added to every command's environment (a request's own Env
+	// wins); WorkDir is the default working directory of commands.
+	Env     map[string]string
+	WorkDir string
+	// Files are written into the sandbox (relative paths against WorkDir,
+	// else the sandbox's working directory).
+	Files []File
+	// Labels are added to the sandbox's.
+	Labels map[string]string
+	// Owner, Session and TTL are the sandbox's from now on (see
+	// backend.Spec); TTL 0 is the entry's TTL.
+	Owner   string
+	Session string
+	TTL     time.Duration
+}
+
+// File is one file a Binding writes.
+type File struct {
+	Path string
+	Data []byte
+	// Mode defaults to 0644.
+	Mode fs.FileMode
+}
+
+// PoolKey is the LabelPool value of entry name's members made from spec:
+// a hash of both, so that members of an older config are never handed out
+// and every process with the same entry shares one pool.
+func PoolKey(name string, spec backend.Spec) string {
+	spec.Owner, spec.Session, spec.TTL = "", "", 0
+	spec.Labels = maps.Clone(spec.Labels)
+	delete(spec.Labels, backend.LabelPool)
+	delete(spec.Labels, backend.LabelPoolState)
+	data, err := json.Marshal(struct {
+		Entry string
+		backend.Spec
+		Progress struct{} // shadows Spec.Progress, a func
+	}{Entry: name, Spec: spec})
+	if err != nil {
+		panic(fmt.Sprintf("session: PoolKey: %v", err)) // Spec is plain data
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8])
+}
+
+// NewPool returns the pool of o.Name. The backend must be a
+// backend.Claimer (every built-in backend but opensandbox is).
+func NewPool(o PoolOptions) (*Pool, error) {
+	if o.Backend == nil || o.Name == "" {
+		return nil, backend.InvalidConfigf("session: NewPool needs a Backend and a Name")
+	}
+	set := o.Settings
+	if set.Size < 1 {
+		return nil, backend.InvalidConfigf("pool of %q: size must be at least 1, got %d", o.Name, set.Size)
+	}
+	set.MaxIdle = cmp.Or(set.MaxIdle, config.DefaultPoolMaxIdle)
+	set.Refill = min(cmp.Or(set.Refill, config.DefaultPoolRefill), set.Size)
+	o.Settings = set
+	cl, ok := backend.AsBackend[backend.Claimer](o.Backend)
+	if !ok {
+		return nil, fmt.Errorf("pool of %q: the %s backend cannot hand a ready sandbox to exactly one task (it is no backend.Claimer): remove the entry's [pool] table: %w",
+			o.Name, o.Backend.Name(), errors.ErrUnsupported)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Pool{
+		o: o, key: PoolKey(o.Name, o.Spec), claimer: cl, self: owner.Self(),
+		reuse:   set.ReuseOn() && o.Backend.Capabilities().CleanReset,
+		memTTL:  set.MaxIdle + time.Minute,
+		kick:    make(chan struct{}, 1),
+		changed: make(chan struct{}),
+	}
+	return p, nil
+}
+
+// NewPool returns the pool of entry name as its [pool] table describes it,
+// on b; members are made as Standalone makes them. An entry without a
+// [pool] table is an error wrapping backend.ErrInvalidConfig.
+func (l *Launcher) NewPool(b backend.Backend, name string, wrap func(context.Context, backend.Sandbox) (backend.Sandbox, error)) (*Pool, error) {
+	e, err := l.Config.Entry(name)
+	if err != nil {
+		return nil, err
+	}
+	set := e.PoolSettings()
+	if set == nil {
+		return nil, backend.InvalidConfigf("%s: %s has no [pool] table", l.Config.Describe(), config.EntryKey(name))
+	}
+	spec, provision, err := l.Standalone(name)
+	if err != nil {
+		return nil, err
+	}
+	return NewPool(PoolOptions{Backend: b, Name: name, Spec: spec, Provision: provision, Settings: *set, Wrap: wrap, Logger: l.Logger})
+}
+
+// Key is the pool's backend.LabelPool value.
+func (p *Pool) Key() string { return p.key }
+
+// Name is the pool's config entry.
+func (p *Pool) Name() string { return p.o.Name }
+
+// Settings are the pool's size, max_idle, refill and reuse.
+func (p *Pool) Settings() config.PoolConfig { return p.o.Settings }
+
+// Reuses reports whether used sandboxes go back to the pool (reuse is on
+// and the backend's Reset is clean).
+func (p *Pool) Reuses() bool { return p.reuse }
+
+// Acquire returns a sandbox of the pool's entry bound to b: a ready member
+// when there is one, else a new sandbox (a cold start; an empty pool is
+// never an error). Release it when the task is done.
+func (p *Pool) Acquire(ctx context.Context, b Binding) (*Claimed, error) {
+	claim := backend.Claim{Owner: b.Owner, Session: b.Session, TTL: cmp.Or(b.TTL, p.o.Spec.TTL), Labels: b.Labels}
+	defer p.wake()
+	// This process's members first: their agents are connected.
+	for {
+		w := p.pop()
+		if w == nil {
+			break
+		}
+		if _, err := p.claimer.Claim(ctx, w.raw.ID(), claim); err != nil {
+			closeQuietly(w.sb)
+			if errors.Is(err, backend.ErrClaimed) || errors.Is(err, backend.ErrNotFound) {
+				continue // another process took it, or it is gone
+			}
+			return nil, p.fail(err)
+		}
+		p.count(func(c *counters) { c.claimed++ })
+		return p.bind(ctx, w.sb, w.raw, b, true)
+	}
+	// Then other keepers' members.
+	infos, err := p.o.Backend.List(ctx, backend.Filter{Name: p.o.Name, Labels: map[string]string{
+		backend.LabelPool: p.key, backend.LabelPoolState: backend.PoolReady}})
+	if err != nil {
+		return nil, p.fail(err)
+	}
+	rand.Shuffle(len(infos), func(i, j int) { infos[i], infos[j] = infos[j], infos[i] })
+	for _, info := range infos {
+		if info.State != backend.StateRunning {
+			continue
+		}
+		if _, err := p.claimer.Claim(ctx, info.ID, claim); err != nil {
+			if errors.Is(err, backend.ErrClaimed) || errors.Is(err, backend.ErrNotFound) {
+				continue
+			}
+			return nil, p.fail(err)
+		}
+		raw, err := p.o.Backend.Get(ctx, info.ID)
+		if err != nil {
+			return nil, p.fail(err)
+		}
+		sb, err := p.wrap(ctx, raw)
+		if err != nil {
+			p.destroyLater(raw)
+			return nil, p.fail(err)
+		}
+		p.count(func(c *counters) { c.claimed++; c.foreign++ })
+		return p.bind(ctx, sb, raw, b, true)
+	}
+	// Cold: made for this task, as without a pool.
+	p.count(func(c *counters) { c.cold++ })
+	spec := p.memberSpec(backend.PoolClaimed)
+	spec.Owner, spec.Session, spec.TTL = claim.Owner, claim.Session, claim.TTL
+	for k, v := range b.Labels {
+		spec.Labels[k] = v
+	}
+	sb, raw, err := p.make(ctx, spec)
+	if err != nil {
+		return nil, p.fail(err)
+	}
+	return p.bind(ctx, sb, raw, b, false)
+}
+
+// memberSpec is the Spec of a member made in state.
+func (p *Pool) memberSpec(state string) backend.Spec {
+	spec := p.o.Spec
+	spec.Labels = maps.Clone(spec.Labels)
+	if spec.Labels == nil {
+		spec.Labels = map[string]string{}
+	}
+	spec.Labels[backend.LabelPool] = p.key
+	spec.Labels[backend.LabelPoolState] = state
+	return spec
+}
+
+// make creates, provisions and wraps a sandbox; on failure nothing is left.
+func (p *Pool) make(ctx context.Context, spec backend.Spec) (sb, raw backend.Sandbox, err error) {
+	raw, err = p.o.Backend.Create(ctx, spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p.o.Provision != nil {
+		if err := p.o.Provision(ctx, raw); err != nil {
+			p.destroyNow(raw)
+			return nil, nil, err
+		}
+	}
+	if sb, err = p.wrap(ctx, raw); err != nil {
+		p.destroyNow(raw)
+		return nil, nil, err
+	}
+	return sb, raw, nil
+}
+
+func (p *Pool) wrap(ctx context.Context, raw backend.Sandbox) (backend.Sandbox, error) {
+	if p.o.Wrap == nil {
+		return raw, nil
+	}
+	return p.o.Wrap(ctx, raw)
+}
+
+// bind applies b to a claimed sandbox.
+func (p *Pool) bind(ctx context.Context, sb, raw backend.Sandbox, b Binding, warm bool) (*Claimed, error) {
+	c := &Claimed{Sandbox: sb, Warm: warm, pool: p, raw: raw, env: maps.Clone(b.Env), dir: b.WorkDir}
+	for k := range b.Labels {
+		c.labels = append(c.labels, k)
+	}
+	for _, f := range b.Files {
+		name := f.Path
+		if !path.IsAbs(name) && b.WorkDir != "" {
+			name = path.Join(b.WorkDir, name)
+		}
+		mode := cmp.Or(f.Mode, 0o644)
+		if err := backend.WriteFile(ctx, sb, name, bytes.NewReader(f.Data), mode); err != nil {
+			p.destroyLater(sb)
+			return nil, fmt.Errorf("pool of %q: writing %s into sandbox %s: %w", p.o.Name, name, sb.ID(), err)
+		}
+	}
+	return c, nil
+}
+
+func (p *Pool) fail(err error) error {
+	p.count(func(c *counters) { c.lastErr = err.Error() })
+	return fmt.Errorf("pool of %q: %w", p.o.Name, err)
+}
+
+func (p *Pool) count(f func(*counters)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f(&p.st)
+}
+
+// pop takes this process's oldest ready member.
+func (p *Pool) pop() *warm {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.ready) == 0 {
+		return nil
+	}
+	w := p.ready[0]
+	p.ready = p.ready[1:]
+	return w
+}
+
+func (p *Pool) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Claimed is a sandbox Acquire returned: its Exec applies the Binding's
+// environment and working directory.
+type Claimed struct {
+	backend.Sandbox
+	// Warm: it came ready from the pool (false: made for this task).
+	Warm bool
+
+	pool     *Pool
+	raw      backend.Sandbox
+	env      map[string]string
+	dir      string
+	labels   []string
+	released sync.Once
+}
+
+// Unwrap returns the sandbox the binding wraps.
+func (c *Claimed) Unwrap() backend.Sandbox { return c.Sandbox }
+
+// Exec runs req with the binding's environment (req.Env wins) and working
+// directory (when req sets none).
+func (c *Claimed) Exec(ctx context.Context, req backend.ExecRequest) (backend.ExecResult, error) {
+	if len(c.env) > 0 {
+		env := maps.Clone(c.env)
+		maps.Copy(env, req.Env)
+		req.Env = env
+	}
+	if req.WorkDir == "" {
+		req.WorkDir = c.dir
+	}
+	return c.Sandbox.Exec(ctx, req)
+}
+
+// Release ends the task's use of the sandbox: where the pool reuses
+// sandboxes (a clean Reset) it goes back to the pool, else it is removed.
+// Both happen in the background; Pool.Close waits for them.
+func (c *Claimed) Release() {
+	c.released.Do(func() {
+		p := c.pool
+		rs, ok := backend.As[backend.Resetter](c.raw)
+		p.mu.Lock()
+		back := p.reuse && p.keeping && ok
+		p.mu.Unlock()
+		if !back {
+			p.destroyLater(c.Sandbox)
+			return
+		}
+		p.bg.Go(func() {
+			if err := p.giveBack(c, rs); err != nil {
+				p.o.Logger.Warn("pool: a used sandbox could not go back to the pool; removing it", "pool", p.o.Name, "sandbox", c.raw.ID(), "err", err)
+				p.destroyNow(c.Sandbox)
+			}
+		})
+	})
+}
+
+// giveBack resets a used sandbox and makes it a ready member again.
+func (p *Pool) giveBack(c *Claimed, rs backend.Resetter) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	closeQuietly(c.Sandbox)
+	if err := rs.Reset(ctx); err != nil {
+		return fmt.Errorf("reset: %w", err)
+	}
+	drop := map[string]string{}
+	for _, k := range c.labels {
+		if _, keep := p.o.Spec.Labels[k]; !keep {
+			drop[k] = ""
+		}
+	}
+	if _, err := p.claimer.Claim(ctx, c.raw.ID(), backend.Claim{Expect: backend.PoolClaimed, State: backend.PoolReady,
+		Owner: p.self, TTL: p.memTTL, Labels: drop}); err != nil {
+		return fmt.Errorf("back to ready: %w", err)
+	}
+	sb, err := p.wrap(ctx, c.raw)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.keeping {
+		go p.destroyLater(sb)
+		return nil
+	}
+	p.st.returned++
+	p.addReady(&warm{sb: sb, raw: c.raw, made: time.Now()})
+	return nil
+}
+
+// destroyLater removes sb in the background.
+func (p *Pool) destroyLater(sb backend.Sandbox) {
+	p.bg.Go(func() { p.destroyNow(sb) })
+}
+
+func (p *Pool) destroyNow(sb backend.Sandbox) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := sb.Destroy(ctx); err != nil {
+		p.o.Logger.Warn("pool: removing a sandbox", "pool", p.o.Name, "sandbox", sb.ID(), "err", err)
+	}
+	closeQuietly(sb)
+}
+
+// Close waits for the sandboxes being removed or reset in the background
+// (Release, Keep's end), or for ctx.
+func (p *Pool) Close(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { p.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func closeQuietly(sb backend.Sandbox) {
+	if c, ok := sb.(io.Closer); ok {
+		c.Close()
+	}
+}
+
+// Keep keeps the pool full until ctx ends: it makes members (Refill at
+// once) until Size are ready, replaces members older than MaxIdle, and
+// notices members other processes claimed. When ctx ends it removes the
+// ready members it made and returns. One Keep per Pool.
+func (p *Pool) Keep(ctx context.Context) error {
+	p.mu.Lock()
+	if p.keeping {
+		p.mu.Unlock()
+		return fmt.Errorf("pool of %q: already kept", p.o.Name)
+	}
+	p.keeping = true
+	p.mu.Unlock()
+	defer p.drain()
+
+	made := make(chan error, p.o.Settings.Refill)
+	backoff := time.Duration(0)
+	var retry <-chan time.Time
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		if retry == nil {
+			p.fill(ctx, made)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-made:
+			if err != nil {
+				backoff = min(max(2*backoff, 500*time.Millisecond), 30*time.Second)
+				retry = time.After(backoff)
+			} else {
+				backoff = 0
+			}
+		case <-retry:
+			retry = nil
+		case <-p.kick:
+		case <-tick.C:
+			p.recycle(ctx)
+			p.reconcile(ctx)
+		}
+	}
+}
+
+// fill starts as many creations as the pool lacks, Refill at a time.
+func (p *Pool) fill(ctx context.Context, made chan<- error) {
+	p.mu.Lock()
+	n := min(p.o.Settings.Size-len(p.ready)-p.making, p.o.Settings.Refill-p.making)
+	p.making += max(n, 0)
+	p.mu.Unlock()
+	for range n {
+		p.bg.Go(func() {
+			err := p.addMember(ctx)
+			p.mu.Lock()
+			p.making--
+			p.mu.Unlock()
+			select {
+			case made <- err:
+			case <-ctx.Done():
+			}
+		})
+	}
+}
+
+// addMember makes one ready member.
+func (p *Pool) addMember(ctx context.Context) error {
+	spec := p.memberSpec(backend.PoolReady)
+	spec.Owner, spec.Session, spec.TTL = p.self, "", p.memTTL
+	sb, raw, err := p.make(ctx, spec)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.count(func(c *counters) { c.failed++; c.lastErr = err.Error() })
+			p.o.Logger.Warn("pool: making a ready sandbox failed", "pool", p.o.Name, "err", err)
+		}
+		return err
+	}
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ctx.Err() != nil {
+		go p.destroyLater(sb)
+		return ctx.Err()
+	}
+	p.addReady(&warm{sb: sb, raw: raw, made: now})
+	p.st.created++
+	p.st.made = append(pruneMinute(p.st.made, now), now)
+	return nil
+}
+
+// addReady appends w to the ready members; p.mu is held.
+func (p *Pool) addReady(w *warm) {
+	p.ready = append(p.ready, w)
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func pruneMinute(ts []time.Time, now time.Time) []time.Time {
+	i := 0
+	for i < len(ts) && now.Sub(ts[i]) > time.Minute {
+		i++
+	}
+	return ts[i:]
+}
+
+// recycle replaces members older than MaxIdle: each is claimed first, so
+// that no other process is handed a sandbox being removed.
+func (p *Pool) recycle(ctx context.Context) {
+	p.mu.Lock()
+	var old []*warm
+	keep := p.ready[:0]
+	for _, w := range p.ready {
+		if time.Since(w.made) >= p.o.Settings.MaxIdle {
+			old = append(old, w)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	p.ready = keep
+	p.mu.Unlock()
+	for _, w := range old {
+		p.retire(ctx, w, func(c *counters) { c.recycled++ })
+	}
+}
+
+// retire claims a member of this process for itself and removes it.
+func (p *Pool) retire(ctx context.Context, w *warm, count func(*counters)) {
+	if _, err := p.claimer.Claim(ctx, w.raw.ID(), backend.Claim{Owner: p.self, TTL: time.Hour}); err != nil {
+		closeQuietly(w.sb) // another process claimed it: it is theirs now
+		return
+	}
+	if count != nil {
+		p.count(count)
+	}
+	p.destroyLater(w.sb)
+}
+
+// reconcile drops the members other processes claimed from this process's
+// ready list, so that they are replaced.
+func (p *Pool) reconcile(ctx context.Context) {
+	infos, err := p.o.Backend.List(ctx, backend.Filter{Name: p.o.Name, Labels: map[string]string{
+		backend.LabelPool: p.key, backend.LabelPoolState: backend.PoolReady, backend.LabelOwner: p.self}})
+	if err != nil {
+		return
+	}
+	still := map[string]bool{}
+	for _, i := range infos {
+		still[i.ID] = true
+	}
+	p.mu.Lock()
+	var gone []*warm
+	keep := p.ready[:0]
+	for _, w := range p.ready {
+		// A member made after List ran may not be listed yet.
+		if still[w.raw.ID()] || time.Since(w.made) < 2*time.Second {
+			keep = append(keep, w)
+		} else {
+			gone = append(gone, w)
+		}
+	}
+	p.ready = keep
+	p.mu.Unlock()
+	for _, w := range gone {
+		closeQuietly(w.sb)
+	}
+	if len(gone) > 0 {
+		p.wake()
+	}
+}
+
+// drain removes this process's ready members when Keep ends.
+func (p *Pool) drain() {
+	p.mu.Lock()
+	p.keeping = false
+	ready := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, w := range ready {
+		p.retire(ctx, w, nil)
+	}
+}
+
+// PoolStats are a pool's figures as this process sees them.
+type PoolStats struct {
+	Entry   string `json:"entry"`
+	Pool    string `json:"pool"`
+	Backend string `json:"backend"`
+	Size    int    `json:"size"`
+	// Ready: members this process keeps ready; Making: being made.
+	Ready  int `json:"ready"`
+	Making int `json:"making"`
+	// Claimed: tasks served from the pool (Foreign of them with members
+	// of another keeper); ColdFallbacks: tasks that found it empty.
+	Claimed       int64 `json:"claimed"`
+	Foreign       int64 `json:"claimed_from_other_keepers"`
+	ColdFallbacks int64 `json:"cold_fallbacks"`
+	// Created: members made; Recycled: replaced at max_idle; Returned:
+	// handed back after a clean Reset; Failed: creations that failed.
+	Created  int64 `json:"created"`
+	Recycled int64 `json:"recycled"`
+	Returned int64 `json:"returned"`
+	Failed   int64 `json:"failed"`
+	// RefillPerMinute: members made in the last minute.
+	RefillPerMinute int `json:"refill_per_minute"`
+	// OldestAge and MeanAge of the ready members, in seconds.
+	OldestAge float64 `json:"oldest_age_sec"`
+	MeanAge   float64 `json:"mean_age_sec"`
+	Keeping   bool    `json:"keeping"`
+	Reuse     bool    `json:"reuse"`
+	LastError string  `json:"last_error,omitempty"`
+}
+
+// Stats returns the pool's figures.
+func (p *Pool) Stats() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	s := PoolStats{
+		Entry: p.o.Name, Pool: p.key, Backend: p.o.Backend.Name(), Size: p.o.Settings.Size,
+		Ready: len(p.ready), Making: p.making,
+		Claimed: p.st.claimed, Foreign: p.st.foreign, ColdFallbacks: p.st.cold,
+		Created: p.st.created, Recycled: p.st.recycled, Returned: p.st.returned, Failed: p.st.failed,
+		RefillPerMinute: len(pruneMinute(p.st.made, now)), Keeping: p.keeping, Reuse: p.reuse, LastError: p.st.lastErr,
+	}
+	var sum time.Duration
+	for _, w := range p.ready {
+		age := now.Sub(w.made)
+		sum += age
+		s.OldestAge = max(s.OldestAge, age.Seconds())
+	}
+	if len(p.ready) > 0 {
+		s.MeanAge = (sum / time.Duration(len(p.ready))).Seconds()
+	}
+	return s
+}
+
+// Ready waits until the pool has n ready members of this process (at most
+// Size), or ctx ends.
+func (p *Pool) Ready(ctx context.Context, n int) error {
+	n = min(n, p.o.Settings.Size)
+	for {
+		p.mu.Lock()
+		got, changed := len(p.ready), p.changed
+		p.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pool of %q: %d of %d ready: %w", p.o.Name, got, n, context.Cause(ctx))
+		case <-changed:
+		}
+	}
+}

@@ -1,0 +1,218 @@
+package session_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxkit/sandboxkit"
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/session"
+)
+
+// localPoolConfig is a config on the local backend with one entry "main"
+// whose pool has size ready sandboxes.
+func localPoolConfig(t *testing.T, size int, extra string) *sandboxkit.Config {
+	t.Helper()
+	dir := t.TempDir()
+	data := fmt.Sprintf(`[sandbox]
+backend = "local"
+default_ttl = "1h"
+[sandbox.local]
+state_dir = %q
+[sandbox.sandboxes.main]
+[sandbox.sandboxes.main.pool]
+size = %d
+%s
+`, filepath.Join(dir, "state"), size, extra)
+	path := filepath.Join(dir, "sandbox.toml")
+	require.NoError(t, os.WriteFile(path, []byte(data), 0o644))
+	cfg, err := sandboxkit.LoadConfig(path)
+	require.NoError(t, err)
+	return cfg
+}
+
+// keptPool opens the config's backend, starts a keeper of entry main and
+// waits until it is full; everything is stopped and checked gone at the
+// end of the test.
+func keptPool(t *testing.T, cfg *sandboxkit.Config) (*session.Pool, backend.Backend) {
+	t.Helper()
+	ctx := t.Context()
+	b, err := cfg.Open(ctx, nil)
+	require.NoError(t, err)
+	l := &session.Launcher{Config: cfg}
+	p, err := l.NewPool(b, "main", nil)
+	require.NoError(t, err)
+	kctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- p.Keep(kctx) }()
+	t.Cleanup(func() {
+		stop()
+		assert.NoError(t, <-done)
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		assert.NoError(t, p.Close(cctx))
+		left, err := b.List(cctx, backend.Filter{Labels: map[string]string{backend.LabelPool: p.Key()}})
+		assert.NoError(t, err)
+		for _, i := range left {
+			t.Errorf("left behind: %s (%s, owner %q)", i.ID, i.Labels[backend.LabelPoolState], i.Owner)
+		}
+		b.Close()
+	})
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	require.NoError(t, p.Ready(wctx, p.Settings().Size))
+	return p, b
+}
+
+func TestPoolAcquireBindsAndRefills(t *testing.T) {
+	cfg := localPoolConfig(t, 2, "")
+	p, b := keptPool(t, cfg)
+	ctx := t.Context()
+	assert.Equal(t, 2, p.Stats().Ready)
+
+	ready, err := b.List(ctx, backend.Filter{Labels: map[string]string{backend.LabelPool: p.Key(), backend.LabelPoolState: backend.PoolReady}})
+	require.NoError(t, err)
+	require.Len(t, ready, 2, "ready members are ordinary sandboxes the backend lists")
+
+	c, err := p.Acquire(ctx, session.Binding{
+		Env:     map[string]string{"TASK": "one"},
+		WorkDir: "/tmp",
+		Files:   []session.File{{Path: "/tmp/sbx-pool-test-" + p.Key(), Data: []byte("bound\n")}},
+		Labels:  map[string]string{"task": "one"},
+		Session: "s-one",
+		TTL:     10 * time.Minute,
+	})
+	require.NoError(t, err)
+	t.Cleanup(c.Release)
+	assert.True(t, c.Warm, "the pool was full: the sandbox must come from it")
+	assert.Contains(t, []string{ready[0].ID, ready[1].ID}, c.ID())
+
+	res, err := c.Exec(ctx, backend.ExecRequest{Shell: `echo "$TASK $(pwd)"; cat /tmp/sbx-pool-test-` + p.Key()})
+	require.NoError(t, err)
+	assert.Equal(t, "one /tmp\nbound\n", string(res.Stdout))
+	res, err = c.Exec(ctx, backend.ExecRequest{Shell: `echo "$TASK"`, Env: map[string]string{"TASK": "mine"}})
+	require.NoError(t, err)
+	assert.Equal(t, "mine\n", string(res.Stdout), "a request's own env wins over the binding's")
+	t.Cleanup(func() { os.Remove("/tmp/sbx-pool-test-" + p.Key()) })
+
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, backend.PoolClaimed, info.Labels[backend.LabelPoolState])
+	assert.Equal(t, "one", info.Labels["task"])
+	assert.Equal(t, "s-one", info.Session)
+	assert.Empty(t, info.Owner, "the keeper no longer owns a claimed member")
+	assert.WithinDuration(t, time.Now().Add(10*time.Minute), info.ExpiresAt, time.Minute)
+
+	// The keeper makes a replacement.
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	require.NoError(t, p.Ready(wctx, 2))
+	st := p.Stats()
+	assert.Equal(t, int64(1), st.Claimed)
+	assert.Equal(t, int64(3), st.Created)
+	assert.Zero(t, st.ColdFallbacks)
+}
+
+// An empty pool never fails a task: it makes a sandbox, bound the same way.
+func TestPoolEmptyFallsBackToCold(t *testing.T) {
+	cfg := localPoolConfig(t, 1, "")
+	b, err := cfg.Open(t.Context(), nil)
+	require.NoError(t, err)
+	defer b.Close()
+	p, err := (&session.Launcher{Config: cfg}).NewPool(b, "main", nil)
+	require.NoError(t, err)
+	c, err := p.Acquire(t.Context(), session.Binding{Env: map[string]string{"X": "cold"}, Session: "s-cold"})
+	require.NoError(t, err)
+	assert.False(t, c.Warm)
+	res, err := c.Exec(t.Context(), backend.ExecRequest{Shell: `echo $X`})
+	require.NoError(t, err)
+	assert.Equal(t, "cold\n", string(res.Stdout))
+	info, err := c.Info(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, "s-cold", info.Session)
+	assert.Equal(t, int64(1), p.Stats().ColdFallbacks)
+	c.Release()
+	require.NoError(t, p.Close(t.Context()))
+	_, err = b.Get(t.Context(), c.ID())
+	assert.ErrorIs(t, err, backend.ErrNotFound, "a released sandbox is removed where the pool does not reuse")
+}
+
+// Concurrent tasks never share a member, and with more tasks than members
+// the rest are made cold.
+func TestPoolConcurrentAcquire(t *testing.T) {
+	cfg := localPoolConfig(t, 3, "refill = 3")
+	p, _ := keptPool(t, cfg)
+	const n = 8
+	ids := make([]string, n)
+	warm := make([]bool, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			c, err := p.Acquire(t.Context(), session.Binding{Session: fmt.Sprint("task-", i)})
+			if !assert.NoError(t, err) {
+				return
+			}
+			ids[i], warm[i] = c.ID(), c.Warm
+			t.Cleanup(c.Release)
+		})
+	}
+	wg.Wait()
+	seen := map[string]int{}
+	nwarm := 0
+	for i, id := range ids {
+		if prev, dup := seen[id]; dup {
+			t.Errorf("tasks %d and %d got the same sandbox %s", prev, i, id)
+		}
+		seen[id] = i
+		if warm[i] {
+			nwarm++
+		}
+	}
+	assert.LessOrEqual(t, nwarm, 3+int(p.Stats().Created)-3, "more warm claims than members made")
+	assert.Equal(t, int64(n), p.Stats().Claimed+p.Stats().ColdFallbacks)
+}
+
+// Entries whose Spec differs are separate pools: a member made from an
+// older config is never handed out.
+func TestPoolKeyFollowsSpec(t *testing.T) {
+	a := backend.Spec{Name: "main", Image: "x:1", Env: map[string]string{"A": "1"}}
+	b := a
+	b.Env = map[string]string{"A": "2"}
+	assert.NotEqual(t, session.PoolKey("main", a), session.PoolKey("main", b))
+	c := a
+	c.Owner, c.Session, c.TTL = "o", "s", time.Hour
+	assert.Equal(t, session.PoolKey("main", a), session.PoolKey("main", c), "owner, session and TTL are the claim's, not the pool's")
+	assert.NotEqual(t, session.PoolKey("main", a), session.PoolKey("other", a))
+}
+
+func TestPoolConfigChecks(t *testing.T) {
+	for _, c := range []struct{ table, want string }{
+		{"size = 0", "sandbox.sandboxes.main.pool.size: want 1 to 1000"},
+		{"size = 2\nmax_idle = \"-1s\"", "pool.max_idle: must not be negative"},
+		{"size = 2\nrefill = -1", "pool.refill: must not be negative"},
+		{"size = 2\nbogus = 1", "sandbox.sandboxes.main.pool.bogus"},
+	} {
+		path := filepath.Join(t.TempDir(), "sandbox.toml")
+		require.NoError(t, os.WriteFile(path, []byte("[sandbox]\nbackend = \"local\"\n[sandbox.sandboxes.main.pool]\n"+c.table+"\n"), 0o644))
+		_, err := sandboxkit.LoadConfig(path)
+		if assert.Error(t, err, c.table) {
+			assert.Contains(t, err.Error(), c.want)
+		}
+	}
+	cfg := localPoolConfig(t, 1, "")
+	b, err := cfg.Open(t.Context(), nil)
+	require.NoError(t, err)
+	defer b.Close()
+	_, err = (&session.Launcher{Config: cfg}).NewPool(b, "nosuch", nil)
+	assert.Error(t, err)
+	assert.True(t, strings.Contains(err.Error(), "nosuch"), err)
+}
