@@ -71,6 +71,14 @@ func (a *app) gc(ctx context.Context, dryRun bool, grace time.Duration) error {
 	failed := false
 	for _, info := range infos {
 		reason := reapReason(info, now)
+		if ready := info.Labels[backend.LabelPoolState] == backend.PoolReady; ready && reason != "" && !info.Expired(now) {
+			// A dead keeper's ready members serve other claimers until
+			// they are older than the grace period.
+			if now.Sub(info.CreatedAt) < grace {
+				continue
+			}
+			reason = "ready pool member of keeper " + info.Owner + ", which is gone"
+		}
 		if reason == "" && abandoned[info.Session] {
 			reason = "the launch of session " + info.Session + " was cut short: its launcher " + info.Labels[session.LabelLauncher] + " is gone"
 		}
@@ -79,7 +87,7 @@ func (a *app) gc(ctx context.Context, dryRun bool, grace time.Duration) error {
 		}
 		r := gcResult{Kind: "sandbox", ID: info.ID, Name: info.Name, Reason: reason}
 		if !dryRun {
-			err := reap(ctx, b, info.ID)
+			err := reap(ctx, b, info)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -278,8 +286,20 @@ func reapReason(info backend.Info, now time.Time) string {
 	return ""
 }
 
-func reap(ctx context.Context, b backend.Backend, id string) error {
-	sb, err := b.Get(ctx, id)
+func reap(ctx context.Context, b backend.Backend, info backend.Info) error {
+	if info.Labels[backend.LabelPoolState] == backend.PoolReady {
+		// Claimed first, so that no task is handed a member being removed.
+		if cl, ok := backend.AsBackend[backend.Claimer](b); ok {
+			_, err := cl.Claim(ctx, info.ID, backend.Claim{Owner: owner.Self(), TTL: time.Hour})
+			if errors.Is(err, backend.ErrClaimed) || errors.Is(err, backend.ErrNotFound) {
+				return nil // a task took it, or it is gone
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	sb, err := b.Get(ctx, info.ID)
 	if errors.Is(err, backend.ErrNotFound) {
 		return nil // removed meanwhile
 	}
