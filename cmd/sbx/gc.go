@@ -290,7 +290,7 @@ func reap(ctx context.Context, b backend.Backend, info backend.Info) error {
 	if info.Labels[backend.LabelPoolState] == backend.PoolReady {
 		// Claimed first, so that no task is handed a member being removed.
 		if cl, ok := backend.AsBackend[backend.Claimer](b); ok {
-			_, err := cl.Claim(ctx, info.ID, backend.Claim{Owner: owner.Self(), TTL: time.Hour})
+			_, err := cl.Claim(ctx, info.ID, backend.Claim{Owner: owner.Self(), Session: info.Session, TTL: time.Hour})
 			if errors.Is(err, backend.ErrClaimed) || errors.Is(err, backend.ErrNotFound) {
 				return nil // a task took it, or it is gone
 			}

@@ -47,21 +47,29 @@ when it is killed sbx gc removes them once they are older than --grace.`,
 }
 
 func (a *app) poolKeepCmd() *cobra.Command {
-	return &cobra.Command{
+	var sessions bool
+	cmd := &cobra.Command{
 		Use:   "keep [ENTRY...]",
 		Short: "Keep the pools of the config's entries full until stopped",
 		Long: `Keep runs a keeper in the foreground for the named entries (default: every
 entry with a [pool] table): it makes ready sandboxes until each pool has its
 size, replaces those older than max_idle, and makes new ones as tasks claim
 them. Ctrl-C, SIGTERM or sbx pool stop end it; it then removes the ready
-sandboxes it made.`,
+sandboxes it made.
+
+sbx run and sbx serve claim ready sandboxes. sbx up NAME claims a ready
+session of NAME alone instead (a sandbox with the session's own /shared,
+/bash_tools, /sandbox_scripts and network): --sessions keeps those.`,
 		Example: `  sbx pool keep
   sbx pool keep main &
+  sbx pool keep --sessions main &     # for sbx up main
   sbx pool status`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.poolKeep(cmd.Context(), args)
+			return a.poolKeep(cmd.Context(), args, sessions)
 		},
 	}
+	cmd.Flags().BoolVar(&sessions, "sessions", false, "keep ready sessions of one entry (for sbx up NAME) instead of ready sandboxes (for sbx run and sbx serve)")
+	return cmd
 }
 
 func (a *app) poolStatusCmd() *cobra.Command {
@@ -131,7 +139,7 @@ func poolDir() (string, error) {
 	return filepath.Join(d, "sandboxkit", "pools"), nil
 }
 
-func (a *app) poolKeep(ctx context.Context, names []string) error {
+func (a *app) poolKeep(ctx context.Context, names []string, sessions bool) error {
 	cfg, b, err := a.open(ctx)
 	if err != nil {
 		return err
@@ -144,7 +152,11 @@ func (a *app) poolKeep(ctx context.Context, names []string) error {
 	l := &sandboxkit.Launcher{Config: cfg, Logger: a.logger}
 	var pools []*session.Pool
 	for _, n := range names {
-		p, err := l.NewPool(b, n, nil)
+		newPool := func() (*session.Pool, error) { return l.NewPool(b, n, nil) }
+		if sessions {
+			newPool = func() (*session.Pool, error) { return l.NewSessionPool(b, n) }
+		}
+		p, err := newPool()
 		if err != nil {
 			return err
 		}
@@ -164,8 +176,12 @@ func (a *app) poolKeep(ctx context.Context, names []string) error {
 	for _, p := range pools {
 		wg.Go(func() { p.Keep(ctx) })
 		s := p.Settings()
-		fmt.Fprintf(a.stderr, "keeping pool %s (%s, %d ready, max_idle %s, reuse %v) on %s\n",
-			p.Name(), p.Key(), s.Size, s.MaxIdle, p.Reuses(), b.Name())
+		kind := "sandboxes"
+		if sessions {
+			kind = "sessions"
+		}
+		fmt.Fprintf(a.stderr, "keeping pool %s (%s: %d ready %s, max_idle %s, reuse %v) on %s\n",
+			p.Name(), p.Key(), s.Size, kind, s.MaxIdle, p.Reuses(), b.Name())
 	}
 	write := func() {
 		r := keeperRecord{Keeper: owner.Self(), PID: os.Getpid(), Config: cfg.Describe(), Updated: time.Now().UTC()}
@@ -239,7 +255,9 @@ func liveKeepers() ([]keeperRecord, error) {
 
 // poolStatusJSON is one pool in sbx pool status --json.
 type poolStatusJSON struct {
-	Entry   string `json:"entry"`
+	Entry string `json:"entry"`
+	// Kind is "sandbox" (for sbx run and sbx serve) or "session" (for sbx up).
+	Kind    string `json:"kind"`
 	Pool    string `json:"pool"`
 	Backend string `json:"backend"`
 	Size    int    `json:"size"`
@@ -281,33 +299,41 @@ func (a *app) poolStatus(ctx context.Context, names []string) error {
 			return err
 		}
 		e, _ := cfg.Entry(n)
-		st := poolStatusJSON{Entry: n, Pool: session.PoolKey(n, spec), Backend: b.Name(), Size: e.PoolSettings().Size, Keepers: []keeperPoolJSON{}}
-		infos, err := b.List(ctx, backend.Filter{Name: n, Labels: map[string]string{backend.LabelPool: st.Pool}})
-		if err != nil {
-			return err
-		}
-		for _, i := range infos {
-			switch i.Labels[backend.LabelPoolState] {
-			case backend.PoolReady:
-				st.Ready++
-				st.OldestAge = max(st.OldestAge, now.Sub(i.CreatedAt).Seconds())
-			case backend.PoolClaimed:
-				st.Claimed++
+		for _, kind := range []string{"sandbox", "session"} {
+			key := session.PoolKey(n, spec)
+			if kind == "session" {
+				key = session.SessionPoolKey(n, spec)
 			}
-		}
-		for _, k := range keepers {
-			for _, ps := range k.Pools {
-				if ps.Pool == st.Pool {
-					st.Keepers = append(st.Keepers, keeperPoolJSON{Keeper: k.Keeper, PID: k.PID, PoolStats: ps})
+			st := poolStatusJSON{Entry: n, Kind: kind, Pool: key, Backend: b.Name(), Size: e.PoolSettings().Size, Keepers: []keeperPoolJSON{}}
+			infos, err := b.List(ctx, backend.Filter{Name: n, Labels: map[string]string{backend.LabelPool: st.Pool}})
+			if err != nil {
+				return err
+			}
+			for _, i := range infos {
+				switch i.Labels[backend.LabelPoolState] {
+				case backend.PoolReady:
+					st.Ready++
+					st.OldestAge = max(st.OldestAge, now.Sub(i.CreatedAt).Seconds())
+				case backend.PoolClaimed:
+					st.Claimed++
 				}
 			}
+			for _, k := range keepers {
+				for _, ps := range k.Pools {
+					if ps.Pool == st.Pool {
+						st.Keepers = append(st.Keepers, keeperPoolJSON{Keeper: k.Keeper, PID: k.PID, PoolStats: ps})
+					}
+				}
+			}
+			if kind == "sandbox" || len(infos) > 0 || len(st.Keepers) > 0 {
+				out = append(out, st)
+			}
 		}
-		out = append(out, st)
 	}
 	if a.json {
 		return printJSON(a.stdout, out)
 	}
-	t := newTable(a.stdout, "ENTRY", "POOL", "SIZE", "READY", "CLAIMED", "OLDEST", "KEEPERS", "SERVED", "COLD", "REFILL/MIN")
+	t := newTable(a.stdout, "ENTRY", "KIND", "POOL", "SIZE", "READY", "CLAIMED", "OLDEST", "KEEPERS", "SERVED", "COLD", "REFILL/MIN")
 	for _, s := range out {
 		var served, cold int64
 		refill := 0
@@ -322,7 +348,7 @@ func (a *app) poolStatus(ctx context.Context, names []string) error {
 		if s.Ready > 0 {
 			oldest = shortDuration(time.Duration(s.OldestAge * float64(time.Second)))
 		}
-		t.row(s.Entry, s.Pool, fmt.Sprint(s.Size), fmt.Sprint(s.Ready), fmt.Sprint(s.Claimed), oldest,
+		t.row(s.Entry, s.Kind, s.Pool, fmt.Sprint(s.Size), fmt.Sprint(s.Ready), fmt.Sprint(s.Claimed), oldest,
 			cmp.Or(strings.Join(pids, ","), "none"), fmt.Sprint(served), fmt.Sprint(cold), fmt.Sprint(refill))
 	}
 	return t.flush()
@@ -349,6 +375,7 @@ func (a *app) poolStop(ctx context.Context, names []string) error {
 			return err
 		}
 		keys[session.PoolKey(n, spec)] = true
+		keys[session.SessionPoolKey(n, spec)] = true
 	}
 	stopped := 0
 	for _, k := range keepers {

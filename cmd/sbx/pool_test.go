@@ -208,3 +208,62 @@ func testPoolAcrossProcesses(t *testing.T, bin string, ct chaosTarget) {
 		t.Errorf("left behind:\nbefore: %v\nafter:  %v", before, after)
 	}
 }
+
+// sbx up NAME claims a ready session kept by sbx pool keep --sessions,
+// and sbx down removes it like any other.
+func TestUpClaimsAReadySession(t *testing.T) {
+	bin := sbxBin(t)
+	ct := chaosLocal(t)
+	data, err := os.ReadFile(ct.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = append(data, []byte("[sandbox.sandboxes.main.pool]\nsize = 1\n")...)
+	if err := os.WriteFile(ct.config, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SBX_CONFIG", ct.config)
+	t.Setenv(EnvPoolDir, t.TempDir())
+	keeper := exec.Command(bin, "pool", "keep", "--sessions", "main")
+	var keeperLog bytes.Buffer
+	keeper.Stderr = &keeperLog
+	if err := keeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		keeper.Process.Signal(syscall.SIGTERM)
+		if err := keeper.Wait(); err != nil {
+			t.Errorf("keeper: %v\n%s", err, keeperLog.String())
+		}
+		if left := listSandboxes(t); len(left) > 0 {
+			t.Errorf("left behind: %+v", left)
+		}
+	}()
+	var ready []sandboxJSON
+	deadline := time.Now().Add(time.Minute)
+	for len(ready) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no ready session after a minute\n%s", keeperLog.String())
+		}
+		time.Sleep(50 * time.Millisecond) // polls a condition
+		if err := json.Unmarshal([]byte(must(t, "ls", "--all", "--json")), &ready); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := must(t, "status"); strings.Contains(got, ready[0].Session) {
+		t.Errorf("sbx status lists the ready session %s:\n%s", ready[0].Session, got)
+	}
+	r := sbx(t, "--json", "up", "main")
+	r.expect(t, 0)
+	var res upResult
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("%v: %s", err, r.stdout)
+	}
+	if res.Session != ready[0].Session || !strings.Contains(r.stderr, "a ready session from the pool") {
+		t.Errorf("sbx up made session %s (stderr %q), want the ready %s", res.Session, r.stderr, ready[0].Session)
+	}
+	if got := must(t, "status"); !strings.Contains(got, res.Session) {
+		t.Errorf("sbx status does not list the claimed session %s:\n%s", res.Session, got)
+	}
+	must(t, "down", res.Session)
+}
