@@ -433,7 +433,7 @@ func (p *Pool) giveBack(c *Claimed, rs backend.Resetter) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.keeping {
-		go p.destroyLater(sb)
+		p.destroyLater(sb) // counted by p.bg before this goroutine ends, so Close waits for it
 		return nil
 	}
 	p.st.returned++
@@ -553,7 +553,7 @@ func (p *Pool) addMember(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if ctx.Err() != nil {
-		go p.destroyLater(sb)
+		p.destroyLater(sb) // counted by p.bg before this goroutine ends, so Close waits for it
 		return ctx.Err()
 	}
 	p.addReady(&warm{sb: sb, raw: raw, made: now})
