@@ -103,7 +103,8 @@ func claimedSandbox(c *session.Claimed) (backend.Sandbox, *sbxd.Client) {
 	return sb, nil
 }
 
-// PoolStats returns the figures of the server's pools, by type name.
+// PoolStats returns the figures of the server's pools, sorted by type (an
+// empty list when it keeps none).
 func (s *Server) PoolStats() []session.PoolStats {
 	out := []session.PoolStats{}
 	for _, typ := range slices.Sorted(maps.Keys(s.pools)) {
