@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -58,6 +59,9 @@ type Backend struct {
 	sbxdMu   sync.Mutex // serialises filling sbxd volumes
 	sbxdVols sync.Map   // names of sbxd volumes known to be filled
 	sbxdCopy bool       // tests: always copy sbxd into containers
+
+	settleMu sync.Mutex
+	settled  atomic.Bool // the client's API version is negotiated
 }
 
 type daemonFacts struct {
@@ -95,6 +99,27 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 }
 
 func (b *Backend) Name() string { return Name }
+
+// settle has the client negotiate its API version before a call that may
+// run alongside others on a fresh client. The Docker client negotiates on
+// its first request, but ContainerList, VolumeList, VolumeRemove,
+// NetworkCreate and others read the version before sending theirs (to
+// encode filters and options), which races with another goroutine's first
+// request. A failed ping leaves it to the next call.
+func (b *Backend) settle(ctx context.Context) {
+	if b.settled.Load() {
+		return
+	}
+	b.settleMu.Lock()
+	defer b.settleMu.Unlock()
+	if b.settled.Load() {
+		return
+	}
+	if ping, err := b.cli.Ping(ctx); err == nil {
+		b.cli.NegotiateAPIVersionPing(ping)
+		b.settled.Store(true)
+	}
+}
 
 // Close releases the client's connections; sandboxes keep running.
 func (b *Backend) Close() error { return b.cli.Close() }
@@ -705,6 +730,7 @@ func (b *Backend) find(ctx context.Context, id string) (container.InspectRespons
 	if id == "" {
 		return container.InspectResponse{}, backend.ErrNotFound
 	}
+	b.settle(ctx)
 	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
 		filters.Arg("label", backend.LabelBackend+"="+Name),
 		filters.Arg("label", backend.LabelID+"="+id),
@@ -728,6 +754,7 @@ func workDirOf(c container.InspectResponse) string {
 
 // List finds sandboxes by their labels, filtering on the engine.
 func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {
+	b.settle(ctx)
 	args := labelFilter(filter)
 	if filter.Name != "" {
 		args.Add("label", backend.LabelName+"="+filter.Name)

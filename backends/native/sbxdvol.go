@@ -103,6 +103,7 @@ var _ backend.CachePruner = (*Backend)(nil)
 // volume of this program's build stays: removing it would only make the
 // next Create fill it again.
 func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error) {
+	b.settle(ctx)
 	keep := ""
 	if facts, err := b.facts(ctx); err == nil {
 		if bin, err := sbxdbin.Find(b.cfg.SbxdPath, facts.arch); err == nil {
