@@ -110,14 +110,16 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 			keep = sbxdHash(bin)
 		}
 	}
-	vols, err := b.cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(
-		filters.Arg("label", backend.LabelBackend+"="+Name), filters.Arg("label", labelSbxd))})
+	args := filters.NewArgs(filters.Arg("label", backend.LabelBackend+"="+Name), filters.Arg("label", labelSbxd))
+	vols, err := b.cli.VolumeList(ctx, volume.ListOptions{Filters: args})
 	if err != nil {
 		return nil, b.opErr("prune caches", "", b.translate(err))
 	}
 	var pruned []string
 	for _, v := range vols.Volumes {
-		if v.Labels[labelSbxd] == keep {
+		// Podman ORs the label filters: without this check every unused
+		// volume of this backend (shared volumes among them) would go.
+		if !matchLabels(v.Labels, args) || v.Labels[labelSbxd] == keep {
 			continue
 		}
 		users, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("volume", v.Name))})
