@@ -99,11 +99,23 @@ func sbxdTar(bin []byte, prefix string) io.Reader {
 var _ backend.CachePruner = (*Backend)(nil)
 
 // PruneCaches removes the sbxd volumes of other builds of the agent that no
-// container uses (each build of sbx makes its own; see sbxdVolume). The
+// container uses (each build of sbx makes its own; see sbxdVolume), and the
+// claim records of pool members that are gone (see claim.go). The sbxd
 // volume of this program's build stays: removing it would only make the
 // next Create fill it again.
 func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error) {
 	b.settle(ctx)
+	pruned, err := b.pruneClaimRecords(ctx, dryRun)
+	if err != nil {
+		return pruned, b.opErr("prune caches", "", err)
+	}
+	vols, err := b.pruneSbxdVolumes(ctx, dryRun)
+	return append(pruned, vols...), err
+}
+
+// pruneSbxdVolumes removes the sbxd volumes of other builds no container
+// uses.
+func (b *Backend) pruneSbxdVolumes(ctx context.Context, dryRun bool) ([]string, error) {
 	keep := ""
 	if facts, err := b.facts(ctx); err == nil {
 		if bin, err := sbxdbin.Find(b.cfg.SbxdPath, facts.arch); err == nil {
@@ -118,7 +130,7 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 	var pruned []string
 	for _, v := range vols.Volumes {
 		// Podman ORs the label filters: without this check every unused
-		// volume of this backend (shared volumes among them) would go.
+		// volume of this backend (shared volumes, claim records) would go.
 		if !matchLabels(v.Labels, args) || v.Labels[labelSbxd] == keep {
 			continue
 		}
