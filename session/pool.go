@@ -713,16 +713,26 @@ func (p *Pool) retire(ctx context.Context, w *warm, count func(*counters)) {
 }
 
 // reconcile drops the members other processes claimed from this process's
-// ready list, so that they are replaced.
+// ready list, so that they are replaced, and removes members that read as
+// claimed but still belong to this keeper: a claim whose claimer died
+// before recording it (a Docker claim record lost) is nobody's task.
 func (p *Pool) reconcile(ctx context.Context) {
 	infos, err := p.o.Backend.List(ctx, backend.Filter{Name: p.o.Name, Labels: map[string]string{
-		backend.LabelPool: p.key, backend.LabelPoolState: backend.PoolReady, backend.LabelOwner: p.self}})
+		backend.LabelPool: p.key, backend.LabelOwner: p.self}})
 	if err != nil {
 		return
 	}
 	still := map[string]bool{}
+	var lost []backend.Info
 	for _, i := range infos {
-		still[i.ID] = true
+		switch i.Labels[backend.LabelPoolState] {
+		case backend.PoolReady:
+			still[i.ID] = true
+		case backend.PoolClaimed:
+			if time.Since(i.CreatedAt) > time.Minute {
+				lost = append(lost, i)
+			}
+		}
 	}
 	p.mu.Lock()
 	var gone []*warm
@@ -742,6 +752,11 @@ func (p *Pool) reconcile(ctx context.Context) {
 	}
 	if len(gone) > 0 {
 		p.wake()
+	}
+	for _, i := range lost {
+		if sb, err := p.o.Backend.Get(ctx, i.ID); err == nil {
+			p.destroyLater(sb, i.Session)
+		}
 	}
 }
 
