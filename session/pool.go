@@ -15,6 +15,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"path"
+	"slices"
 	"sync"
 	"time"
 
@@ -50,6 +51,7 @@ type Pool struct {
 	keeping bool
 	kick    chan struct{}
 	changed chan struct{} // closed and replaced when ready grows
+	out     map[string]bool // sandboxes this process handed to tasks
 	st      counters
 	bg      sync.WaitGroup
 }
@@ -394,6 +396,12 @@ func (p *Pool) bind(ctx context.Context, sb, raw backend.Sandbox, sess string, b
 	if p.o.Sessions != nil {
 		c.Session = sess
 	}
+	p.mu.Lock()
+	if p.out == nil {
+		p.out = map[string]bool{}
+	}
+	p.out[raw.ID()] = true
+	p.mu.Unlock()
 	for k := range b.Labels {
 		c.labels = append(c.labels, k)
 	}
@@ -482,6 +490,9 @@ func (c *Claimed) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 func (c *Claimed) Release() {
 	c.released.Do(func() {
 		p := c.pool
+		p.mu.Lock()
+		delete(p.out, c.raw.ID())
+		p.mu.Unlock()
 		rs, ok := backend.As[backend.Resetter](c.raw)
 		p.mu.Lock()
 		back := p.reuse && p.keeping && ok
@@ -735,6 +746,7 @@ func (p *Pool) reconcile(ctx context.Context) {
 		}
 	}
 	p.mu.Lock()
+	lost = slices.DeleteFunc(lost, func(i backend.Info) bool { return p.out[i.ID] })
 	var gone []*warm
 	keep := p.ready[:0]
 	for _, w := range p.ready {
