@@ -50,7 +50,7 @@ type Pool struct {
 	making  int
 	keeping bool
 	kick    chan struct{}
-	changed chan struct{} // closed and replaced when ready grows
+	changed chan struct{}   // closed and replaced when ready grows
 	out     map[string]bool // sandboxes this process handed to tasks
 	st      counters
 	bg      sync.WaitGroup
