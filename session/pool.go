@@ -653,9 +653,18 @@ func (p *Pool) fill(ctx context.Context, made chan<- error) {
 
 // addMember makes one ready member.
 func (p *Pool) addMember(ctx context.Context) error {
-	spec := p.memberSpec(backend.PoolReady)
+	// Made as "making", so that no other process claims it before it is
+	// provisioned, then claimed to ready by this keeper.
+	spec := p.memberSpec(backend.PoolMaking)
 	spec.Owner, spec.Session, spec.TTL = p.self, "", p.memTTL
 	sb, raw, sess, err := p.make(ctx, spec)
+	if err == nil {
+		_, err = p.claimer.Claim(ctx, raw.ID(), backend.Claim{Expect: backend.PoolMaking, State: backend.PoolReady,
+			Owner: p.self, Session: sess, TTL: p.memTTL})
+		if err != nil {
+			p.destroyLater(sb, sess)
+		}
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			p.count(func(c *counters) { c.failed++; c.lastErr = err.Error() })

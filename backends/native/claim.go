@@ -52,12 +52,20 @@ import (
 // the current name, so a claimer that looked the container up by its old
 // name before the winner renamed it would win too.
 //
+// A keeper makes a member in state backend.PoolMaking and, once it is
+// provisioned, claims it from making to ready: that writes a ready record,
+// a volume named sbx-ready-<sandbox ID> made the same way (its labels are
+// the member's labels when ready, plus labelClaim and labelClaimNonce),
+// with no rename. A claim record, when there is one, wins over the ready
+// record, which wins over the container's labels.
+//
 // Claims back from claimed to ready (Claim.Expect = PoolClaimed) are not
 // supported: returning a used container to a pool is not provably clean.
 const (
 	labelClaim      = "sandboxkit.native.claim"
 	labelClaimNonce = "sandboxkit.native.claim.nonce"
 	claimPrefix     = "sbx-claim-"
+	readyPrefix     = "sbx-ready-"
 	claimedSuffix   = "-claimed"
 	// claimLost is labelClaim on a claimed member whose record is gone.
 	claimLost = "lost"
@@ -67,6 +75,9 @@ var _ backend.Claimer = (*Backend)(nil)
 
 // claimVolume is the name of sandbox id's claim record.
 func claimVolume(id string) string { return claimPrefix + id }
+
+// readyVolume is the name of sandbox id's ready record.
+func readyVolume(id string) string { return readyPrefix + id }
 
 // claimedName is the name a claimed member's container gets: derived
 // from its ready name only, so that a second rename can never succeed
@@ -92,9 +103,10 @@ func claimErr(id string, err error) error {
 // nothing; an unknown id wraps backend.ErrNotFound.
 func (b *Backend) Claim(ctx context.Context, id string, c backend.Claim) (backend.Info, error) {
 	fail := func(err error) (backend.Info, error) { return backend.Info{}, claimErr(id, err) }
-	if c.Expected() != backend.PoolReady || c.NewState() != backend.PoolClaimed {
-		return fail(fmt.Errorf("%w: claim from %s to %s: Docker containers are only claimed from %s to %s (a used container does not go back to its pool)",
-			errors.ErrUnsupported, c.Expected(), c.NewState(), backend.PoolReady, backend.PoolClaimed))
+	ready := c.Expected() == backend.PoolMaking && c.NewState() == backend.PoolReady
+	if !ready && (c.Expected() != backend.PoolReady || c.NewState() != backend.PoolClaimed) {
+		return fail(fmt.Errorf("%w: claim from %s to %s: Docker containers are only claimed from %s to %s and from %s to %s (a used container does not go back to its pool)",
+			errors.ErrUnsupported, c.Expected(), c.NewState(), backend.PoolMaking, backend.PoolReady, backend.PoolReady, backend.PoolClaimed))
 	}
 	ctr, err := b.summary(ctx, id)
 	if err != nil {
@@ -107,14 +119,30 @@ func (b *Backend) Claim(ctx context.Context, id string, c backend.Claim) (backen
 	case isClaimedName(name):
 		return fail(fmt.Errorf("%w: container %s was claimed already", backend.ErrClaimed, name))
 	}
-	labels, err := claimedLabels(ctr.Labels, c, time.Now())
+	// The member's labels now: its ready record's, once it has one.
+	base := ctr.Labels
+	rr, err := b.record(ctx, readyVolume(id), id)
+	if err != nil {
+		return fail(err)
+	}
+	if rr != nil {
+		base = rr
+	}
+	labels, err := claimedLabels(base, c, time.Now())
 	if err != nil {
 		return fail(err)
 	}
 	nonce := newID()
 	rec := maps.Clone(labels)
+	delete(rec, labelClaimNonce)
 	rec[labelClaim], rec[labelClaimNonce] = id, nonce
-	if err := b.makeClaimRecord(ctx, id, rec); err != nil {
+	if ready {
+		if err := b.makeRecord(ctx, readyVolume(id), rec); err != nil {
+			return fail(err)
+		}
+		return infoFrom(labels, ctr.Image, ctr.State, time.Unix(ctr.Created, 0), cmp(labels[labelWorkDir], "/")), nil
+	}
+	if err := b.makeRecord(ctx, claimVolume(id), rec); err != nil {
 		return fail(err)
 	}
 	if err := b.cli.ContainerRename(ctx, ctr.ID, claimedName(name)); err != nil {
@@ -130,6 +158,9 @@ func (b *Backend) Claim(ctx context.Context, id string, c backend.Claim) (backen
 func claimedLabels(ctrLabels map[string]string, c backend.Claim, now time.Time) (map[string]string, error) {
 	labels := map[string]string{}
 	for k, v := range ctrLabels {
+		if k == labelClaim || k == labelClaimNonce {
+			continue // a record's own
+		}
 		if v != "" || !strings.HasPrefix(k, backend.LabelPrefix) { // blanked, see containerConfig
 			labels[k] = v
 		}
@@ -156,10 +187,9 @@ func claimedLabels(ctrLabels map[string]string, c backend.Claim, now time.Time) 
 	return labels, nil
 }
 
-// makeClaimRecord creates sandbox id's claim record with labels rec; an
+// makeRecord creates the claim or ready record name with labels rec; an
 // existing record (another claimer's) wraps backend.ErrClaimed.
-func (b *Backend) makeClaimRecord(ctx context.Context, id string, rec map[string]string) error {
-	name := claimVolume(id)
+func (b *Backend) makeRecord(ctx context.Context, name string, rec map[string]string) error {
 	v, err := b.cli.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: rec})
 	if err != nil {
 		// The volume may exist all the same: the answer was lost, or an
@@ -235,8 +265,8 @@ func claimRecordFilter() filters.Args {
 	return filters.NewArgs(filters.Arg("label", backend.LabelBackend+"="+Name), filters.Arg("label", labelClaim))
 }
 
-// claimRecords returns the labels of every claim record on the engine, by
-// sandbox ID.
+// claimRecords returns, by sandbox ID, the labels of every pool member's
+// record on the engine: its claim record, else its ready record.
 func (b *Backend) claimRecords(ctx context.Context) (map[string]map[string]string, error) {
 	args := claimRecordFilter()
 	resp, err := b.cli.VolumeList(ctx, volume.ListOptions{Filters: args})
@@ -245,20 +275,39 @@ func (b *Backend) claimRecords(ctx context.Context) (map[string]map[string]strin
 	}
 	recs := map[string]map[string]string{}
 	for _, v := range resp.Volumes {
-		if id := v.Labels[labelClaim]; matchLabels(v.Labels, args) && v.Name == claimVolume(id) {
+		id := v.Labels[labelClaim]
+		if !matchLabels(v.Labels, args) {
+			continue
+		}
+		switch v.Name {
+		case claimVolume(id):
 			recs[id] = v.Labels
+		case readyVolume(id):
+			if recs[id] == nil {
+				recs[id] = v.Labels
+			}
 		}
 	}
 	return recs, nil
 }
 
-// claimRecord returns the labels of sandbox id's claim record; nil when it
-// has none.
+// claimRecord returns the labels of sandbox id's record: its claim
+// record, else its ready record; nil when it has none.
 func (b *Backend) claimRecord(ctx context.Context, id string) (map[string]string, error) {
-	v, err := b.cli.VolumeInspect(ctx, claimVolume(id))
+	rec, err := b.record(ctx, claimVolume(id), id)
+	if rec != nil || err != nil {
+		return rec, err
+	}
+	return b.record(ctx, readyVolume(id), id)
+}
+
+// record returns the labels of sandbox id's record volume name; nil when
+// there is none.
+func (b *Backend) record(ctx context.Context, name, id string) (map[string]string, error) {
+	v, err := b.cli.VolumeInspect(ctx, name)
 	if err != nil {
 		if err := b.translate(err); !errors.Is(err, backend.ErrNotFound) {
-			return nil, fmt.Errorf("claim record %s: %w", claimVolume(id), err)
+			return nil, fmt.Errorf("record %s: %w", name, err)
 		}
 		return nil, nil
 	}
@@ -269,20 +318,25 @@ func (b *Backend) claimRecord(ctx context.Context, id string) (map[string]string
 }
 
 // withClaim returns the labels a sandbox has now, given its container's
-// labels and name and its claim record (nil: none): a pool member's
-// record's labels when it has one; else, when its name says it was
-// claimed, its container's marked claimed (the record is lost). Other
-// sandboxes' are their container's.
+// labels and name and its record (nil: none): a pool member's record's
+// labels when it has one that agrees with its name; else, when its name
+// says it was claimed, its labels marked claimed (the claim record is
+// lost). Other sandboxes' are their container's.
 func withClaim(labels map[string]string, name string, rec map[string]string) map[string]string {
-	switch {
-	case labels[backend.LabelPool] == "":
+	if labels[backend.LabelPool] == "" {
 		return labels
-	case rec != nil:
+	}
+	claimed := isClaimedName(name)
+	if rec != nil {
 		l := maps.Clone(rec)
 		delete(l, labelClaim)
 		delete(l, labelClaimNonce)
-		return l
-	case isClaimedName(name):
+		if !claimed || l[backend.LabelPoolState] == backend.PoolClaimed {
+			return l
+		}
+		labels = l // a ready record, but the container was claimed
+	}
+	if claimed {
 		l := maps.Clone(labels)
 		l[backend.LabelPoolState] = backend.PoolClaimed
 		l[labelClaim] = claimLost
@@ -307,9 +361,21 @@ func claimable(k string) bool {
 // sandbox's container exists before its record, so a record whose
 // container the later listing lacks is one no sandbox will use.
 func (b *Backend) pruneClaimRecords(ctx context.Context, dryRun bool) ([]string, error) {
-	recs, err := b.claimRecords(ctx)
-	if err != nil || len(recs) == 0 {
-		return nil, err
+	args := claimRecordFilter()
+	resp, err := b.cli.VolumeList(ctx, volume.ListOptions{Filters: args})
+	if err != nil {
+		return nil, b.translate(err)
+	}
+	type recordName struct{ id, volume string }
+	var names []recordName
+	for _, v := range resp.Volumes {
+		id := v.Labels[labelClaim]
+		if matchLabels(v.Labels, args) && (v.Name == claimVolume(id) || v.Name == readyVolume(id)) {
+			names = append(names, recordName{id, v.Name})
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
 	}
 	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
 		filters.Arg("label", backend.LabelBackend+"="+Name), filters.Arg("label", backend.LabelPool))})
@@ -321,18 +387,18 @@ func (b *Backend) pruneClaimRecords(ctx context.Context, dryRun bool) ([]string,
 		live[c.Labels[backend.LabelID]] = true
 	}
 	var pruned []string
-	for id := range recs {
-		if live[id] {
+	for _, name := range names {
+		if live[name.id] {
 			continue
 		}
 		if !dryRun {
-			if err := b.cli.VolumeRemove(ctx, claimVolume(id), false); err != nil {
+			if err := b.cli.VolumeRemove(ctx, name.volume, false); err != nil {
 				if err := b.translate(err); !errors.Is(err, backend.ErrNotFound) {
-					return pruned, fmt.Errorf("removing claim record %s: %w", claimVolume(id), err)
+					return pruned, fmt.Errorf("removing record %s: %w", name.volume, err)
 				}
 			}
 		}
-		pruned = append(pruned, claimVolume(id))
+		pruned = append(pruned, name.volume)
 	}
 	return pruned, nil
 }

@@ -311,9 +311,11 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	}
 	// The record goes second: removed first, it would let the member
 	// read as ready (and be claimed) while its container is being removed.
-	err = s.b.translate(s.b.cli.VolumeRemove(ctx, claimVolume(s.id), false))
-	if err != nil && !errors.Is(err, backend.ErrNotFound) {
-		return s.opErr("destroy", fmt.Errorf("removing claim record %s: %w", claimVolume(s.id), err))
+	for _, name := range []string{claimVolume(s.id), readyVolume(s.id)} {
+		err = s.b.translate(s.b.cli.VolumeRemove(ctx, name, false))
+		if err != nil && !errors.Is(err, backend.ErrNotFound) {
+			return s.opErr("destroy", fmt.Errorf("removing record %s: %w", name, err))
+		}
 	}
 	return nil
 }
