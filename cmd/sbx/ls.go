@@ -17,8 +17,9 @@ func (a *app) lsCmd() *cobra.Command {
 		Use:     "ls",
 		Aliases: []string{"ps", "list"},
 		Short:   "List the backend's sandboxes",
-		Long: `Ls lists the backend's sandboxes. Ready members of warm pools (see sbx pool)
-are left out and counted on the last line; --all lists them too.`,
+		Long: `Ls lists the backend's sandboxes. Ready members of warm pools (see sbx pool),
+and those their keepers are making, are left out and counted on the last
+line; --all lists them too.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.ls(cmd.Context(), all)
@@ -57,7 +58,8 @@ func (a *app) ls(ctx context.Context, all bool) error {
 	hidden := 0
 	if !all {
 		infos = slices.DeleteFunc(infos, func(i backend.Info) bool {
-			ready := i.Labels[backend.LabelPoolState] == backend.PoolReady
+			st := i.Labels[backend.LabelPoolState]
+			ready := st == backend.PoolReady || st == backend.PoolMaking
 			if ready {
 				hidden++
 			}

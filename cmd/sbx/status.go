@@ -65,7 +65,7 @@ func (a *app) statusAll(ctx context.Context) error {
 		if info.Session == "" || info.Labels[sandboxkit.LabelMembers] == "" {
 			continue // not a launched session (sbx run, or a lone sandbox)
 		}
-		if info.Labels[backend.LabelPoolState] == backend.PoolReady {
+		if st := info.Labels[backend.LabelPoolState]; st == backend.PoolReady || st == backend.PoolMaking {
 			continue // a ready session of a pool (sbx pool status)
 		}
 		r := bySession[info.Session]
