@@ -261,8 +261,8 @@ type poolStatusJSON struct {
 	Pool    string `json:"pool"`
 	Backend string `json:"backend"`
 	Size    int    `json:"size"`
-	// Ready and Claimed count the members the backend lists; ReadyAges
-	// are the ready members' ages in seconds.
+	// Ready, Making and Claimed count the members the backend lists;
+	// OldestAge is the oldest ready member's age in seconds.
 	Ready     int     `json:"ready"`
 	Claimed   int     `json:"claimed"`
 	OldestAge float64 `json:"oldest_ready_age_sec"`
