@@ -54,6 +54,7 @@
 //	<state>/<id>/upper, work      the overlay's writable layer
 //	<state>/<id>/bundle/          config.json and rootfs/, the merged overlay (lower = the image, read-only)
 //	<state>/<id>/main.log         output of the sandbox's first process
+//	<state>/<id>/lock             locked by Reset and Destroy, in every process
 //
 // and one container, sbxlite-<id>, in the runtime's root. The first process
 // is sbxd init (cmd/sbxd, bind-mounted read-only from the state dir at

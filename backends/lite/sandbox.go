@@ -80,12 +80,24 @@ func (s *Sandbox) Info(ctx context.Context) (backend.Info, error) {
 	return m.info(), nil
 }
 
-// lock serialises Reset and Destroy of this sandbox within the process.
+// lock serialises Reset, its background work and Destroy of this sandbox,
+// in this process and across processes (an flock on the sandbox's
+// lockFile): a Destroy in one process never works from a record that a
+// Reset in another is changing the generations of. It is not the record's
+// lock (statedir.Update), which the holder still takes for each write, so
+// claims and label changes do not wait for a Reset.
 func (s *Sandbox) lock() func() {
 	l, _ := s.b.sbxLocks.LoadOrStore(s.id, &sync.Mutex{})
 	mu := l.(*sync.Mutex)
 	mu.Lock()
-	return mu.Unlock
+	f, err := os.Open(filepath.Join(s.dir, lockFile))
+	if err != nil {
+		return mu.Unlock // removed, or made before there was a lock file
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		s.b.log.Warn("locking a sandbox", "sandbox", s.id, "err", err)
+	}
+	return func() { f.Close(); mu.Unlock() }
 }
 
 // start runs the container of the prepared bundle of generation m.Gen and
@@ -105,23 +117,9 @@ func (s *Sandbox) start(ctx context.Context, m *meta) error {
 	})
 }
 
-// update applies f to the meta file's current content and to m (whose
-// other fields may be older: a Renew or Pause may have happened since m
-// was read) and writes the file.
-func (s *Sandbox) update(m *meta, f func(*meta)) error {
-	s.b.metaMu.Lock()
-	defer s.b.metaMu.Unlock()
-	cur, err := s.meta()
-	if err != nil {
-		cur = m
-	}
-	f(cur)
-	if cur != m {
-		f(m)
-		m.ExpiresAt, m.Paused, m.Labels = cur.ExpiresAt, cur.Paused, cur.Labels
-	}
-	return writeMeta(s.dir, cur)
-}
+// update applies f to the sandbox's record under its lock (see
+// Backend.update) and leaves m as the record now is.
+func (s *Sandbox) update(m *meta, f func(*meta)) error { return s.b.update(m, f) }
 
 // stop removes the running container and its cgroup and unmounts its root
 // file system.
@@ -680,27 +678,26 @@ func (s *Sandbox) setPaused(ctx context.Context, paused bool) error {
 	if paused {
 		op, verb = "pause", "pause"
 	}
-	s.b.metaMu.Lock()
-	defer s.b.metaMu.Unlock()
-	m, err := s.meta()
-	if err != nil {
-		return s.opErr(op, err)
-	}
-	if m.Rootless {
-		// No cgroup to freeze: stop (or continue) every process of the
-		// sandbox's PID namespace instead.
-		sig := syscall.SIGCONT
-		if paused {
-			sig = syscall.SIGSTOP
+	// Under the record's lock, so that the record says what the runtime
+	// did even when another process pauses or resumes at the same time.
+	err := statedir.Update(s.b.dir, s.id, func(m *meta) error {
+		if m.Rootless {
+			// No cgroup to freeze: stop (or continue) every process of
+			// the sandbox's PID namespace instead.
+			sig := syscall.SIGCONT
+			if paused {
+				sig = syscall.SIGSTOP
+			}
+			if err := signalPIDNamespace(m.InitPID, sig); err != nil {
+				return err
+			}
+		} else if _, err := m.runtime().run(ctx, verb, m.ContainerID); err != nil {
+			return err
 		}
-		if err := signalPIDNamespace(m.InitPID, sig); err != nil {
-			return s.opErr(op, err)
-		}
-	} else if _, err := m.runtime().run(ctx, verb, m.ContainerID); err != nil {
-		return s.opErr(op, err)
-	}
-	m.Paused = paused
-	return s.opErr(op, writeMeta(s.dir, m))
+		m.Paused = paused
+		return nil
+	})
+	return s.opErr(op, err)
 }
 
 // Renew sets the sandbox to expire ttl from now.
@@ -708,17 +705,16 @@ func (s *Sandbox) Renew(ctx context.Context, ttl time.Duration) (time.Time, erro
 	if ttl <= 0 {
 		return time.Time{}, s.opErr("renew", fmt.Errorf("%w: ttl must be positive, got %s", backend.ErrInvalidConfig, ttl))
 	}
-	s.b.metaMu.Lock()
-	defer s.b.metaMu.Unlock()
-	m, err := s.meta()
+	var exp time.Time
+	err := statedir.Update(s.b.dir, s.id, func(m *meta) error {
+		m.ExpiresAt = time.Now().UTC().Add(ttl).Truncate(time.Millisecond)
+		exp = m.ExpiresAt
+		return nil
+	})
 	if err != nil {
 		return time.Time{}, s.opErr("renew", err)
 	}
-	m.ExpiresAt = time.Now().UTC().Add(ttl).Truncate(time.Millisecond)
-	if err := writeMeta(s.dir, m); err != nil {
-		return time.Time{}, s.opErr("renew", err)
-	}
-	return m.ExpiresAt, nil
+	return exp, nil
 }
 
 var _ backend.AgentDialer = (*Sandbox)(nil)
