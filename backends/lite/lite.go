@@ -64,12 +64,20 @@ type Backend struct {
 	// (with the lockFile's flock across processes; see Sandbox.lock).
 	sbxLocks sync.Map // id -> *sync.Mutex
 	// bg counts background work (Reset's standby containers), which Close
-	// waits for.
-	bg sync.WaitGroup
+	// waits for. bgHold, write-locked by a test, holds it back, so that
+	// the test sees what a Reset itself left.
+	bg     sync.WaitGroup
+	bgHold sync.RWMutex
 }
 
 // background runs f in a goroutine that Close waits for.
-func (b *Backend) background(f func()) { b.bg.Go(f) }
+func (b *Backend) background(f func()) {
+	b.bg.Go(func() {
+		b.bgHold.RLock()
+		b.bgHold.RUnlock()
+		f()
+	})
+}
 
 var _ backend.Backend = (*Backend)(nil)
 

@@ -14,6 +14,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -161,20 +162,40 @@ func (s *Sandbox) dropGen(ctx context.Context, m *meta, gen int) error {
 }
 
 // killInit kills a container's first process from the host, which ends
-// every process in its PID namespace, and waits until it is gone. runc's
-// own delete --force waits 100 ms before it first looks; this takes about
-// a millisecond.
+// every process in its PID namespace, and waits until they are all gone.
+// runc's own delete --force waits 100 ms before it first looks; this takes
+// about a millisecond.
 func killInit(pid int, start uint64) {
-	if pid == 0 || !procfs.Alive(pid, start) {
+	if pid == 0 || nsEnded(pid, start) {
 		return
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
-		if !procfs.Alive(pid, start) {
+		if nsEnded(pid, start) {
 			return
 		}
 		time.Sleep(500 * time.Microsecond)
 	}
+}
+
+// nsEnded reports whether the first process pid (started at start) of a
+// PID namespace has ended, and with it every other process there. The
+// kernel ends those when the first process's last thread exits, and waits
+// until they are gone. A multi-threaded first process (sbxd init is a Go
+// program) shows as a zombie as soon as its main thread has exited, while
+// its other threads, and so the namespace's end, may take milliseconds
+// more: meanwhile the namespace's processes still run, and one could
+// write to a folder the next generation shares. So a zombie counts once
+// its threads are gone.
+func nsEnded(pid int, start uint64) bool {
+	if procfs.Alive(pid, start) {
+		return false
+	}
+	if got, err := procfs.StartTime(pid); err != nil || (start != 0 && got != start) {
+		return true // reaped (or the PID is another process's now)
+	}
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	return err != nil || len(tasks) <= 1
 }
 
 // teardown removes everything the sandbox made. The meta file goes last
@@ -228,11 +249,15 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	return nil
 }
 
-// Reset brings the sandbox back to its image: every process in it ends,
-// the overlay's upper layer is thrown away and the container starts again
-// from the same config, with the same ID and labels. Files written since
-// Create (or the last Reset) are gone; bind volumes are untouched.
-// Commands running during a Reset fail.
+// Reset brings the sandbox back to its image: every process in it ends
+// (all are gone when Reset returns), the overlay's upper layer and what
+// the agent's folder holds are thrown away, and the container starts
+// again from the same config, in new namespaces and a new cgroup, with
+// the same ID and labels. Files written since Create (or the last Reset)
+// are gone; bind volumes are untouched. Commands running during a Reset
+// fail; the agent listens again on its socket (DialAgent waits for it).
+// Backend.CleanReset says for which Specs nothing of what ran before is
+// left.
 //
 // The first Reset stops the container, mounts a fresh layer and runs the
 // container again (as long as a Create). It then leaves a standby: a
@@ -270,6 +295,9 @@ func (s *Sandbox) Reset(ctx context.Context) error {
 func (s *Sandbox) switchToStandby(ctx context.Context, m *meta) error {
 	sb := m.Standby
 	killInit(m.InitPID, m.InitStart)
+	if err := s.emptyAgentDir(m); err != nil {
+		return err
+	}
 	id := containerID(s.id, sb.Gen)
 	if err := m.runtime().startCreated(ctx, id); err != nil {
 		return err
@@ -296,6 +324,9 @@ func (s *Sandbox) resetInPlace(ctx context.Context, m *meta) error {
 	if err := s.stop(ctx, m); err != nil {
 		return err
 	}
+	if err := s.emptyAgentDir(m); err != nil {
+		return err
+	}
 	// Rename, then delete: the sandbox is usable again before a large
 	// upper layer is gone.
 	trash := filepath.Join(s.dir, fmt.Sprintf("trash-%d", time.Now().UnixNano()))
@@ -320,6 +351,29 @@ func (s *Sandbox) resetInPlace(ctx context.Context, m *meta) error {
 		}
 	}
 	return s.start(ctx, m)
+}
+
+// emptyAgentDir removes what the sandbox's processes left in the agent's
+// folder (agentDir inside): it is a bind mount of a host folder that every
+// generation shares, writable from inside, so the one part of the sandbox
+// that a Reset would otherwise hand on. The folder itself stays, as the
+// standby's bind mount holds it. Every process of the old generation has
+// ended (killInit), so nothing writes there meanwhile.
+func (s *Sandbox) emptyAgentDir(m *meta) error {
+	if !m.Agent {
+		return nil
+	}
+	dir := agentHostDir(s.dir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("emptying the agent's folder: %w", err)
+	}
+	for _, e := range entries {
+		if err := removeTree(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("emptying the agent's folder: %w", err)
+		}
+	}
+	return nil
 }
 
 // prepareStandby removes retired generations and makes a standby
