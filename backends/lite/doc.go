@@ -82,7 +82,9 @@
 // its image, with the same ID. For most Specs (Backend.CleanReset: not on
 // the host's network, not privileged, no capability but NET_ADMIN beyond
 // Docker's, seccomp on, no writable volume) nothing of what ran before is
-// left, so a warm pool may hand the sandbox to another task. After the first Reset a sandbox keeps a
+// left, so a warm pool may hand the sandbox to another task. A pool's claim
+// (Backend.Claim) changes meta.json under the flock that every writer of
+// the record takes, in any process. After the first Reset a sandbox keeps a
 // standby: the next generation's container, made with the runtime's create
 // on a fresh layer in the background, which the next Reset starts (about
 // 5 ms instead of a whole run); see Sandbox.Reset.
