@@ -118,3 +118,14 @@ func ApplyClaim(labels *map[string]string, owner, session *string, expires *time
 	}
 	return nil
 }
+
+// CleanResetter is implemented by backends whose sandboxes' Resetter can
+// leave nothing of what ran before (files, processes, environment,
+// network state) for some Specs: CleanReset(spec) reports whether it does
+// for sandboxes made from spec (lite: not with the host's network,
+// privileges, more capabilities, no seccomp or a writable bind volume). A
+// warm pool hands a used sandbox to the next task after a Reset only
+// where it does; elsewhere it removes it.
+type CleanResetter interface {
+	CleanReset(spec Spec) bool
+}

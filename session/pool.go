@@ -180,12 +180,19 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	}
 	p := &Pool{
 		o: o, key: key, claimer: cl, self: owner.Self(),
-		reuse:   set.ReuseOn() && o.Backend.Capabilities().CleanReset,
+		reuse:   set.ReuseOn() && o.Sessions == nil && cleanReset(o.Backend, o.Spec),
 		memTTL:  set.MaxIdle + time.Minute,
 		kick:    make(chan struct{}, 1),
 		changed: make(chan struct{}),
 	}
 	return p, nil
+}
+
+// cleanReset reports whether b's Reset leaves nothing of a task in
+// sandboxes made from spec (backend.CleanResetter).
+func cleanReset(b backend.Backend, spec backend.Spec) bool {
+	cr, ok := backend.AsBackend[backend.CleanResetter](b)
+	return ok && cr.CleanReset(spec)
 }
 
 // NewPool returns the pool of entry name as its [pool] table describes it,

@@ -277,7 +277,7 @@ func TestCleanResetSpecs(t *testing.T) {
 	if hb.CleanReset(e.spec("host by default")) {
 		t.Error("CleanReset is true for a backend whose sandboxes are on the host's network by default")
 	}
-	if b.Capabilities().CleanReset {
-		t.Error("Capabilities().CleanReset is true, though it depends on the Spec")
+	if _, ok := backend.AsBackend[backend.CleanResetter](b); !ok {
+		t.Error("lite is no backend.CleanResetter")
 	}
 }
