@@ -546,7 +546,11 @@ func (p *Pool) giveBack(c *Claimed, rs backend.Resetter) error {
 		return nil
 	}
 	p.st.returned++
-	p.addReady(&warm{sb: sb, raw: c.raw, made: time.Now()})
+	// First in line: a reused sandbox is as good as a new one, and the
+	// keeper trims the pool back to its size from the other end.
+	p.ready = append([]*warm{{sb: sb, raw: c.raw, made: time.Now()}}, p.ready...)
+	close(p.changed)
+	p.changed = make(chan struct{})
 	return nil
 }
 
@@ -638,8 +642,20 @@ func (p *Pool) Keep(ctx context.Context) error {
 	}
 }
 
-// fill starts as many creations as the pool lacks, Refill at a time.
+// fill starts as many creations as the pool lacks, Refill at a time, and
+// removes the newest members beyond its size (sandboxes handed back after
+// a Reset can make it overflow).
 func (p *Pool) fill(ctx context.Context, made chan<- error) {
+	p.mu.Lock()
+	var extra []*warm
+	if over := len(p.ready) - p.o.Settings.Size; over > 0 {
+		extra = slices.Clone(p.ready[len(p.ready)-over:])
+		p.ready = p.ready[:len(p.ready)-over]
+	}
+	p.mu.Unlock()
+	for _, w := range extra {
+		p.retire(ctx, w, nil)
+	}
 	p.mu.Lock()
 	n := min(p.o.Settings.Size-len(p.ready)-p.making, p.o.Settings.Refill-p.making)
 	p.making += max(n, 0)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -12,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/sbxd"
+	"github.com/sandboxkit/sandboxkit/session"
 )
 
 // Claims are atomic across processes: a keeper (sbx pool keep) fills a
@@ -266,4 +270,102 @@ func TestUpClaimsAReadySession(t *testing.T) {
 		t.Errorf("sbx status does not list the claimed session %s:\n%s", res.Session, got)
 	}
 	must(t, "down", res.Session)
+}
+
+// On lite a used sandbox goes back to the pool after its Reset, and the
+// next task sees nothing of the last one: not its file, not its process.
+// (backends/lite's TestResetCrossesNoState checks every kind of state.)
+func TestPoolReusesLiteCleanly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("makes lite sandboxes")
+	}
+	ct := requireLite(chaosLite)(t)
+	data, err := os.ReadFile(ct.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = append(data, []byte("[sandbox.sandboxes.main.pool]\nsize = 1\n")...)
+	if err := os.WriteFile(ct.config, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := sandboxkit.LoadConfig(ct.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	before := ct.inventory(t)
+	b, err := sandboxkit.Open(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := (&sandboxkit.Launcher{Config: cfg}).NewPool(b, "main", func(ctx context.Context, sb backend.Sandbox) (backend.Sandbox, error) {
+		c, err := sbxd.Wrap(ctx, sb)
+		if err != nil {
+			return nil, err
+		}
+		_, err = c.Agent(ctx)
+		return c, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Reuses() {
+		t.Fatal("a pool of lite sandboxes on no network does not reuse them")
+	}
+	kctx, stop := context.WithCancel(ctx)
+	kept := make(chan error, 1)
+	go func() { kept <- p.Keep(kctx) }()
+	defer func() {
+		stop()
+		<-kept
+		p.Close(context.Background())
+		b.Close() // waits for lite's background removals
+		for _, x := range ct.inventory(t) {
+			if !slices.Contains(before, x) {
+				t.Errorf("left behind: %s", x)
+			}
+		}
+	}()
+	wait := func() {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if err := p.Ready(wctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait()
+	first, err := p.Acquire(ctx, session.Binding{Env: map[string]string{"TASK": "one"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := first.Exec(ctx, backend.ExecRequest{Shell: `echo "$TASK" > /tmp/task-one; (setsid sleep 300 &); echo ok`})
+	if err != nil || string(res.Stdout) != "ok\n" {
+		t.Fatalf("task one: %v %q %q", err, res.Stdout, res.Stderr)
+	}
+	first.Release()
+	// The same sandbox comes back, reset, once the keeper has it ready.
+	deadline := time.Now().Add(2 * time.Minute)
+	for p.Stats().Returned == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the used sandbox did not come back: %+v", p.Stats())
+		}
+		time.Sleep(10 * time.Millisecond) // polls a condition
+	}
+	wait()
+	second, err := p.Acquire(ctx, session.Binding{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Release()
+	if second.ID() != first.ID() || !second.Warm {
+		t.Fatalf("task two got %s (warm %v), want the returned %s", second.ID(), second.Warm, first.ID())
+	}
+	res, err = second.Exec(ctx, backend.ExecRequest{Shell: `cat /tmp/task-one 2>&1; echo "task=$TASK"; ps -o args | grep -c "[s]leep 300"`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(res.Stdout); !strings.Contains(got, "No such file") || !strings.Contains(got, "task=\n") || !strings.HasSuffix(got, "0\n") {
+		t.Errorf("task two sees task one's state:\n%s", got)
+	}
 }
