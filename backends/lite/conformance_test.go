@@ -159,3 +159,46 @@ func TestConformanceThroughAgent(t *testing.T) {
 		fileopstest.Run(t, func(t *testing.T) backend.Sandbox { return sb })
 	})
 }
+
+// The agent's socket lives in a folder the sandbox can write: a task that
+// replaces it with a symlink to another socket of the host does not get
+// the host's next DialAgent to connect there.
+func TestDialAgentRefusesASymlink(t *testing.T) {
+	e := newTestEnv(t)
+	b := e.open(t)
+	sb := create(t, b, e.spec("symlink"))
+	ctx := t.Context()
+	conn, err := sb.DialAgent(ctx)
+	if err != nil {
+		t.Fatalf("DialAgent: %v", err)
+	}
+	conn.Close()
+	hostSock := filepath.Join(t.TempDir(), "host.sock")
+	ln, err := net.Listen("unix", hostSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	res, err := sb.Exec(ctx, backend.ExecRequest{Shell: "rm -f " + agentDir + "/" + agentSocket + " && ln -s " + hostSock + " " + agentDir + "/" + agentSocket})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("replacing the socket: %v %s", err, res.Stderr)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if conn, err := sb.DialAgent(dctx); err == nil {
+		conn.Close()
+		t.Fatal("DialAgent followed the sandbox's symlink")
+	}
+	select {
+	case <-accepted:
+		t.Fatal("the host's socket was dialled through the sandbox's symlink")
+	default:
+	}
+}
