@@ -681,7 +681,10 @@ func (p *Pool) addMember(ctx context.Context) error {
 	spec := p.memberSpec(backend.PoolMaking)
 	spec.Owner, spec.Session, spec.TTL = p.self, "", p.memTTL
 	sb, raw, sess, err := p.make(ctx, spec)
-	if err == nil {
+	if err == nil && ctx.Err() != nil {
+		p.destroyLater(sb, sess) // still making: nobody else can have it
+		err = ctx.Err()
+	} else if err == nil {
 		_, err = p.claimer.Claim(ctx, raw.ID(), backend.Claim{Expect: backend.PoolMaking, State: backend.PoolReady,
 			Owner: p.self, Session: sess, TTL: p.memTTL})
 		if err != nil {
@@ -696,13 +699,20 @@ func (p *Pool) addMember(ctx context.Context) error {
 		return err
 	}
 	now := time.Now()
+	w := &warm{sb: sb, raw: raw, made: now, sess: sess}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if ctx.Err() != nil {
-		p.destroyLater(sb, sess)
+		// Ready already: another process may be claiming it, so it is
+		// claimed back before it is removed.
+		p.bg.Go(func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			p.retire(rctx, w, nil)
+		})
 		return ctx.Err()
 	}
-	p.addReady(&warm{sb: sb, raw: raw, made: now, sess: sess})
+	p.addReady(w)
 	p.st.created++
 	p.st.made = append(pruneMinute(p.st.made, now), now)
 	return nil

@@ -261,6 +261,7 @@ func TestSessionPool(t *testing.T) {
 	// stopped) launches a session cold.
 	stop()
 	require.NoError(t, <-done)
+	require.NoError(t, p.Close(ctx)) // members still being made are gone too
 	c2, err := p.Acquire(ctx, session.Binding{Owner: "someone:1:1"})
 	require.NoError(t, err)
 	assert.False(t, c2.Warm)
