@@ -525,6 +525,17 @@ func (p *Pool) giveBack(c *Claimed, rs backend.Resetter) error {
 	if err := rs.Reset(ctx); err != nil {
 		return fmt.Errorf("reset: %w", err)
 	}
+	sb, err := p.wrap(ctx, c.raw)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	keeping := p.keeping
+	p.mu.Unlock()
+	if !keeping {
+		p.destroyNow(sb, "") // still the task's claim: nobody else has it
+		return nil
+	}
 	drop := map[string]string{}
 	for _, k := range c.labels {
 		if _, keep := p.o.Spec.Labels[k]; !keep {
@@ -533,22 +544,24 @@ func (p *Pool) giveBack(c *Claimed, rs backend.Resetter) error {
 	}
 	if _, err := p.claimer.Claim(ctx, c.raw.ID(), backend.Claim{Expect: backend.PoolClaimed, State: backend.PoolReady,
 		Owner: p.self, TTL: p.memTTL, Labels: drop}); err != nil {
+		closeQuietly(sb)
 		return fmt.Errorf("back to ready: %w", err)
 	}
-	sb, err := p.wrap(ctx, c.raw)
-	if err != nil {
-		return err
-	}
+	w := &warm{sb: sb, raw: c.raw, made: time.Now()}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.keeping {
-		p.destroyLater(sb, "")
+		p.bg.Go(func() {
+			rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			p.retire(rctx, w, nil)
+		})
 		return nil
 	}
 	p.st.returned++
 	// First in line: a reused sandbox is as good as a new one, and the
 	// keeper trims the pool back to its size from the other end.
-	p.ready = append([]*warm{{sb: sb, raw: c.raw, made: time.Now()}}, p.ready...)
+	p.ready = append([]*warm{w}, p.ready...)
 	close(p.changed)
 	p.changed = make(chan struct{})
 	return nil
