@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -20,7 +18,6 @@ import (
 	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/fileops"
-	"github.com/sandboxkit/sandboxkit/internal/owner"
 	"github.com/sandboxkit/sandboxkit/sbxd"
 )
 
@@ -119,9 +116,7 @@ func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
 			fmt.Fprintf(a.stderr, format+"\n", args...)
 		}
 	}
-	run := make([]byte, 4)
-	rand.Read(run)
-	session := "bench-" + hex.EncodeToString(run)
+	session := benchSession()
 	sb, spec, err := a.benchSandbox(ctx, cfg, b, o, session, logf)
 	if err != nil {
 		return err
@@ -249,21 +244,9 @@ func (a *app) openCompare(ctx context.Context, cfg *sandboxkit.Config, name stri
 
 // benchSandbox makes the benchmark's sandbox on b from the chosen entry.
 func (a *app) benchSandbox(ctx context.Context, cfg *sandboxkit.Config, b backend.Backend, o benchExecOptions, session string, logf func(string, ...any)) (backend.Sandbox, backend.Spec, error) {
-	name, err := defaultEntry(cfg, o.entry)
+	_, spec, err := benchSpec(cfg, o.entry, o.image, session)
 	if err != nil {
 		return nil, backend.Spec{}, err
-	}
-	spec, err := cfg.Spec(name)
-	if err != nil {
-		return nil, backend.Spec{}, err
-	}
-	if o.image != "" {
-		spec.Image, spec.Build = o.image, nil
-	}
-	spec.Session = session
-	spec.Owner = owner.Self()
-	if spec.TTL == 0 {
-		spec.TTL = time.Hour
 	}
 	logf("bench: creating a sandbox (%s, image %s)", b.Name(), spec.Image)
 	sb, err := a.create(ctx, b, spec)

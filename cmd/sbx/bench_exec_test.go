@@ -132,23 +132,34 @@ func TestExecSchedule(t *testing.T) {
 	}
 }
 
-// With 100 samples or fewer no p99 is reported: it would be the maximum.
+// With 100 samples or fewer no p99 is reported, with 10 or fewer no p90:
+// they would be the maximum.
 func TestPercentilesTopFigure(t *testing.T) {
 	xs := func(n int) []float64 {
 		out := make([]float64, n)
 		for i := range out {
-			out[i] = float64(i + 1)
+			out[i] = float64(n - i) // unsorted
 		}
 		return out
 	}
 	for _, c := range []struct {
-		n        int
-		p99, max float64
-		cell     string
-	}{{1, 0, 1, "-"}, {50, 0, 50, "-"}, {100, 0, 100, "-"}, {101, 100, 101, "100.0"}, {500, 496, 500, "496.0"}} {
+		n              int
+		p90, p99, max  float64
+		mean           float64
+		cell90, cell99 string
+	}{
+		{1, 0, 0, 1, 1, "-", "-"},
+		{10, 0, 0, 10, 5.5, "-", "-"},
+		{11, 10, 0, 11, 6, "10.0", "-"},
+		{50, 46, 0, 50, 25.5, "46.0", "-"},
+		{100, 91, 0, 100, 50.5, "91.0", "-"},
+		{101, 91, 100, 101, 51, "91.0", "100.0"},
+		{500, 451, 496, 500, 250.5, "451.0", "496.0"},
+	} {
 		p := percentilesOf(xs(c.n))
-		if p.N != c.n || p.P99 != c.p99 || p.Max != c.max || p.p99Cell("%.1f") != c.cell {
-			t.Errorf("%d samples: %+v, p99 cell %q", c.n, p, p.p99Cell("%.1f"))
+		if p.N != c.n || p.Min != 1 || p.Mean != c.mean || p.P90 != c.p90 || p.P99 != c.p99 || p.Max != c.max ||
+			p.p90Cell("%.1f") != c.cell90 || p.p99Cell("%.1f") != c.cell99 {
+			t.Errorf("%d samples: %+v, p90 cell %q, p99 cell %q", c.n, p, p.p90Cell("%.1f"), p.p99Cell("%.1f"))
 		}
 	}
 }
