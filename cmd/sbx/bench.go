@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -133,7 +134,8 @@ func percentilesOf(xs []float64) percentiles {
 	for _, x := range xs {
 		sum += x
 	}
-	p := percentiles{N: len(xs), Min: xs[0], Mean: sum / float64(len(xs)), P50: at(0.50), Max: xs[len(xs)-1]}
+	mean := math.Round(sum/float64(len(xs))*1000) / 1000 // as ms(): to the microsecond
+	p := percentiles{N: len(xs), Min: xs[0], Mean: mean, P50: at(0.50), Max: xs[len(xs)-1]}
 	if len(xs) >= minP90Samples {
 		p.P90 = at(0.90)
 	}

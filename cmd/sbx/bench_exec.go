@@ -21,10 +21,10 @@ import (
 	"github.com/sandboxkit/sandboxkit/sbxd"
 )
 
-// withBenchExec adds `bench exec` and `bench create` to the bench command,
-// whoever made it.
+// withBenchExec adds `bench exec`, `bench create` and `bench ttfc` to the
+// bench command, whoever made it.
 func (a *app) withBenchExec(bench *cobra.Command) *cobra.Command {
-	bench.AddCommand(a.benchExecCmd(), a.benchCreateCmd())
+	bench.AddCommand(a.benchExecCmd(), a.benchCreateCmd(), a.benchTTFCCmd())
 	return bench
 }
 

@@ -17,13 +17,7 @@ import (
 // embedded one may predate it).
 func TestBenchExecJSON(t *testing.T) {
 	setup(t)
-	bin := filepath.Join(t.TempDir(), "sbxd")
-	build := exec.Command("go", "build", "-o", bin, "github.com/sandboxkit/sandboxkit/cmd/sbxd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building sbxd: %v\n%s", err, out)
-	}
-	t.Setenv(sbxdbin.EnvPath, bin)
+	useTreeSbxd(t)
 	// --compare makes a second sandbox (here on the same backend) and
 	// measures it in alternating rounds.
 	out := must(t, "--backend", "local", "bench", "exec", "--n", "30", "--baseline-n", "2", "--compare", "local", "--json")
@@ -54,6 +48,19 @@ func TestBenchExecJSON(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, `"nosuch"`) {
 		t.Errorf("--compare nosuch: exit %d, stderr %q", r.code, r.stderr)
 	}
+}
+
+// useTreeSbxd makes the sbxd that sbx injects the one built from this tree
+// (the embedded one may predate it).
+func useTreeSbxd(t *testing.T) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sbxd")
+	build := exec.Command("go", "build", "-o", bin, "github.com/sandboxkit/sandboxkit/cmd/sbxd")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building sbxd: %v\n%s", err, out)
+	}
+	t.Setenv(sbxdbin.EnvPath, bin)
 }
 
 // bench create times create-to-first-exec on two backends in alternating
