@@ -46,9 +46,10 @@ first output of a command in it ("time to first command"), cold and from a
 warm pool, in alternating rounds of one run so that both see the same load
 on this machine:
 
-  cold    the sandbox is made for the request: create, provision, start the
-          sbxd agent, run the command (what Pool.Acquire does when its pool
-          is empty);
+  cold    the sandbox is made for the request, as Pool.Acquire does when
+          no member is ready (it lists the pool's ready members, finds
+          none, then creates, provisions and starts the sbxd agent), and the
+          command runs through the agent;
   pooled  Pool.Acquire claims a ready sandbox from a pool that a keeper in
           this process keeps full, whose sbxd agent is already connected,
           and the command runs through it.
@@ -68,8 +69,9 @@ sandboxes are released and removed in the background, outside the timings;
 before each round the previous round's are gone (or back in the pool).
 
 It reports, per mode, the percentiles of both paths in ms, the speedup
-(cold p50 / pooled p50) and the pooled requests that found the pool empty
-and were made cold (cold fallbacks). It exits 1 when a request failed or
+(cold p50 / pooled p50), the pooled requests that found the pool empty
+and were made cold (cold fallbacks), and the p50 of Acquire alone (the
+rest is the first command). It exits 1 when a request failed or
 when a sandbox of the run is left after it.`,
 		Example: `  sbx bench ttfc --json
   sbx bench ttfc --backend lite --mode staggered --interval 100ms -n 50
@@ -138,6 +140,10 @@ type ttfcMode struct {
 	// ColdFallbacks: pooled requests that found the pool empty and were
 	// made cold (their times are in Pooled).
 	ColdFallbacks int `json:"cold_fallbacks"`
+	// ColdAcquire and PooledAcquire: Acquire alone, in ms (the rest of
+	// the time to first command is the command).
+	ColdAcquire   percentiles `json:"cold_acquire_ms"`
+	PooledAcquire percentiles `json:"pooled_acquire_ms"`
 }
 
 // Bench sandboxes carry ttfcRunLabel (the run) and ttfcPoolLabel (mode and
@@ -335,17 +341,17 @@ func (r *ttfcRun) runMode(ctx context.Context, mode string) (ttfcMode, error) {
 		if err := r.fill(ctx, kept); err != nil {
 			return m, err
 		}
-		c, _, err := r.request(ctx, p)
-		if c != nil {
-			c.Release()
-			r.settle(ctx, []*session.Claimed{c})
+		res := r.request(ctx, p)
+		if res.c != nil {
+			res.c.Release()
+			r.settle(ctx, []*session.Claimed{res.c})
 		}
-		if err != nil {
-			return m, fmt.Errorf("first request: %w", err)
+		if res.err != nil {
+			return m, fmt.Errorf("first request: %w", res.err)
 		}
 	}
 
-	var coldMs, pooledMs []float64
+	var coldMs, pooledMs, coldAcq, pooledAcq []float64
 	for round := range r.o.rounds {
 		r.a.benchLog("bench: %s: round %d of %d", mode, round+1, r.o.rounds)
 		order := []*session.Pool{cold, kept}
@@ -359,9 +365,9 @@ func (r *ttfcRun) runMode(ctx context.Context, mode string) (ttfcMode, error) {
 				case res.err != nil:
 					r.fail(res.err)
 				case p == cold:
-					coldMs = append(coldMs, ms(res.d))
+					coldMs, coldAcq = append(coldMs, ms(res.d)), append(coldAcq, ms(res.acquire))
 				default:
-					pooledMs = append(pooledMs, ms(res.d))
+					pooledMs, pooledAcq = append(pooledMs, ms(res.d)), append(pooledAcq, ms(res.acquire))
 					if !res.c.Warm {
 						m.ColdFallbacks++
 					}
@@ -373,6 +379,7 @@ func (r *ttfcRun) runMode(ctx context.Context, mode string) (ttfcMode, error) {
 		}
 	}
 	m.Cold, m.Pooled = percentilesOf(coldMs), percentilesOf(pooledMs)
+	m.ColdAcquire, m.PooledAcquire = percentilesOf(coldAcq), percentilesOf(pooledAcq)
 	if m.Pooled.P50 > 0 {
 		m.Speedup = m.Cold.P50 / m.Pooled.P50
 	}
@@ -381,9 +388,10 @@ func (r *ttfcRun) runMode(ctx context.Context, mode string) (ttfcMode, error) {
 
 // ttfcResult is one request's outcome.
 type ttfcResult struct {
-	c   *session.Claimed // nil when Acquire failed
-	d   time.Duration    // asking to first output
-	err error
+	c       *session.Claimed // nil when Acquire failed
+	d       time.Duration    // asking to first output
+	acquire time.Duration    // asking to Acquire's return
+	err     error
 }
 
 // round makes one round of mode's requests on p. Before it, kept is full
@@ -398,8 +406,7 @@ func (r *ttfcRun) round(ctx context.Context, mode string, p, kept *session.Pool)
 			if err := r.fill(ctx, kept); err != nil {
 				return results, err
 			}
-			var res ttfcResult
-			res.c, res.d, res.err = r.request(ctx, p)
+			res := r.request(ctx, p)
 			results = append(results, res)
 			if res.c != nil {
 				res.c.Release()
@@ -411,27 +418,26 @@ func (r *ttfcRun) round(ctx context.Context, mode string, p, kept *session.Pool)
 	if err := r.fill(ctx, kept); err != nil {
 		return results, err
 	}
-	results = results[:n]
+	out := make([]ttfcResult, n)
+	started := 0
 	var wg sync.WaitGroup
 	start := time.Now()
 	gate := make(chan struct{})
 	for i := range n {
-		if mode == ttfcStaggered {
-			if !sleepUntil(ctx, start.Add(time.Duration(i)*r.o.interval)) {
-				results = results[:i]
-				break
-			}
+		if mode == ttfcStaggered && !sleepUntil(ctx, start.Add(time.Duration(i)*r.o.interval)) {
+			break
 		}
 		wg.Go(func() {
 			if mode == ttfcBurst {
 				<-gate
 			}
-			res := &results[i]
-			res.c, res.d, res.err = r.request(ctx, p)
+			out[i] = r.request(ctx, p)
 		})
+		started++
 	}
 	close(gate)
 	wg.Wait()
+	results = out[:started]
 	var used []*session.Claimed
 	for _, res := range results {
 		if res.c != nil {
@@ -455,27 +461,27 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 	}
 }
 
-// request asks p for a sandbox and runs the command in it. It returns the
-// claimed sandbox (to be released; nil when Acquire failed) and the time
-// from asking to the command's first output.
-func (r *ttfcRun) request(ctx context.Context, p *session.Pool) (*session.Claimed, time.Duration, error) {
+// request asks p for a sandbox and runs the command in it. Its result's
+// sandbox is to be released (nil when Acquire failed).
+func (r *ttfcRun) request(ctx context.Context, p *session.Pool) ttfcResult {
 	ctx, cancel := context.WithTimeout(ctx, ttfcRequestTimeout)
 	defer cancel()
 	start := time.Now()
 	c, err := p.Acquire(ctx, r.binding)
 	if err != nil {
-		return nil, 0, err
+		return ttfcResult{err: err}
 	}
+	res := ttfcResult{c: c, acquire: time.Since(start)}
 	out := &firstOutput{}
-	res, err := c.Exec(ctx, backend.ExecRequest{Cmd: r.o.cmd, Stdout: out})
-	d := out.since(start)
+	er, err := c.Exec(ctx, backend.ExecRequest{Cmd: r.o.cmd, Stdout: out})
+	res.d = out.since(start)
 	switch {
 	case err != nil:
-		return c, 0, fmt.Errorf("sandbox %s: %s: %w", c.ID(), strings.Join(r.o.cmd, " "), err)
-	case res.ExitCode != 0:
-		return c, 0, fmt.Errorf("sandbox %s: %s exited %d: %s", c.ID(), strings.Join(r.o.cmd, " "), res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+		res.err = fmt.Errorf("sandbox %s: %s: %w", c.ID(), strings.Join(r.o.cmd, " "), err)
+	case er.ExitCode != 0:
+		res.err = fmt.Errorf("sandbox %s: %s exited %d: %s", c.ID(), strings.Join(r.o.cmd, " "), er.ExitCode, strings.TrimSpace(string(er.Stderr)))
 	}
-	return c, d, nil
+	return res
 }
 
 // firstOutput notes when the first byte of output arrived.
@@ -605,6 +611,9 @@ func printTTFC(a *app, rep ttfcReport) {
 		}
 	}
 	t.flush()
+	for _, m := range rep.Modes {
+		fmt.Fprintf(w, "%s: Acquire alone p50 cold %.1fms, pooled %.1fms\n", m.Mode, m.ColdAcquire.P50, m.PooledAcquire.P50)
+	}
 	fmt.Fprintf(w, "failures %d, left behind %d\n", rep.Failures, rep.Leaked)
 	for _, e := range rep.Errors {
 		fmt.Fprintf(w, "error: %s\n", e)
