@@ -254,8 +254,8 @@ func (a *app) benchSandbox(ctx context.Context, cfg *sandboxkit.Config, b backen
 }
 
 // startAgent starts sbxd in sb.
-func (a *app) startAgent(ctx context.Context, sb backend.Sandbox) (*sbxd.Client, sbxd.AgentInfo, error) {
-	c, err := sbxd.Wrap(ctx, sb, sbxd.WithLogger(a.logger))
+func (a *app) startAgent(ctx context.Context, sb backend.Sandbox, opts ...sbxd.Option) (*sbxd.Client, sbxd.AgentInfo, error) {
+	c, err := sbxd.Wrap(ctx, sb, append([]sbxd.Option{sbxd.WithLogger(a.logger)}, opts...)...)
 	if err != nil {
 		return nil, sbxd.AgentInfo{}, err
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/config"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
+	"github.com/sandboxkit/sandboxkit/sbxd"
 	"github.com/sandboxkit/sandboxkit/session"
 )
 
@@ -176,6 +178,7 @@ type ttfcRun struct {
 	settings  *config.PoolConfig // the entry's [pool], or nil
 	session   string
 	binding   session.Binding
+	bins      agentBinaries
 
 	mu       sync.Mutex
 	failures int
@@ -299,11 +302,36 @@ func (r *ttfcRun) newPool(mode, path string, set config.PoolConfig) (*session.Po
 // wrap starts the sbxd agent in a sandbox the pools make, so that the
 // first command goes through a connected agent.
 func (r *ttfcRun) wrap(ctx context.Context, sb backend.Sandbox) (backend.Sandbox, error) {
-	c, _, err := r.a.startAgent(ctx, sb)
+	c, _, err := r.a.startAgent(ctx, sb, sbxd.WithBinary(r.bins.find))
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// agentBinaries keeps sbxd's binary per architecture once read, as sbx
+// serve does: where the agent is copied into every new sandbox, reading
+// (and unzipping) it each time would be counted in every cold start.
+type agentBinaries struct {
+	mu   sync.Mutex
+	bins map[string][]byte
+}
+
+func (ab *agentBinaries) find(arch string) ([]byte, error) {
+	ab.mu.Lock()
+	defer ab.mu.Unlock()
+	if bin, ok := ab.bins[arch]; ok {
+		return bin, nil
+	}
+	bin, err := sbxdbin.Find("", arch)
+	if err != nil {
+		return nil, err
+	}
+	if ab.bins == nil {
+		ab.bins = map[string][]byte{}
+	}
+	ab.bins[arch] = bin
+	return bin, nil
 }
 
 // runMode measures one mode: rounds of cold requests (from a pool without
