@@ -354,6 +354,12 @@ func (r *ttfcRun) runMode(ctx context.Context, mode string) (ttfcMode, error) {
 	keeping := make(chan error, 1)
 	go func() { keeping <- kept.Keep(kctx) }()
 	defer func() {
+		// The keeper stops once it is no longer making members (it
+		// refills after the last round): it then has only ready ones to
+		// remove, which Close waits for.
+		if ctx.Err() == nil {
+			r.fill(ctx, kept)
+		}
 		stop()
 		<-keeping
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
