@@ -249,6 +249,10 @@ func (a *app) benchTTFC(ctx context.Context, o ttfcOptions) error {
 // newTTFCRun resolves the entry: its sandboxes are made as a pool makes
 // them (Launcher.Standalone), with --image, in the run's own session.
 func (a *app) newTTFCRun(cfg *sandboxkit.Config, b backend.Backend, o ttfcOptions) (*ttfcRun, error) {
+	if _, ok := backend.AsBackend[backend.Claimer](b); !ok {
+		return nil, fmt.Errorf("sbx bench ttfc: the %s backend has no warm pools (it cannot hand a ready sandbox to exactly one task: it is no backend.Claimer), so there is no pooled path to measure: %w",
+			b.Name(), errors.ErrUnsupported)
+	}
 	name, err := defaultEntry(cfg, o.entry)
 	if err != nil {
 		return nil, err

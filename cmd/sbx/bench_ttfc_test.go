@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backends/opensandbox/opensandboxtest"
 )
 
 // bench ttfc on the local backend, end to end and small: every mode is
@@ -89,5 +90,29 @@ refill = 1
 		if r.code != 1 || !strings.Contains(r.stderr, args[0]) {
 			t.Errorf("bench ttfc %v: exit %d, stderr %q", args, r.code, r.stderr)
 		}
+	}
+}
+
+// A backend without warm pools (opensandbox is no backend.Claimer; here
+// its in-process fake) is refused before anything is made, by name.
+func TestBenchTTFCNeedsAClaimer(t *testing.T) {
+	setup(t)
+	srv, err := opensandboxtest.NewServer(opensandboxtest.Options{APIKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	t.Setenv("OPEN_SANDBOX_API_KEY", "k")
+	t.Setenv("SBX_CONFIG", writeConfig(t, `
+[sandbox]
+backend = "opensandbox"
+default_image = "ubuntu:24.04"
+[sandbox.opensandbox]
+domain = "`+srv.Domain()+`"
+[sandbox.sandboxes.main]
+`))
+	r := sbx(t, "bench", "ttfc", "-n", "1")
+	if r.code != 1 || !strings.Contains(r.stderr, "the opensandbox backend has no warm pools") {
+		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
 	}
 }
