@@ -65,11 +65,6 @@ type Capabilities struct {
 	Persistent bool
 	// MaxConcurrency bounds concurrent sandboxes (0: no known bound).
 	MaxConcurrency int
-	// CleanReset: the sandbox's Resetter leaves nothing of what ran before
-	// (files, processes, environment, network state), so a warm pool may
-	// hand a used sandbox to the next task after a Reset instead of
-	// removing it.
-	CleanReset bool
 }
 
 // Check returns nil when a backend with these capabilities can honour spec,

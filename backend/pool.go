@@ -21,8 +21,11 @@ const (
 	LabelPoolState = "sandboxkit.pool.state"
 )
 
-// Pool member states (LabelPoolState values).
+// Pool member states (LabelPoolState values). A keeper makes a member in
+// PoolMaking and claims it to PoolReady once it is provisioned, so that no
+// other process claims a member still being made.
 const (
+	PoolMaking  = "making"
 	PoolReady   = "ready"
 	PoolClaimed = "claimed"
 )
@@ -34,9 +37,10 @@ var ErrClaimed = errors.New("pool member already claimed")
 // Claim is what a claim changes on a pool member.
 type Claim struct {
 	// Expect is the state the member must be in (default PoolReady);
-	// State the state it is left in (default PoolClaimed). A member going
-	// back to its pool (after a clean Reset) is claimed from PoolClaimed
-	// to PoolReady.
+	// State the state it is left in (default PoolClaimed). A keeper claims
+	// a member it made from PoolMaking to PoolReady; a member going back
+	// to its pool (after a clean Reset) is claimed from PoolClaimed to
+	// PoolReady.
 	Expect, State string
 	// Owner, Session and TTL replace the member's (see Spec): LabelOwner,
 	// LabelSession and LabelExpiresAt afterwards say what they say for a
@@ -68,8 +72,10 @@ func (c Claim) NewState() string {
 
 // Claimer is implemented by backends (not sandboxes) that can hand a pool
 // member to exactly one claimer across processes and hosts: a locked
-// record (local, lite), a resourceVersion-checked update (k8s), an atomic
-// container rename plus a label record (Docker, whose labels are fixed).
+// record (local, lite), a checked update of the pod (k8s), a record volume
+// whose first maker wins plus a rename (Docker, whose labels are fixed).
+// Every Claimer supports PoolMaking to PoolReady and PoolReady to
+// PoolClaimed; other moves may wrap errors.ErrUnsupported.
 //
 // Claim moves sandbox id from c.Expected() to c.NewState() and applies
 // c, all or nothing. When another claimer won, or the member is not in
@@ -111,4 +117,15 @@ func ApplyClaim(labels *map[string]string, owner, session *string, expires *time
 		*expires = now.Add(c.TTL).UTC().Truncate(time.Second)
 	}
 	return nil
+}
+
+// CleanResetter is implemented by backends whose sandboxes' Resetter can
+// leave nothing of what ran before (files, processes, environment,
+// network state) for some Specs: CleanReset(spec) reports whether it does
+// for sandboxes made from spec (lite: not with the host's network,
+// privileges, more capabilities, no seccomp or a writable bind volume). A
+// warm pool hands a used sandbox to the next task after a Reset only
+// where it does; elsewhere it removes it.
+type CleanResetter interface {
+	CleanReset(spec Spec) bool
 }

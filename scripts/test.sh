@@ -78,7 +78,7 @@ go test -race -count=1 ./... "$@" || rc=$?
 if [ -n "$podman_host" ]; then
 	echo "== native backend on Podman ($podman_host)"
 	DOCKER_HOST=$podman_host go test -race -count=1 \
-		-run '^(TestConformanceBusybox|TestScratchImage|TestCheckpoint|TestSharedVolume|TestBuild|TestLabelsAndInfo)$' \
+		-run '^(TestConformanceBusybox|TestScratchImage|TestCheckpoint|TestSharedVolume|TestBuild|TestLabelsAndInfo|TestClaim.*|TestPruneClaimRecords)$' \
 		./backends/native/ || rc=$?
 fi
 exit $rc

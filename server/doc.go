@@ -41,12 +41,32 @@
 // jobs then live in the sandbox and outlive the server), else through the
 // backend, with jobs run by the server. The tools print the same either way.
 //
+// # Pools
+//
+// A type with a pool (Options.Pools; in a config, the entry's [pool] table)
+// has ready sandboxes made before any call asks: made from the type's Spec
+// and Provision, labelled with the server's instance and the type, and,
+// unless NoAgent, with their sbxd agent started and connected. The keeper
+// (session.Pool.Keep) runs from New to Close and refills the pool behind
+// every claim. create_sandbox claims a ready sandbox (one of this server's,
+// else of another keeper of the same pool, else a new one: an empty pool
+// is never an error) and binds it to the conversation with the claim
+// (backend.Claimer): LabelConversation and LabelIdleTTL, no owner, and
+// MaxLifetime as its backend TTL from the claim. From then on it is a
+// sandbox like any other for the rules above, found and adopted by its
+// labels after a restart. A ready sandbox belongs to no conversation. When
+// the conversation deletes it or it expires, it goes back to its pool,
+// which removes it in the background (or takes it back where the backend's
+// reset is provably clean); one adopted from an earlier run is removed as
+// any other. Close removes the ready sandboxes, DeleteOnShutdown or not.
+// PoolStats, and GET /pools over HTTP, give the pools' figures.
+//
 // # Lifecycle
 //
 // New makes a server over a backend; Adopt takes over the sandboxes an
 // earlier run of the same instance left, each with a fresh idle window;
 // Handler and Serve expose it over HTTP, RunStdio over a stdio transport
 // (StdioTransport answers malformed lines and carries on);
-// Close cancels calls in flight and keeps the sandboxes, unless
-// Options.DeleteOnShutdown.
+// Close cancels calls in flight, removes the pools' ready sandboxes and
+// keeps the others, unless Options.DeleteOnShutdown.
 package server

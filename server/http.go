@@ -71,6 +71,7 @@ func ConversationFromHeader(h http.Header) (string, error) {
 //
 //	GET  /health          {"status":"healthy"}; needs no key
 //	GET  /sandbox/status  {"enabled":true,...}, or false and the reason
+//	GET  /pools           {"pools":[...]}: the figures of the warm pools (PoolStats)
 //	GET  /tools           the tools with their JSON input schemas
 //	POST /tools/{name}    run a tool: JSON arguments in, Result out
 //	     /mcp             MCP over streamable HTTP
@@ -83,6 +84,7 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "healthy"})
 	})
 	mux.Handle("GET /sandbox/status", s.auth(http.HandlerFunc(s.serveStatus)))
+	mux.Handle("GET /pools", s.auth(http.HandlerFunc(s.servePools)))
 	mux.Handle("GET /tools", s.auth(http.HandlerFunc(s.serveToolList)))
 	mux.Handle("POST /tools/{name}", s.auth(http.HandlerFunc(s.serveTool)))
 

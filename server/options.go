@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/config"
 	"github.com/sandboxkit/sandboxkit/sbxd"
 )
 
@@ -70,6 +72,12 @@ type Options struct {
 	// Volumes are mounted into every sandbox, after the Spec's own (a
 	// target the Spec mounts already is left to the Spec).
 	Volumes []backend.Volume
+	// Pools are the warm pools the server keeps while it runs, by type (a
+	// type of Types): create_sandbox of a pooled type claims a ready
+	// sandbox, made from the type's Spec and Provision before any call
+	// asked for it, and answers in milliseconds. The backend must be a
+	// backend.Claimer. Ready sandboxes are removed in Close.
+	Pools map[string]config.PoolConfig
 
 	// IdleTTL: a sandbox without tool calls for this long is removed.
 	IdleTTL time.Duration
@@ -118,6 +126,12 @@ func (o *Options) setDefaults() error {
 	if len(o.Types) == 0 {
 		o.Types = []string{"main"}
 	}
+	for _, typ := range slices.Sorted(maps.Keys(o.Pools)) {
+		if !slices.Contains(o.Types, typ) {
+			return fmt.Errorf("server: Options.Pools has a pool of type %q, which is not one of Types (%s): %w",
+				typ, strings.Join(o.Types, ", "), backend.ErrInvalidConfig)
+		}
+	}
 	o.IdleTTL = cmp.Or(o.IdleTTL, DefaultIdleTTL)
 	o.MaxLifetime = cmp.Or(o.MaxLifetime, DefaultMaxLifetime)
 	o.OutputLimit = cmp.Or(o.OutputLimit, DefaultOutputLimit)
@@ -163,8 +177,8 @@ func validInstance(s string) bool {
 
 // ConfigOptions returns the Options a config gives: its [sandbox.serve]
 // settings, $SBX_API_KEY, the execute timeout of [sandbox.tools], the
-// entries as types ("main" first when there is one), and the volumes of
-// $SBX_VOLUME_MOUNTS (mount_host_paths are in every entry's Spec already).
+// entries as types ("main" first when there is one) with the pools of
+// those that have a [pool] table, and the volumes of $SBX_VOLUME_MOUNTS (mount_host_paths are in every entry's Spec already).
 // Volume specs whose host path is missing are skipped: warnings says so.
 // The caller sets Backend.
 func ConfigOptions(cfg *sandboxkit.Config) (opts Options, warnings []string, err error) {
@@ -207,6 +221,18 @@ func ConfigOptions(cfg *sandboxkit.Config) (opts Options, warnings []string, err
 		types = slices.Concat([]string{"main"}, slices.Delete(slices.Clone(types), i, i+1))
 	}
 	opts.Types = types
+	for _, typ := range types {
+		e, err := cfg.Entry(typ)
+		if err != nil {
+			return opts, warnings, err
+		}
+		if set := e.PoolSettings(); set != nil {
+			if opts.Pools == nil {
+				opts.Pools = map[string]config.PoolConfig{}
+			}
+			opts.Pools[typ] = *set
+		}
+	}
 	vols, volWarnings, err := ParseVolumeMounts(os.Getenv(EnvVolumeMounts), cfg.Dir)
 	opts.Volumes, warnings = vols, append(warnings, volWarnings...)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/fileops"
 	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
 	"github.com/sandboxkit/sandboxkit/sbxd"
+	"github.com/sandboxkit/sandboxkit/session"
 )
 
 // SandboxInfo is what the server tells a conversation about one of its
@@ -62,7 +63,8 @@ func (s *Server) callContext(ctx context.Context) (context.Context, func()) {
 
 // Create makes a sandbox of type typ ("" for the first of Options.Types)
 // for conversation conv, expiring after idle without tool calls (0: the
-// server's idle TTL; at most MaxLifetime).
+// server's idle TTL; at most MaxLifetime). A type with a pool claims one of
+// its ready sandboxes (a new one when none is ready).
 func (s *Server) Create(ctx context.Context, conv, typ string, idle time.Duration) (SandboxInfo, error) {
 	if conv == "" {
 		return SandboxInfo{}, errNoConversation
@@ -79,26 +81,10 @@ func (s *Server) Create(ctx context.Context, conv, typ string, idle time.Duratio
 	case idle > s.opts.MaxLifetime:
 		idle = s.opts.MaxLifetime
 	}
-	spec, err := s.opts.Spec(typ)
-	if err != nil {
-		return SandboxInfo{}, err
-	}
-	spec.Labels = maps.Clone(spec.Labels)
-	if spec.Labels == nil {
-		spec.Labels = map[string]string{}
-	}
-	spec.Labels[LabelInstance] = s.opts.Instance
-	spec.Labels[LabelConversation] = OwnerKey(conv)
-	spec.Labels[LabelType] = typ
-	spec.Labels[LabelIdleTTL] = strconv.FormatInt(int64((idle+time.Second-1)/time.Second), 10) // whole seconds, rounded up
-	// The backend TTL is the hard limit, so sbx gc reaps what a dead server
-	// leaves; the idle TTL is the server's to keep.
-	spec.TTL = s.opts.MaxLifetime
-	spec.Owner = ""
-	for _, v := range s.opts.Volumes {
-		if !slices.ContainsFunc(spec.Volumes, func(w backend.Volume) bool { return w.Target == v.Target }) {
-			spec.Volumes = append(spec.Volumes, v)
-		}
+	// What makes the sandbox this conversation's.
+	labels := map[string]string{
+		LabelConversation: OwnerKey(conv),
+		LabelIdleTTL:      strconv.FormatInt(int64((idle+time.Second-1)/time.Second), 10), // whole seconds, rounded up
 	}
 
 	ctx, stop := s.callContext(ctx)
@@ -109,41 +95,111 @@ func (s *Server) Create(ctx context.Context, conv, typ string, idle time.Duratio
 	if closed {
 		return SandboxInfo{}, errShutdown
 	}
-	sb, err := s.opts.Backend.Create(ctx, spec)
-	if err != nil {
-		return SandboxInfo{}, fmt.Errorf("creating a %s sandbox: %w", typ, err)
-	}
-	if s.opts.Provision != nil {
-		if err := s.opts.Provision(ctx, typ, sb); err != nil {
-			s.destroyNew(sb)
-			return SandboxInfo{}, fmt.Errorf("creating a %s sandbox: %w", typ, err)
+	var (
+		sb      backend.Sandbox
+		claimed *session.Claimed
+		info    backend.Info
+		err     error
+	)
+	if p := s.pools[typ]; p != nil {
+		claimed, info, err = s.acquire(ctx, p, labels)
+		if err == nil {
+			sb, _ = claimedSandbox(claimed)
 		}
+	} else {
+		spec, specErr := s.typeSpec(typ)
+		if specErr != nil {
+			return SandboxInfo{}, specErr
+		}
+		maps.Copy(spec.Labels, labels)
+		sb, info, err = s.createCold(ctx, typ, spec)
 	}
-	info, err := sb.Info(ctx)
 	if err != nil {
-		s.destroyNew(sb)
 		return SandboxInfo{}, fmt.Errorf("creating a %s sandbox: %w", typ, err)
 	}
 	// Labels as we meant them, whatever the backend echoes.
-	info.Labels = spec.Labels
+	info.Labels = maps.Clone(info.Labels)
+	if info.Labels == nil {
+		info.Labels = map[string]string{}
+	}
+	maps.Copy(info.Labels, labels)
+	info.Labels[LabelInstance], info.Labels[LabelType] = s.opts.Instance, typ
 	if info.CreatedAt.IsZero() {
 		info.CreatedAt = s.now()
 	}
 	if info.ExpiresAt.IsZero() {
 		info.ExpiresAt = info.CreatedAt.Add(s.opts.MaxLifetime)
 	}
+	if claimed != nil {
+		// A sandbox a pool took back is this conversation's again.
+		s.mu.Lock()
+		delete(s.released, info.ID)
+		s.mu.Unlock()
+	}
 	b, _ := s.register(info, sb)
-	if err := s.attach(ctx, b); err != nil {
+	if err := s.attach(ctx, b, claimed); err != nil {
 		s.forget(b)
-		s.destroyNew(sb)
+		if claimed != nil {
+			claimed.Release()
+		} else {
+			s.destroyNew(sb)
+		}
 		return SandboxInfo{}, err
 	}
 	s.mu.Lock()
 	b.lastActive = s.now()
 	in := s.info(b)
 	s.mu.Unlock()
-	s.opts.Logger.Info("created sandbox", "sandbox", b.id, "type", typ, "conversation", conv)
+	s.opts.Logger.Info("created sandbox", "sandbox", b.id, "type", typ, "conversation", conv, "pooled", claimed != nil && claimed.Warm)
 	return in, nil
+}
+
+// typeSpec is the Spec of a sandbox of type typ before a conversation owns
+// it: the type's, labelled with this server's instance and the type, with
+// the server's volumes, no owner, and MaxLifetime as its backend TTL.
+func (s *Server) typeSpec(typ string) (backend.Spec, error) {
+	spec, err := s.opts.Spec(typ)
+	if err != nil {
+		return backend.Spec{}, err
+	}
+	spec.Labels = maps.Clone(spec.Labels)
+	if spec.Labels == nil {
+		spec.Labels = map[string]string{}
+	}
+	spec.Labels[LabelInstance] = s.opts.Instance
+	spec.Labels[LabelType] = typ
+	// The backend TTL is the hard limit, so sbx gc reaps what a dead server
+	// leaves; the idle TTL is the server's to keep.
+	spec.TTL = s.opts.MaxLifetime
+	spec.Owner = ""
+	spec.Volumes = slices.Clone(spec.Volumes)
+	for _, v := range s.opts.Volumes {
+		if !slices.ContainsFunc(spec.Volumes, func(w backend.Volume) bool { return w.Target == v.Target }) {
+			spec.Volumes = append(spec.Volumes, v)
+		}
+	}
+	return spec, nil
+}
+
+// createCold makes and provisions a sandbox of type typ from spec; on
+// failure nothing is left.
+func (s *Server) createCold(ctx context.Context, typ string, spec backend.Spec) (backend.Sandbox, backend.Info, error) {
+	sb, err := s.opts.Backend.Create(ctx, spec)
+	if err != nil {
+		return nil, backend.Info{}, err
+	}
+	if s.opts.Provision != nil {
+		if err := s.opts.Provision(ctx, typ, sb); err != nil {
+			s.destroyNew(sb)
+			return nil, backend.Info{}, err
+		}
+	}
+	info, err := sb.Info(ctx)
+	if err != nil {
+		s.destroyNew(sb)
+		return nil, backend.Info{}, err
+	}
+	return sb, info, nil
 }
 
 func (s *Server) destroyNew(sb backend.Sandbox) {
@@ -165,9 +221,20 @@ func (s *Server) forget(b *box) {
 }
 
 // attach reattaches b's sandbox if needed and starts its agent and tools.
-func (s *Server) attach(ctx context.Context, b *box) error {
+// claimed, when set, is the pool claim b's sandbox came from: its sbxd
+// client, whose agent the pool started and connected, is used as it is.
+func (s *Server) attach(ctx context.Context, b *box, claimed *session.Claimed) error {
 	b.attach.Lock()
 	defer b.attach.Unlock()
+	var pre *sbxd.Client
+	if claimed != nil && b.claimed == nil {
+		b.claimed = claimed
+		var raw backend.Sandbox
+		raw, pre = claimedSandbox(claimed)
+		if b.sb == nil {
+			b.sb = raw
+		}
+	}
 	if b.tools != nil {
 		return nil
 	}
@@ -181,10 +248,12 @@ func (s *Server) attach(ctx context.Context, b *box) error {
 	var sb backend.Sandbox = b.sb
 	b.jobs = newLocalJobs(s.life, b.sb, s.opts.OutputLimit)
 	if !s.opts.NoAgent {
-		opts := append([]sbxd.Option{sbxd.WithLogger(s.opts.Logger), sbxd.WithBinary(s.agentBinary)}, s.opts.AgentOptions...)
-		c, err := sbxd.Wrap(ctx, b.sb, opts...)
-		if err != nil {
-			return err
+		c := pre
+		if c == nil {
+			var err error
+			if c, err = sbxd.Wrap(ctx, b.sb, s.agentOptions()...); err != nil {
+				return err
+			}
 		}
 		if _, err := c.Agent(ctx); err != nil {
 			s.opts.Logger.Warn("sbxd agent unavailable: background jobs run in the server and end with it",
@@ -321,7 +390,7 @@ func (s *Server) withBox(ctx context.Context, conv, id string, fn func(context.C
 		return err
 	}
 	defer release()
-	err = s.attach(ctx, b)
+	err = s.attach(ctx, b, nil)
 	if err == nil {
 		err = fn(ctx, b)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/fileops"
 	"github.com/sandboxkit/sandboxkit/sbxd"
+	"github.com/sandboxkit/sandboxkit/session"
 )
 
 // cleanupTimeout bounds destroying one sandbox (reaper, delete, shutdown).
@@ -31,6 +32,15 @@ type Server struct {
 	mu     sync.Mutex
 	boxes  map[string]*box // by sandbox ID
 	closed bool
+
+	// pools are the warm pools by type (Options.Pools); their keepers run
+	// in bg until life ends.
+	pools map[string]*session.Pool
+	// released are the pool sandboxes this run released (guarded by mu):
+	// their pool removes them, or takes them back, in the background, and
+	// until then the backend still lists them with their conversation's
+	// label, which must not find them again.
+	released map[string]release
 
 	// adoptRetry, when set, is the conversation filter of an Adopt that
 	// failed; the reaper retries it.
@@ -58,11 +68,26 @@ type box struct {
 	agent  *sbxd.Client    // nil with NoAgent
 	tools  *fileops.Tools
 	jobs   jobRunner
+	// claimed is the pool claim the sandbox came from in this run (nil:
+	// made without a pool, or adopted): the pool removes it, or takes it
+	// back after a clean reset.
+	claimed *session.Claimed
 }
 
+// release is a sandbox released to its pool: whose it was and when.
+type release struct {
+	conv string
+	at   time.Time
+}
+
+// releaseGrace is how long a released sandbox is kept from its
+// conversation: longer than a pool takes to remove or reset one.
+const releaseGrace = 5 * time.Minute
+
 // New returns a server over opts.Backend. It starts the reaper (see
-// Options.ReapInterval); call Adopt to take over the sandboxes an earlier
-// run of the same instance left, and Close when done.
+// Options.ReapInterval) and the keepers of Options.Pools; call Adopt to
+// take over the sandboxes an earlier run of the same instance left, and
+// Close when done.
 func New(opts Options) (*Server, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
@@ -79,7 +104,14 @@ func New(opts Options) (*Server, error) {
 	}
 	opts.Volumes = vols
 	life, stop := context.WithCancel(context.Background())
-	s := &Server{opts: opts, life: life, stopLife: stop, boxes: map[string]*box{}}
+	s := &Server{opts: opts, life: life, stopLife: stop, boxes: map[string]*box{}, released: map[string]release{}}
+	pools, err := s.newPools()
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	s.pools = pools
+	s.keepPools()
 	if opts.ReapInterval > 0 {
 		s.bg.Go(s.reapLoop)
 	}
@@ -140,6 +172,9 @@ func (s *Server) register(info backend.Info, sb backend.Sandbox) (*box, bool) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if r, ok := s.released[info.ID]; ok && r.conv == conv {
+		return nil, false
+	}
 	if old, ok := s.boxes[info.ID]; ok {
 		return old, true
 	}
@@ -168,6 +203,11 @@ func (s *Server) Reap(ctx context.Context) []string {
 	for _, b := range s.boxes {
 		if b.inflight == 0 && !now.Before(b.expiry()) {
 			expired = append(expired, b) // a call in flight is activity
+		}
+	}
+	for id, r := range s.released {
+		if time.Since(r.at) > releaseGrace {
+			delete(s.released, id)
 		}
 	}
 	s.mu.Unlock()
@@ -228,7 +268,7 @@ func (s *Server) jobsRunning(ctx context.Context, b *box) bool {
 		if s.opts.NoAgent {
 			return false // the server's own jobs: none ran in this run
 		}
-		if err := s.attach(ctx, b); err != nil {
+		if err := s.attach(ctx, b, nil); err != nil {
 			s.opts.Logger.Debug("cannot ask an idle sandbox for running jobs", "sandbox", b.id, "err", err)
 			return false
 		}
@@ -264,7 +304,10 @@ func (s *Server) reapLoop() {
 	}
 }
 
-// destroy removes b's sandbox, also when ctx is already cancelled.
+// destroy removes b's sandbox, also when ctx is already cancelled. A
+// sandbox claimed from a pool in this run is released to its pool, which
+// removes it in the background (or, where its reset is clean, takes it
+// back).
 func (s *Server) destroy(ctx context.Context, b *box) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
@@ -272,6 +315,13 @@ func (s *Server) destroy(ctx context.Context, b *box) error {
 	defer b.attach.Unlock()
 	if b.jobs != nil {
 		b.jobs.close()
+	}
+	if b.claimed != nil {
+		s.mu.Lock()
+		s.released[b.id] = release{conv: b.conv, at: time.Now()}
+		s.mu.Unlock()
+		b.claimed.Release() // closes the agent's client too
+		return nil
 	}
 	if b.agent != nil {
 		b.agent.Close()
@@ -290,10 +340,11 @@ func (s *Server) destroy(ctx context.Context, b *box) error {
 	return sb.Destroy(ctx)
 }
 
-// Close stops the reaper, cancels calls still running and background jobs
-// the server itself runs, and, with DeleteOnShutdown, removes every
-// sandbox it knows. Sandboxes are otherwise kept for a later run to adopt.
-// The backend is not closed.
+// Close stops the reaper and the pool keepers (which remove their ready
+// sandboxes), cancels calls still running and background jobs the server
+// itself runs, and, with DeleteOnShutdown, removes every sandbox it knows.
+// Sandboxes are otherwise kept for a later run to adopt. The backend is
+// not closed.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -341,5 +392,14 @@ func (s *Server) Close() error {
 		})
 	}
 	wg.Wait()
+	// The pools remove their ready members and the sandboxes released to
+	// them in the background: wait for that.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*cleanupTimeout)
+	defer cancel()
+	for _, p := range s.pools {
+		if err := p.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("pool of type %s: removing its sandboxes: %w", p.Name(), err))
+		}
+	}
 	return errors.Join(errs...)
 }

@@ -252,6 +252,9 @@ func (l *Launcher) makeShared(ctx context.Context, s *Session, ms []*member) err
 	for _, m := range ms {
 		ttl = max(ttl, m.spec.TTL)
 	}
+	if l.forPool != nil {
+		ttl = 0 // gc removes them once the session has no sandboxes
+	}
 	labels := map[string]string{}
 	if l.Owner != "" {
 		labels[backend.LabelOwner] = l.Owner

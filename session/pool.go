@@ -15,6 +15,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"path"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,7 +50,8 @@ type Pool struct {
 	making  int
 	keeping bool
 	kick    chan struct{}
-	changed chan struct{} // closed and replaced when ready grows
+	changed chan struct{}   // closed and replaced when ready grows
+	out     map[string]bool // sandboxes this process handed to tasks
 	st      counters
 	bg      sync.WaitGroup
 }
@@ -72,6 +74,13 @@ type PoolOptions struct {
 	Wrap func(ctx context.Context, sb backend.Sandbox) (backend.Sandbox, error)
 	// Logger; nil: discard.
 	Logger *slog.Logger
+	// Sessions, when set, makes the pool one of sessions of one entry
+	// (for sbx up): each member is launched by a copy of this Launcher
+	// as a session of Name alone, with the session's shared volumes and
+	// network, and a claim keeps the member's session ID (Binding.Session
+	// must be empty). Releasing one removes its whole session. Spec and
+	// Provision are then unused.
+	Sessions *Launcher
 }
 
 // warm is a ready member this process made.
@@ -79,6 +88,7 @@ type warm struct {
 	sb   backend.Sandbox // wrapped
 	raw  backend.Sandbox
 	made time.Time
+	sess string // its session (session pools)
 }
 
 // counters are a pool's figures (see PoolStats).
@@ -137,6 +147,12 @@ func PoolKey(name string, spec backend.Spec) string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// SessionPoolKey is PoolKey for a pool of sessions of entry name alone
+// (PoolOptions.Sessions), whose members differ from a sandbox pool's.
+func SessionPoolKey(name string, spec backend.Spec) string {
+	return PoolKey("session:"+name, spec)
+}
+
 // NewPool returns the pool of o.Name. The backend must be a
 // backend.Claimer (every built-in backend but opensandbox is).
 func NewPool(o PoolOptions) (*Pool, error) {
@@ -158,14 +174,25 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	key := PoolKey(o.Name, o.Spec)
+	if o.Sessions != nil {
+		key = SessionPoolKey(o.Name, o.Spec)
+	}
 	p := &Pool{
-		o: o, key: PoolKey(o.Name, o.Spec), claimer: cl, self: owner.Self(),
-		reuse:   set.ReuseOn() && o.Backend.Capabilities().CleanReset,
+		o: o, key: key, claimer: cl, self: owner.Self(),
+		reuse:   set.ReuseOn() && o.Sessions == nil && cleanReset(o.Backend, o.Spec),
 		memTTL:  set.MaxIdle + time.Minute,
 		kick:    make(chan struct{}, 1),
 		changed: make(chan struct{}),
 	}
 	return p, nil
+}
+
+// cleanReset reports whether b's Reset leaves nothing of a task in
+// sandboxes made from spec (backend.CleanResetter).
+func cleanReset(b backend.Backend, spec backend.Spec) bool {
+	cr, ok := backend.AsBackend[backend.CleanResetter](b)
+	return ok && cr.CleanReset(spec)
 }
 
 // NewPool returns the pool of entry name as its [pool] table describes it,
@@ -187,6 +214,21 @@ func (l *Launcher) NewPool(b backend.Backend, name string, wrap func(context.Con
 	return NewPool(PoolOptions{Backend: b, Name: name, Spec: spec, Provision: provision, Settings: *set, Wrap: wrap, Logger: l.Logger})
 }
 
+// NewSessionPool returns the pool of sessions of entry name alone (see
+// PoolOptions.Sessions), as its [pool] table describes it, on b: what
+// sbx up NAME claims from. The Launcher's Progress reports cold launches.
+func (l *Launcher) NewSessionPool(b backend.Backend, name string) (*Pool, error) {
+	p, err := l.NewPool(b, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	lc := *l
+	lc.Backend = b
+	o := p.o
+	o.Sessions = &lc
+	return NewPool(o)
+}
+
 // Key is the pool's backend.LabelPool value.
 func (p *Pool) Key() string { return p.key }
 
@@ -204,6 +246,9 @@ func (p *Pool) Reuses() bool { return p.reuse }
 // when there is one, else a new sandbox (a cold start; an empty pool is
 // never an error). Release it when the task is done.
 func (p *Pool) Acquire(ctx context.Context, b Binding) (*Claimed, error) {
+	if p.o.Sessions != nil && b.Session != "" {
+		return nil, backend.InvalidConfigf("pool of %q: a session pool keeps each member's own session: Binding.Session must be empty", p.o.Name)
+	}
 	claim := backend.Claim{Owner: b.Owner, Session: b.Session, TTL: cmp.Or(b.TTL, p.o.Spec.TTL), Labels: b.Labels}
 	defer p.wake()
 	// This process's members first: their agents are connected.
@@ -212,6 +257,7 @@ func (p *Pool) Acquire(ctx context.Context, b Binding) (*Claimed, error) {
 		if w == nil {
 			break
 		}
+		claim.Session = cmp.Or(b.Session, w.sess)
 		if _, err := p.claimer.Claim(ctx, w.raw.ID(), claim); err != nil {
 			closeQuietly(w.sb)
 			if errors.Is(err, backend.ErrClaimed) || errors.Is(err, backend.ErrNotFound) {
@@ -220,7 +266,7 @@ func (p *Pool) Acquire(ctx context.Context, b Binding) (*Claimed, error) {
 			return nil, p.fail(err)
 		}
 		p.count(func(c *counters) { c.claimed++ })
-		return p.bind(ctx, w.sb, w.raw, b, true)
+		return p.bind(ctx, w.sb, w.raw, w.sess, b, true)
 	}
 	// Then other keepers' members.
 	infos, err := p.o.Backend.List(ctx, backend.Filter{Name: p.o.Name, Labels: map[string]string{
@@ -233,6 +279,7 @@ func (p *Pool) Acquire(ctx context.Context, b Binding) (*Claimed, error) {
 		if info.State != backend.StateRunning {
 			continue
 		}
+		claim.Session = cmp.Or(b.Session, info.Session)
 		if _, err := p.claimer.Claim(ctx, info.ID, claim); err != nil {
 			if errors.Is(err, backend.ErrClaimed) || errors.Is(err, backend.ErrNotFound) {
 				continue
@@ -245,24 +292,53 @@ func (p *Pool) Acquire(ctx context.Context, b Binding) (*Claimed, error) {
 		}
 		sb, err := p.wrap(ctx, raw)
 		if err != nil {
-			p.destroyLater(raw)
+			p.destroyLater(raw, info.Session)
 			return nil, p.fail(err)
 		}
 		p.count(func(c *counters) { c.claimed++; c.foreign++ })
-		return p.bind(ctx, sb, raw, b, true)
+		return p.bind(ctx, sb, raw, info.Session, b, true)
 	}
 	// Cold: made for this task, as without a pool.
 	p.count(func(c *counters) { c.cold++ })
+	if p.o.Sessions != nil {
+		return p.coldSession(ctx, b)
+	}
 	spec := p.memberSpec(backend.PoolClaimed)
 	spec.Owner, spec.Session, spec.TTL = claim.Owner, claim.Session, claim.TTL
 	for k, v := range b.Labels {
 		spec.Labels[k] = v
 	}
-	sb, raw, err := p.make(ctx, spec)
+	sb, raw, _, err := p.make(ctx, spec)
 	if err != nil {
 		return nil, p.fail(err)
 	}
-	return p.bind(ctx, sb, raw, b, false)
+	return p.bind(ctx, sb, raw, "", b, false)
+}
+
+// coldSession launches a session of the entry for b, as without a pool.
+func (p *Pool) coldSession(ctx context.Context, b Binding) (*Claimed, error) {
+	l := *p.o.Sessions
+	l.Owner, l.ID = b.Owner, ""
+	if len(b.Labels) > 0 || b.TTL > 0 {
+		l.forPool = func(spec *backend.Spec) {
+			maps.Copy(spec.Labels, b.Labels)
+			spec.TTL = cmp.Or(b.TTL, spec.TTL)
+		}
+	}
+	s, err := l.Launch(ctx, p.o.Name)
+	if err != nil {
+		return nil, p.fail(err)
+	}
+	raw, err := s.Sandbox(p.o.Name)
+	if err != nil {
+		return nil, p.fail(err)
+	}
+	sb, err := p.wrap(ctx, raw)
+	if err != nil {
+		p.destroyLater(raw, s.ID)
+		return nil, p.fail(err)
+	}
+	return p.bind(ctx, sb, raw, s.ID, b, false)
 }
 
 // memberSpec is the Spec of a member made in state.
@@ -277,23 +353,41 @@ func (p *Pool) memberSpec(state string) backend.Spec {
 	return spec
 }
 
-// make creates, provisions and wraps a sandbox; on failure nothing is left.
-func (p *Pool) make(ctx context.Context, spec backend.Spec) (sb, raw backend.Sandbox, err error) {
-	raw, err = p.o.Backend.Create(ctx, spec)
-	if err != nil {
-		return nil, nil, err
-	}
-	if p.o.Provision != nil {
-		if err := p.o.Provision(ctx, raw); err != nil {
-			p.destroyNow(raw)
-			return nil, nil, err
+// make creates, provisions and wraps a sandbox (launches a session of one,
+// in a session pool); on failure nothing is left.
+func (p *Pool) make(ctx context.Context, spec backend.Spec) (sb, raw backend.Sandbox, sess string, err error) {
+	if p.o.Sessions != nil {
+		l := *p.o.Sessions
+		l.Owner, l.ID, l.Progress = spec.Owner, "", nil
+		l.forPool = func(s *backend.Spec) {
+			maps.Copy(s.Labels, spec.Labels)
+			s.TTL = spec.TTL
+		}
+		s, err := l.Launch(ctx, p.o.Name)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		if raw, err = s.Sandbox(p.o.Name); err != nil {
+			p.destroyNow(nil, s.ID)
+			return nil, nil, "", err
+		}
+		sess = s.ID
+	} else {
+		if raw, err = p.o.Backend.Create(ctx, spec); err != nil {
+			return nil, nil, "", err
+		}
+		if p.o.Provision != nil {
+			if err := p.o.Provision(ctx, raw); err != nil {
+				p.destroyNow(raw, "")
+				return nil, nil, "", err
+			}
 		}
 	}
 	if sb, err = p.wrap(ctx, raw); err != nil {
-		p.destroyNow(raw)
-		return nil, nil, err
+		p.destroyNow(raw, sess)
+		return nil, nil, "", err
 	}
-	return sb, raw, nil
+	return sb, raw, sess, nil
 }
 
 func (p *Pool) wrap(ctx context.Context, raw backend.Sandbox) (backend.Sandbox, error) {
@@ -304,8 +398,17 @@ func (p *Pool) wrap(ctx context.Context, raw backend.Sandbox) (backend.Sandbox, 
 }
 
 // bind applies b to a claimed sandbox.
-func (p *Pool) bind(ctx context.Context, sb, raw backend.Sandbox, b Binding, warm bool) (*Claimed, error) {
+func (p *Pool) bind(ctx context.Context, sb, raw backend.Sandbox, sess string, b Binding, warm bool) (*Claimed, error) {
 	c := &Claimed{Sandbox: sb, Warm: warm, pool: p, raw: raw, env: maps.Clone(b.Env), dir: b.WorkDir}
+	if p.o.Sessions != nil {
+		c.Session = sess
+	}
+	p.mu.Lock()
+	if p.out == nil {
+		p.out = map[string]bool{}
+	}
+	p.out[raw.ID()] = true
+	p.mu.Unlock()
 	for k := range b.Labels {
 		c.labels = append(c.labels, k)
 	}
@@ -316,7 +419,7 @@ func (p *Pool) bind(ctx context.Context, sb, raw backend.Sandbox, b Binding, war
 		}
 		mode := cmp.Or(f.Mode, 0o644)
 		if err := backend.WriteFile(ctx, sb, name, bytes.NewReader(f.Data), mode); err != nil {
-			p.destroyLater(sb)
+			p.destroyLater(sb, c.Session)
 			return nil, fmt.Errorf("pool of %q: writing %s into sandbox %s: %w", p.o.Name, name, sb.ID(), err)
 		}
 	}
@@ -359,6 +462,9 @@ type Claimed struct {
 	backend.Sandbox
 	// Warm: it came ready from the pool (false: made for this task).
 	Warm bool
+	// Session is the session the sandbox is the one member of, in a
+	// session pool (see PoolOptions.Sessions).
+	Session string
 
 	pool     *Pool
 	raw      backend.Sandbox
@@ -391,18 +497,21 @@ func (c *Claimed) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 func (c *Claimed) Release() {
 	c.released.Do(func() {
 		p := c.pool
+		p.mu.Lock()
+		delete(p.out, c.raw.ID())
+		p.mu.Unlock()
 		rs, ok := backend.As[backend.Resetter](c.raw)
 		p.mu.Lock()
 		back := p.reuse && p.keeping && ok
 		p.mu.Unlock()
-		if !back {
-			p.destroyLater(c.Sandbox)
+		if !back || c.Session != "" {
+			p.destroyLater(c.Sandbox, c.Session)
 			return
 		}
 		p.bg.Go(func() {
 			if err := p.giveBack(c, rs); err != nil {
 				p.o.Logger.Warn("pool: a used sandbox could not go back to the pool; removing it", "pool", p.o.Name, "sandbox", c.raw.ID(), "err", err)
-				p.destroyNow(c.Sandbox)
+				p.destroyNow(c.Sandbox, "")
 			}
 		})
 	})
@@ -433,7 +542,7 @@ func (p *Pool) giveBack(c *Claimed, rs backend.Resetter) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.keeping {
-		go p.destroyLater(sb)
+		p.destroyLater(sb, "")
 		return nil
 	}
 	p.st.returned++
@@ -441,18 +550,30 @@ func (p *Pool) giveBack(c *Claimed, rs backend.Resetter) error {
 	return nil
 }
 
-// destroyLater removes sb in the background.
-func (p *Pool) destroyLater(sb backend.Sandbox) {
-	p.bg.Go(func() { p.destroyNow(sb) })
+// destroyLater removes sb (with its session sess, in a session pool) in
+// the background.
+func (p *Pool) destroyLater(sb backend.Sandbox, sess string) {
+	p.bg.Go(func() { p.destroyNow(sb, sess) })
 }
 
-func (p *Pool) destroyNow(sb backend.Sandbox) {
+func (p *Pool) destroyNow(sb backend.Sandbox, sess string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := sb.Destroy(ctx); err != nil {
-		p.o.Logger.Warn("pool: removing a sandbox", "pool", p.o.Name, "sandbox", sb.ID(), "err", err)
+	if sess != "" && p.o.Sessions != nil {
+		l := *p.o.Sessions
+		if s, err := l.Resume(ctx, sess); err != nil {
+			p.o.Logger.Warn("pool: removing a session", "pool", p.o.Name, "session", sess, "err", err)
+		} else if err := s.Destroy(ctx); err != nil {
+			p.o.Logger.Warn("pool: removing a session", "pool", p.o.Name, "session", sess, "err", err)
+		}
+	} else if sb != nil {
+		if err := sb.Destroy(ctx); err != nil {
+			p.o.Logger.Warn("pool: removing a sandbox", "pool", p.o.Name, "sandbox", sb.ID(), "err", err)
+		}
 	}
-	closeQuietly(sb)
+	if sb != nil {
+		closeQuietly(sb)
+	}
 }
 
 // Close waits for the sandboxes being removed or reset in the background
@@ -539,9 +660,18 @@ func (p *Pool) fill(ctx context.Context, made chan<- error) {
 
 // addMember makes one ready member.
 func (p *Pool) addMember(ctx context.Context) error {
-	spec := p.memberSpec(backend.PoolReady)
+	// Made as "making", so that no other process claims it before it is
+	// provisioned, then claimed to ready by this keeper.
+	spec := p.memberSpec(backend.PoolMaking)
 	spec.Owner, spec.Session, spec.TTL = p.self, "", p.memTTL
-	sb, raw, err := p.make(ctx, spec)
+	sb, raw, sess, err := p.make(ctx, spec)
+	if err == nil {
+		_, err = p.claimer.Claim(ctx, raw.ID(), backend.Claim{Expect: backend.PoolMaking, State: backend.PoolReady,
+			Owner: p.self, Session: sess, TTL: p.memTTL})
+		if err != nil {
+			p.destroyLater(sb, sess)
+		}
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			p.count(func(c *counters) { c.failed++; c.lastErr = err.Error() })
@@ -553,10 +683,10 @@ func (p *Pool) addMember(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if ctx.Err() != nil {
-		go p.destroyLater(sb)
+		p.destroyLater(sb, sess)
 		return ctx.Err()
 	}
-	p.addReady(&warm{sb: sb, raw: raw, made: now})
+	p.addReady(&warm{sb: sb, raw: raw, made: now, sess: sess})
 	p.st.created++
 	p.st.made = append(pruneMinute(p.st.made, now), now)
 	return nil
@@ -599,29 +729,40 @@ func (p *Pool) recycle(ctx context.Context) {
 
 // retire claims a member of this process for itself and removes it.
 func (p *Pool) retire(ctx context.Context, w *warm, count func(*counters)) {
-	if _, err := p.claimer.Claim(ctx, w.raw.ID(), backend.Claim{Owner: p.self, TTL: time.Hour}); err != nil {
+	if _, err := p.claimer.Claim(ctx, w.raw.ID(), backend.Claim{Owner: p.self, Session: w.sess, TTL: time.Hour}); err != nil {
 		closeQuietly(w.sb) // another process claimed it: it is theirs now
 		return
 	}
 	if count != nil {
 		p.count(count)
 	}
-	p.destroyLater(w.sb)
+	p.destroyLater(w.sb, w.sess)
 }
 
 // reconcile drops the members other processes claimed from this process's
-// ready list, so that they are replaced.
+// ready list, so that they are replaced, and removes members that read as
+// claimed but still belong to this keeper: a claim whose claimer died
+// before recording it (a Docker claim record lost) is nobody's task.
 func (p *Pool) reconcile(ctx context.Context) {
 	infos, err := p.o.Backend.List(ctx, backend.Filter{Name: p.o.Name, Labels: map[string]string{
-		backend.LabelPool: p.key, backend.LabelPoolState: backend.PoolReady, backend.LabelOwner: p.self}})
+		backend.LabelPool: p.key, backend.LabelOwner: p.self}})
 	if err != nil {
 		return
 	}
 	still := map[string]bool{}
+	var lost []backend.Info
 	for _, i := range infos {
-		still[i.ID] = true
+		switch i.Labels[backend.LabelPoolState] {
+		case backend.PoolReady:
+			still[i.ID] = true
+		case backend.PoolClaimed:
+			if time.Since(i.CreatedAt) > time.Minute {
+				lost = append(lost, i)
+			}
+		}
 	}
 	p.mu.Lock()
+	lost = slices.DeleteFunc(lost, func(i backend.Info) bool { return p.out[i.ID] })
 	var gone []*warm
 	keep := p.ready[:0]
 	for _, w := range p.ready {
@@ -639,6 +780,11 @@ func (p *Pool) reconcile(ctx context.Context) {
 	}
 	if len(gone) > 0 {
 		p.wake()
+	}
+	for _, i := range lost {
+		if sb, err := p.o.Backend.Get(ctx, i.ID); err == nil {
+			p.destroyLater(sb, i.Session)
+		}
 	}
 }
 

@@ -216,3 +216,75 @@ func TestPoolConfigChecks(t *testing.T) {
 	assert.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), "nosuch"), err)
 }
+
+// A session pool's members are sessions of one entry: a claim keeps the
+// member's session, which Resume finds; releasing removes the session.
+func TestSessionPool(t *testing.T) {
+	cfg := localPoolConfig(t, 1, "")
+	ctx := t.Context()
+	b, err := cfg.Open(ctx, nil)
+	require.NoError(t, err)
+	defer b.Close()
+	l := &session.Launcher{Config: cfg, Backend: b}
+	p, err := l.NewSessionPool(b, "main")
+	require.NoError(t, err)
+	plain, err := l.NewPool(b, "main", nil)
+	require.NoError(t, err)
+	assert.NotEqual(t, plain.Key(), p.Key(), "a session pool is a pool of its own")
+
+	kctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Keep(kctx) }()
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	require.NoError(t, p.Ready(wctx, 1))
+	ready, err := b.List(ctx, backend.Filter{Labels: map[string]string{backend.LabelPool: p.Key(), backend.LabelPoolState: backend.PoolReady}})
+	require.NoError(t, err)
+	require.Len(t, ready, 1)
+	require.NotEmpty(t, ready[0].Session, "a ready member is a session's sandbox")
+
+	_, err = p.Acquire(ctx, session.Binding{Session: "mine"})
+	assert.ErrorIs(t, err, backend.ErrInvalidConfig, "a session pool keeps the member's session")
+	c, err := p.Acquire(ctx, session.Binding{})
+	require.NoError(t, err)
+	assert.True(t, c.Warm)
+	assert.Equal(t, ready[0].Session, c.Session)
+	s, err := l.Resume(ctx, c.Session)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"main"}, memberNames(s))
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, c.Session, info.Session)
+	assert.Empty(t, info.Owner)
+
+	// A second claim with the pool empty (the keeper is refilling, or
+	// stopped) launches a session cold.
+	stop()
+	require.NoError(t, <-done)
+	c2, err := p.Acquire(ctx, session.Binding{Owner: "someone:1:1"})
+	require.NoError(t, err)
+	assert.False(t, c2.Warm)
+	assert.NotEqual(t, c.Session, c2.Session)
+	info, err = c2.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "someone:1:1", info.Owner)
+
+	c.Release()
+	c2.Release()
+	require.NoError(t, p.Close(ctx))
+	for _, id := range []string{c.Session, c2.Session} {
+		_, err = l.Resume(ctx, id)
+		assert.ErrorIs(t, err, backend.ErrNotFound, "released session %s is removed", id)
+	}
+	left, err := b.List(ctx, backend.Filter{})
+	require.NoError(t, err)
+	assert.Empty(t, left)
+}
+
+func memberNames(s *session.Session) []string {
+	var names []string
+	for _, m := range s.Members() {
+		names = append(names, m.Name)
+	}
+	return names
+}

@@ -79,6 +79,11 @@ type Launcher struct {
 	Owner string
 
 	launcher string // LabelLauncher's value during Launch
+	// forPool, set by a session Pool on its copy, edits each sandbox's
+	// Spec (pool labels, TTL) and makes the shared volumes and network
+	// without a TTL: a claimed session lives on past a ready one's TTL,
+	// and Docker cannot extend a volume's.
+	forPool func(*backend.Spec)
 }
 
 // Progress is one step of one sandbox of a launch.
@@ -218,6 +223,9 @@ func (l *Launcher) plan(names []string, id string) ([]*member, error) {
 		return nil, err
 	}
 	for _, m := range ms {
+		if l.forPool != nil {
+			l.forPool(&m.spec)
+		}
 		m.spec.Session = id
 		m.spec.Owner = l.Owner
 		m.spec.Labels = withLabels(m.spec.Labels, map[string]string{

@@ -32,9 +32,24 @@ func (s *suite) testClaimer(t *testing.T) {
 	pool := "bt-pool-" + randomHex(4)
 	spec := s.spec("claim")
 	spec.Labels[backend.LabelPool] = pool
-	spec.Labels[backend.LabelPoolState] = backend.PoolReady
+	spec.Labels[backend.LabelPoolState] = backend.PoolMaking
 	spec.Owner = "keeper-host:1:1"
 	sb := s.create(t, spec)
+	// Made as "making": nobody can claim it until its keeper says ready.
+	if _, err := cl.Claim(ctx, sb.ID(), backend.Claim{Session: "early"}); !errors.Is(err, backend.ErrClaimed) {
+		t.Fatalf("claiming a member still being made: %v, want ErrClaimed", err)
+	}
+	ready, err := cl.Claim(ctx, sb.ID(), backend.Claim{Expect: backend.PoolMaking, State: backend.PoolReady, Owner: spec.Owner, TTL: time.Hour})
+	if err != nil {
+		t.Fatalf("the keeper's claim from making to ready: %v", err)
+	}
+	if ready.Labels[backend.LabelPoolState] != backend.PoolReady || ready.Owner != spec.Owner {
+		t.Fatalf("after making -> ready: state %q owner %q", ready.Labels[backend.LabelPoolState], ready.Owner)
+	}
+	infos, err := s.b.List(ctx, backend.Filter{Labels: map[string]string{backend.LabelPool: pool, backend.LabelPoolState: backend.PoolReady}})
+	if err != nil || len(infos) != 1 || infos[0].ID != sb.ID() {
+		t.Fatalf("List of the pool's ready members after making -> ready: %v (%v)", infoIDs(infos), err)
+	}
 
 	const n = 8
 	session := "bt-claimed-" + randomHex(4)
@@ -125,6 +140,9 @@ func (s *suite) testClaimer(t *testing.T) {
 	res := mustExec(t, ctx, sb, backend.ExecRequest{Cmd: []string{"echo", "claimed"}})
 	checkOutput(t, "stdout after the claim", res.Stdout, "claimed\n")
 
+	if _, err := cl.Claim(ctx, sb.ID(), backend.Claim{Expect: backend.PoolMaking, State: backend.PoolReady}); !errors.Is(err, backend.ErrClaimed) {
+		t.Errorf("making -> ready of a claimed member: %v, want ErrClaimed", err)
+	}
 	if _, err := cl.Claim(ctx, sb.ID(), backend.Claim{Session: "again"}); !errors.Is(err, backend.ErrClaimed) {
 		t.Errorf("claiming a claimed member: %v, want ErrClaimed", err)
 	}

@@ -70,7 +70,10 @@
 // sandboxkit.io/labels; those that are valid Kubernetes labels are also pod
 // labels, so List filters on the server and `kubectl get pods -l
 // sandboxkit.session=...` works. Get, List, TTL renewal and `sbx gc` work
-// from the cluster alone.
+// from the cluster alone. A warm pool's claim (Backend.Claim) is one JSON
+// patch, whose changes wait in the annotation sandboxkit.io/claim (applied
+// over sandboxkit.io/labels) until the next write that reads the labels
+// folds them in.
 //
 // Refused with an error that says why: pids_limit (Kubernetes limits
 // processes per node, the kubelet's podPidsLimit, not per pod), dockerfile

@@ -57,9 +57,9 @@ func isConnError(err error) bool {
 }
 
 // isOurs reports whether err was already made in contract terms, or is a
-// pod's start failure.
+// pod's start failure. (backend.IsContractError does not know ErrClaimed.)
 func isOurs(err error) bool {
-	return backend.IsContractError(err) || errors.Is(err, errStartFailed)
+	return backend.IsContractError(err) || errors.Is(err, backend.ErrClaimed) || errors.Is(err, errStartFailed)
 }
 
 func (b *Backend) opErr(op, id string, err error) error {

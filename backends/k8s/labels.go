@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,6 +31,13 @@ const (
 	annotationWorkDir = "sandboxkit.io/workdir"
 	// annotationSbxd records that sbxd was put in the pod at sbxdPath.
 	annotationSbxd = "sandboxkit.io/sbxd"
+	// annotationClaim holds what the last claim changed (see Backend.Claim):
+	// labels as a JSON object, "" for one removed, applied over
+	// annotationLabels. A claim thus needs no read of the labels it leaves
+	// alone: it is one JSON patch. Writers that read the labels first
+	// (SetLabels, Renew, a claim that finds one here) fold it into
+	// annotationLabels and remove it.
+	annotationClaim = "sandboxkit.io/claim"
 	// annotationHostPorts records the entry's host addresses of ports
 	// ("8080=127.0.0.1:18080,..."), where Endpoint listens for them.
 	annotationHostPorts = "sandboxkit.io/host-ports"
@@ -58,8 +66,21 @@ func encodeLabels(all map[string]string) string {
 }
 
 // labelsOf returns a resource's sandboxkit labels: the annotation when
-// present (it has every label), else its Kubernetes labels.
+// present (it has every label) with a claim's changes applied, else its
+// Kubernetes labels.
 func labelsOf(meta metav1.ObjectMeta) map[string]string {
+	all := baseLabels(meta)
+	if delta := claimOf(meta); delta != nil {
+		if all == nil {
+			all = map[string]string{}
+		}
+		applyLabels(all, delta)
+	}
+	return all
+}
+
+// baseLabels is labelsOf without a claim's changes.
+func baseLabels(meta metav1.ObjectMeta) map[string]string {
 	if s, ok := meta.Annotations[annotationLabels]; ok {
 		var all map[string]string
 		if json.Unmarshal([]byte(s), &all) == nil {
@@ -67,6 +88,30 @@ func labelsOf(meta metav1.ObjectMeta) map[string]string {
 		}
 	}
 	return maps.Clone(meta.Labels)
+}
+
+// claimOf decodes the claim annotation (nil when absent or damaged).
+func claimOf(meta metav1.ObjectMeta) map[string]string {
+	s, ok := meta.Annotations[annotationClaim]
+	if !ok {
+		return nil
+	}
+	var delta map[string]string
+	if json.Unmarshal([]byte(s), &delta) != nil {
+		return nil
+	}
+	return delta
+}
+
+// applyLabels sets the labels of set in all; an empty value removes one.
+func applyLabels(all, set map[string]string) {
+	for k, v := range set {
+		if v == "" {
+			delete(all, k)
+		} else {
+			all[k] = v
+		}
+	}
 }
 
 // selector is the server-side part of filter: every condition Kubernetes
@@ -101,7 +146,7 @@ var _ backend.Labeler = (*Backend)(nil)
 // SetLabels changes a sandbox's labels (an empty value removes one): the
 // annotation that holds them all, and the pod labels for the pairs
 // Kubernetes accepts. The pod's resourceVersion guards against a change
-// made meanwhile (a Renew).
+// made meanwhile (a Renew, a claim).
 func (b *Backend) SetLabels(ctx context.Context, id string, set map[string]string) error {
 	for k := range set {
 		if k == backend.LabelID || k == backend.LabelBackend {
@@ -113,27 +158,39 @@ func (b *Backend) SetLabels(ctx context.Context, id string, set map[string]strin
 		return b.opErr("set labels", id, err)
 	}
 	all := labelsOf(pod.ObjectMeta)
+	applyLabels(all, set)
+	_, err = b.writeLabels(ctx, pod, all)
+	return b.opErr("set labels", id, err)
+}
+
+// writeLabels makes all the labels of pod, as read: the labels annotation
+// (a claim's changes folded in, its annotation removed) and, for the pairs
+// Kubernetes accepts, the pod's labels; pod labels of other keys that
+// sandboxkit set are removed. The pod's resourceVersion guards against a
+// change made since it was read (an apierrors conflict). It returns the
+// pod as written.
+func (b *Backend) writeLabels(ctx context.Context, pod *corev1.Pod, all map[string]string) (*corev1.Pod, error) {
+	want := podLabels(all)
 	podSet := map[string]any{}
-	for k, v := range set {
-		if v == "" {
-			delete(all, k)
-			if _, ok := pod.Labels[k]; ok {
-				podSet[k] = nil // a merge patch's null removes the key
-			}
-			continue
-		}
-		all[k] = v
-		if validLabel(k, v) {
+	for k, v := range want {
+		if cur, ok := pod.Labels[k]; !ok || cur != v {
 			podSet[k] = v
 		}
 	}
+	// The keys sandboxkit knows were set (kubectl label's are left).
+	known := slices.Concat(slices.Collect(maps.Keys(baseLabels(pod.ObjectMeta))), slices.Collect(maps.Keys(claimOf(pod.ObjectMeta))))
+	for _, k := range known {
+		_, keep := want[k]
+		if _, ok := pod.Labels[k]; ok && !keep {
+			podSet[k] = nil // a merge patch's null removes the key
+		}
+	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations":     map[string]string{annotationLabels: encodeLabels(all)},
+		"annotations":     map[string]any{annotationLabels: encodeLabels(all), annotationClaim: nil},
 		"labels":          podSet,
 		"resourceVersion": pod.ResourceVersion,
 	}})
 	rctx, cancel := b.reqCtx(ctx)
 	defer cancel()
-	_, err = b.cs.CoreV1().Pods(b.ns).Patch(rctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-	return b.opErr("set labels", id, b.translate(err))
+	return b.cs.CoreV1().Pods(b.ns).Patch(rctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 }

@@ -312,22 +312,22 @@ func (s *Sandbox) Renew(ctx context.Context, ttl time.Duration) (time.Time, erro
 	exp := now().Add(ttl).UTC().Truncate(time.Second)
 	all := labelsOf(pod.ObjectMeta)
 	all[backend.LabelExpiresAt] = exp.Format(time.RFC3339)
-	if err := s.b.patchAnnotations(ctx, pod, map[string]string{annotationLabels: encodeLabels(all)}); err != nil {
+	// Fails if the pod changed since it was read (another Renew, a claim).
+	if _, err := s.b.writeLabels(ctx, pod, all); err != nil {
 		return time.Time{}, s.opErr("renew", err)
 	}
 	return exp, nil
 }
 
-// patchAnnotations sets annotations on pod, failing if it changed since it
-// was read (another Renew at the same time).
-func (b *Backend) patchAnnotations(ctx context.Context, pod *corev1.Pod, ann map[string]string) error {
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations":     ann,
-		"resourceVersion": pod.ResourceVersion,
-	}})
+// patchAnnotations sets annotations that no other writer changes (what
+// Create records), so it needs no read first and cannot conflict with a
+// claim of the pod meanwhile (a pool member is claimable as soon as it
+// runs).
+func (b *Backend) patchAnnotations(ctx context.Context, pod string, ann map[string]string) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	rctx, cancel := b.reqCtx(ctx)
 	defer cancel()
-	_, err := b.cs.CoreV1().Pods(b.ns).Patch(rctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err := b.cs.CoreV1().Pods(b.ns).Patch(rctx, pod, types.MergePatchType, patch, metav1.PatchOptions{})
 	return b.translate(err)
 }
 
@@ -366,11 +366,7 @@ func (s *Sandbox) setUp(ctx context.Context, findWorkDir bool) error {
 		ann[annotationWorkDir] = wd
 		s.workDir = wd
 	}
-	pod, err := s.b.getPod(ctx, s.id)
-	if err != nil {
-		return err
-	}
-	if err := s.b.patchAnnotations(ctx, pod, ann); err != nil {
+	if err := s.b.patchAnnotations(ctx, s.id, ann); err != nil {
 		return err
 	}
 	s.sbxd = true
@@ -425,12 +421,8 @@ func (s *Sandbox) probeWorkDir(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pod, err := s.b.getPod(ctx, s.id)
-	if err != nil {
-		return err
-	}
 	s.workDir = wd
-	return s.b.patchAnnotations(ctx, pod, map[string]string{annotationWorkDir: wd})
+	return s.b.patchAnnotations(ctx, s.id, map[string]string{annotationWorkDir: wd})
 }
 
 // pwd is the container's working directory, as a plain exec finds it.

@@ -54,6 +54,7 @@
 //	<state>/<id>/upper, work      the overlay's writable layer
 //	<state>/<id>/bundle/          config.json and rootfs/, the merged overlay (lower = the image, read-only)
 //	<state>/<id>/main.log         output of the sandbox's first process
+//	<state>/<id>/lock             locked by Reset and Destroy, in every process
 //
 // and one container, sbxlite-<id>, in the runtime's root. The first process
 // is sbxd init (cmd/sbxd, bind-mounted read-only from the state dir at
@@ -78,7 +79,12 @@
 // ends the PID namespace), deletes the container, unmounts the overlay and
 // removes the folder; it is idempotent. Reset (a lite-only method) throws the
 // writable layer away and starts the container again: the sandbox is back to
-// its image, with the same ID. After the first Reset a sandbox keeps a
+// its image, with the same ID. For most Specs (Backend.CleanReset: not on
+// the host's network, not privileged, no capability but NET_ADMIN beyond
+// Docker's, seccomp on, no writable volume) nothing of what ran before is
+// left, so a warm pool may hand the sandbox to another task. A pool's claim
+// (Backend.Claim) changes meta.json under the flock that every writer of
+// the record takes, in any process. After the first Reset a sandbox keeps a
 // standby: the next generation's container, made with the runtime's create
 // on a fresh layer in the background, which the next Reset starts (about
 // 5 ms instead of a whole run); see Sandbox.Reset.

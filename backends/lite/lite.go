@@ -60,17 +60,24 @@ type Backend struct {
 	sbxd     string  // host path of the sbxd binary bind-mounted into sandboxes
 	userns   *userNS // rootless: the tools that make user namespaces; nil as root
 
-	// metaMu serialises read-modify-write of meta files (Renew, Pause).
-	metaMu sync.Mutex
-	// sbxLocks serialise Reset and Destroy of one sandbox in this process.
+	// sbxLocks serialise Reset and Destroy of one sandbox in this process
+	// (with the lockFile's flock across processes; see Sandbox.lock).
 	sbxLocks sync.Map // id -> *sync.Mutex
 	// bg counts background work (Reset's standby containers), which Close
-	// waits for.
-	bg sync.WaitGroup
+	// waits for. bgHold, write-locked by a test, holds it back, so that
+	// the test sees what a Reset itself left.
+	bg     sync.WaitGroup
+	bgHold sync.RWMutex
 }
 
 // background runs f in a goroutine that Close waits for.
-func (b *Backend) background(f func()) { b.bg.Go(f) }
+func (b *Backend) background(f func()) {
+	b.bg.Go(func() {
+		b.bgHold.RLock()
+		b.bgHold.RUnlock()
+		f()
+	})
+}
 
 var _ backend.Backend = (*Backend)(nil)
 
@@ -347,6 +354,9 @@ func genSuffix(gen int) string {
 	return "." + strconv.Itoa(gen)
 }
 
+// lockFile is the file in a sandbox's folder that Sandbox.lock locks.
+const lockFile = "lock"
+
 func bundleDir(dir string, gen int) string { return filepath.Join(dir, "bundle"+genSuffix(gen)) }
 func rootfsDir(dir string, gen int) string { return filepath.Join(bundleDir(dir, gen), "rootfs") }
 func upperDir(dir string, gen int) string  { return filepath.Join(dir, "upper"+genSuffix(gen)) }
@@ -398,6 +408,9 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fail(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, lockFile), nil, 0o600); err != nil {
+		return fail(err)
+	}
 	if err := writeMeta(dir, m); err != nil {
 		return fail(err)
 	}
@@ -421,8 +434,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err := sb.start(ctx, m); err != nil {
 		return fail(err)
 	}
-	m.Creator = ""
-	if err := writeMeta(dir, m); err != nil {
+	if err := b.update(m, func(cur *meta) { cur.Creator = "" }); err != nil {
 		return fail(err)
 	}
 	b.log.Debug("created sandbox", "id", id, "name", spec.Name, "image", ref)
@@ -518,7 +530,8 @@ func (b *Backend) prepare(m *meta, spec backend.Spec, img *image, dir string) (b
 			return bundleInput{}, err
 		}
 	}
-	if err := writeMeta(dir, m); err != nil {
+	uid, gid, wd, agent := m.UID, m.GID, m.WorkDir, m.Agent
+	if err := b.update(m, func(cur *meta) { cur.UID, cur.GID, cur.WorkDir, cur.Agent = uid, gid, wd, agent }); err != nil {
 		return bundleInput{}, err
 	}
 	envLayers := []map[string]string{{"HOSTNAME": m.ID, "HOME": home}, envMap(img.config.Env), spec.Env}
@@ -599,6 +612,26 @@ func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.In
 }
 
 func readMeta(dir string) (*meta, error) { return statedir.Read[meta](dir) }
+
+// update applies f to sandbox m.ID's record under the record's lock
+// (statedir.Update), so that a change another process makes meanwhile (a
+// claim, SetLabels, Renew, Pause) is never lost, and leaves m as the
+// record now is. Every change to an existing record goes through here or
+// statedir.Update; only Create's first write, of a record nobody else
+// knows yet, does not.
+func (b *Backend) update(m *meta, f func(*meta)) error {
+	var cur *meta
+	err := statedir.Update(b.dir, m.ID, func(c *meta) error {
+		f(c)
+		cur = c
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	*m = *cur
+	return nil
+}
 
 func writeMeta(dir string, m *meta) error { return statedir.WriteMeta(dir, m) }
 

@@ -221,6 +221,10 @@ func TestRootlessHelper(t *testing.T) {
 		}
 	})
 
+	t.Run("reset crosses no state", func(t *testing.T) {
+		checkResetCrossesNoState(t, b, backend.Spec{Name: "rootless-clean", Image: image, WorkingDir: "/work", CapAdd: []string{"NET_ADMIN"}})
+	})
+
 	t.Run("conformance", func(t *testing.T) {
 		backendtest.Run(t, func(t *testing.T) backend.Backend { return open(t) },
 			backendtest.WithImage(image), backendtest.WithAgentCheck(agentAnswers))

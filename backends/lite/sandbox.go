@@ -14,6 +14,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -80,12 +81,24 @@ func (s *Sandbox) Info(ctx context.Context) (backend.Info, error) {
 	return m.info(), nil
 }
 
-// lock serialises Reset and Destroy of this sandbox within the process.
+// lock serialises Reset, its background work and Destroy of this sandbox,
+// in this process and across processes (an flock on the sandbox's
+// lockFile): a Destroy in one process never works from a record that a
+// Reset in another is changing the generations of. It is not the record's
+// lock (statedir.Update), which the holder still takes for each write, so
+// claims and label changes do not wait for a Reset.
 func (s *Sandbox) lock() func() {
 	l, _ := s.b.sbxLocks.LoadOrStore(s.id, &sync.Mutex{})
 	mu := l.(*sync.Mutex)
 	mu.Lock()
-	return mu.Unlock
+	f, err := os.Open(filepath.Join(s.dir, lockFile))
+	if err != nil {
+		return mu.Unlock // removed, or made before there was a lock file
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		s.b.log.Warn("locking a sandbox", "sandbox", s.id, "err", err)
+	}
+	return func() { f.Close(); mu.Unlock() }
 }
 
 // start runs the container of the prepared bundle of generation m.Gen and
@@ -105,23 +118,9 @@ func (s *Sandbox) start(ctx context.Context, m *meta) error {
 	})
 }
 
-// update applies f to the meta file's current content and to m (whose
-// other fields may be older: a Renew or Pause may have happened since m
-// was read) and writes the file.
-func (s *Sandbox) update(m *meta, f func(*meta)) error {
-	s.b.metaMu.Lock()
-	defer s.b.metaMu.Unlock()
-	cur, err := s.meta()
-	if err != nil {
-		cur = m
-	}
-	f(cur)
-	if cur != m {
-		f(m)
-		m.ExpiresAt, m.Paused, m.Labels = cur.ExpiresAt, cur.Paused, cur.Labels
-	}
-	return writeMeta(s.dir, cur)
-}
+// update applies f to the sandbox's record under its lock (see
+// Backend.update) and leaves m as the record now is.
+func (s *Sandbox) update(m *meta, f func(*meta)) error { return s.b.update(m, f) }
 
 // stop removes the running container and its cgroup and unmounts its root
 // file system.
@@ -163,20 +162,40 @@ func (s *Sandbox) dropGen(ctx context.Context, m *meta, gen int) error {
 }
 
 // killInit kills a container's first process from the host, which ends
-// every process in its PID namespace, and waits until it is gone. runc's
-// own delete --force waits 100 ms before it first looks; this takes about
-// a millisecond.
+// every process in its PID namespace, and waits until they are all gone.
+// runc's own delete --force waits 100 ms before it first looks; this takes
+// about a millisecond.
 func killInit(pid int, start uint64) {
-	if pid == 0 || !procfs.Alive(pid, start) {
+	if pid == 0 || nsEnded(pid, start) {
 		return
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
-		if !procfs.Alive(pid, start) {
+		if nsEnded(pid, start) {
 			return
 		}
 		time.Sleep(500 * time.Microsecond)
 	}
+}
+
+// nsEnded reports whether the first process pid (started at start) of a
+// PID namespace has ended, and with it every other process there. The
+// kernel ends those when the first process's last thread exits, and waits
+// until they are gone. A multi-threaded first process (sbxd init is a Go
+// program) shows as a zombie as soon as its main thread has exited, while
+// its other threads, and so the namespace's end, may take milliseconds
+// more: meanwhile the namespace's processes still run, and one could
+// write to a folder the next generation shares. So a zombie counts once
+// its threads are gone.
+func nsEnded(pid int, start uint64) bool {
+	if procfs.Alive(pid, start) {
+		return false
+	}
+	if got, err := procfs.StartTime(pid); err != nil || (start != 0 && got != start) {
+		return true // reaped (or the PID is another process's now)
+	}
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	return err != nil || len(tasks) <= 1
 }
 
 // teardown removes everything the sandbox made. The meta file goes last
@@ -230,11 +249,15 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	return nil
 }
 
-// Reset brings the sandbox back to its image: every process in it ends,
-// the overlay's upper layer is thrown away and the container starts again
-// from the same config, with the same ID and labels. Files written since
-// Create (or the last Reset) are gone; bind volumes are untouched.
-// Commands running during a Reset fail.
+// Reset brings the sandbox back to its image: every process in it ends
+// (all are gone when Reset returns), the overlay's upper layer and what
+// the agent's folder holds are thrown away, and the container starts
+// again from the same config, in new namespaces and a new cgroup, with
+// the same ID and labels. Files written since Create (or the last Reset)
+// are gone; bind volumes are untouched. Commands running during a Reset
+// fail; the agent listens again on its socket (DialAgent waits for it).
+// Backend.CleanReset says for which Specs nothing of what ran before is
+// left.
 //
 // The first Reset stops the container, mounts a fresh layer and runs the
 // container again (as long as a Create). It then leaves a standby: a
@@ -272,6 +295,9 @@ func (s *Sandbox) Reset(ctx context.Context) error {
 func (s *Sandbox) switchToStandby(ctx context.Context, m *meta) error {
 	sb := m.Standby
 	killInit(m.InitPID, m.InitStart)
+	if err := s.emptyAgentDir(m); err != nil {
+		return err
+	}
 	id := containerID(s.id, sb.Gen)
 	if err := m.runtime().startCreated(ctx, id); err != nil {
 		return err
@@ -298,6 +324,9 @@ func (s *Sandbox) resetInPlace(ctx context.Context, m *meta) error {
 	if err := s.stop(ctx, m); err != nil {
 		return err
 	}
+	if err := s.emptyAgentDir(m); err != nil {
+		return err
+	}
 	// Rename, then delete: the sandbox is usable again before a large
 	// upper layer is gone.
 	trash := filepath.Join(s.dir, fmt.Sprintf("trash-%d", time.Now().UnixNano()))
@@ -322,6 +351,29 @@ func (s *Sandbox) resetInPlace(ctx context.Context, m *meta) error {
 		}
 	}
 	return s.start(ctx, m)
+}
+
+// emptyAgentDir removes what the sandbox's processes left in the agent's
+// folder (agentDir inside): it is a bind mount of a host folder that every
+// generation shares, writable from inside, so the one part of the sandbox
+// that a Reset would otherwise hand on. The folder itself stays, as the
+// standby's bind mount holds it. Every process of the old generation has
+// ended (killInit), so nothing writes there meanwhile.
+func (s *Sandbox) emptyAgentDir(m *meta) error {
+	if !m.Agent {
+		return nil
+	}
+	dir := agentHostDir(s.dir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("emptying the agent's folder: %w", err)
+	}
+	for _, e := range entries {
+		if err := removeTree(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("emptying the agent's folder: %w", err)
+		}
+	}
+	return nil
 }
 
 // prepareStandby removes retired generations and makes a standby
@@ -680,27 +732,26 @@ func (s *Sandbox) setPaused(ctx context.Context, paused bool) error {
 	if paused {
 		op, verb = "pause", "pause"
 	}
-	s.b.metaMu.Lock()
-	defer s.b.metaMu.Unlock()
-	m, err := s.meta()
-	if err != nil {
-		return s.opErr(op, err)
-	}
-	if m.Rootless {
-		// No cgroup to freeze: stop (or continue) every process of the
-		// sandbox's PID namespace instead.
-		sig := syscall.SIGCONT
-		if paused {
-			sig = syscall.SIGSTOP
+	// Under the record's lock, so that the record says what the runtime
+	// did even when another process pauses or resumes at the same time.
+	err := statedir.Update(s.b.dir, s.id, func(m *meta) error {
+		if m.Rootless {
+			// No cgroup to freeze: stop (or continue) every process of
+			// the sandbox's PID namespace instead.
+			sig := syscall.SIGCONT
+			if paused {
+				sig = syscall.SIGSTOP
+			}
+			if err := signalPIDNamespace(m.InitPID, sig); err != nil {
+				return err
+			}
+		} else if _, err := m.runtime().run(ctx, verb, m.ContainerID); err != nil {
+			return err
 		}
-		if err := signalPIDNamespace(m.InitPID, sig); err != nil {
-			return s.opErr(op, err)
-		}
-	} else if _, err := m.runtime().run(ctx, verb, m.ContainerID); err != nil {
-		return s.opErr(op, err)
-	}
-	m.Paused = paused
-	return s.opErr(op, writeMeta(s.dir, m))
+		m.Paused = paused
+		return nil
+	})
+	return s.opErr(op, err)
 }
 
 // Renew sets the sandbox to expire ttl from now.
@@ -708,17 +759,16 @@ func (s *Sandbox) Renew(ctx context.Context, ttl time.Duration) (time.Time, erro
 	if ttl <= 0 {
 		return time.Time{}, s.opErr("renew", fmt.Errorf("%w: ttl must be positive, got %s", backend.ErrInvalidConfig, ttl))
 	}
-	s.b.metaMu.Lock()
-	defer s.b.metaMu.Unlock()
-	m, err := s.meta()
+	var exp time.Time
+	err := statedir.Update(s.b.dir, s.id, func(m *meta) error {
+		m.ExpiresAt = time.Now().UTC().Add(ttl).Truncate(time.Millisecond)
+		exp = m.ExpiresAt
+		return nil
+	})
 	if err != nil {
 		return time.Time{}, s.opErr("renew", err)
 	}
-	m.ExpiresAt = time.Now().UTC().Add(ttl).Truncate(time.Millisecond)
-	if err := writeMeta(s.dir, m); err != nil {
-		return time.Time{}, s.opErr("renew", err)
-	}
-	return m.ExpiresAt, nil
+	return exp, nil
 }
 
 var _ backend.AgentDialer = (*Sandbox)(nil)

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
@@ -51,8 +50,6 @@ func WithLogger(l *slog.Logger) Option {
 type Backend struct {
 	dir string
 	log *slog.Logger
-	// metaMu serialises read-modify-write of meta files (Renew).
-	metaMu sync.Mutex
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -217,8 +214,13 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		}
 		m.MainPID, m.MainStart = pid, start
 	}
-	m.Creator = ""
-	if err := writeMeta(dir, m); err != nil {
+	// Under the record's lock: the record is visible, so others may
+	// write it by now (a claim, a Renew).
+	err = statedir.Update(b.dir, id, func(r *meta) error {
+		r.Creator, r.MainPID, r.MainStart = "", m.MainPID, m.MainStart
+		return nil
+	})
+	if err != nil {
 		return fail(err)
 	}
 	b.log.Debug("created sandbox", "id", id, "name", spec.Name, "dir", dir)

@@ -316,15 +316,14 @@ func (s *Sandbox) Renew(ctx context.Context, ttl time.Duration) (time.Time, erro
 	if ttl <= 0 {
 		return time.Time{}, s.opErr("renew", fmt.Errorf("%w: ttl must be positive, got %s", backend.ErrInvalidConfig, ttl))
 	}
-	s.b.metaMu.Lock()
-	defer s.b.metaMu.Unlock()
-	m, err := s.meta()
+	var exp time.Time
+	err := statedir.Update(s.b.dir, s.id, func(m *meta) error {
+		m.ExpiresAt = time.Now().UTC().Add(ttl).Truncate(time.Millisecond)
+		exp = m.ExpiresAt
+		return nil
+	})
 	if err != nil {
 		return time.Time{}, s.opErr("renew", err)
 	}
-	m.ExpiresAt = time.Now().UTC().Add(ttl).Truncate(time.Millisecond)
-	if err := writeMeta(s.dir, m); err != nil {
-		return time.Time{}, s.opErr("renew", err)
-	}
-	return m.ExpiresAt, nil
+	return exp, nil
 }

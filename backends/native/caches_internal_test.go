@@ -130,3 +130,58 @@ func TestHelperContainerIsReapable(t *testing.T) {
 		t.Errorf("Destroy left the helper container")
 	}
 }
+
+// gc's PruneCaches removes the claim records of sandboxes that are gone
+// and keeps those of sandboxes that are there.
+func TestPruneClaimRecords(t *testing.T) {
+	ctx := context.Background()
+	cli := dockertest.Client(t)
+	dockertest.RequireImage(t, cli, dockertest.BusyboxImage)
+	b, err := New(Config{PullPolicy: PullNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sb, err := b.Create(ctx, backend.Spec{Image: dockertest.BusyboxImage, Labels: map[string]string{
+		backend.LabelPool: "test-pool-" + newID(), backend.LabelPoolState: backend.PoolReady}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(context.WithoutCancel(ctx))
+	if _, err := b.Claim(ctx, sb.ID(), backend.Claim{Session: "task"}); err != nil {
+		t.Fatal(err)
+	}
+	gone := "0000test" + newID()[:4]
+	orphan := claimVolume(gone)
+	if _, err := cli.VolumeCreate(ctx, volume.CreateOptions{Name: orphan, Labels: map[string]string{
+		backend.LabelBackend: Name, labelClaim: gone, labelClaimNonce: "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	defer cli.VolumeRemove(context.Background(), orphan, true)
+
+	dry, err := b.PruneCaches(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(dry, orphan) || slices.Contains(dry, claimVolume(sb.ID())) {
+		t.Fatalf("dry run names %v: want %s, not the live member's %s", dry, orphan, claimVolume(sb.ID()))
+	}
+	// Not PruneCaches: that would remove other builds' sbxd volumes too.
+	pruned, err := b.pruneClaimRecords(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(pruned, orphan) {
+		t.Fatalf("pruned %v, want %s", pruned, orphan)
+	}
+	if _, err := cli.VolumeInspect(ctx, orphan); err == nil {
+		t.Errorf("%s is still there", orphan)
+	}
+	info, err := sb.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Session != "task" {
+		t.Errorf("the live member's claim is gone: session %q", info.Session)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -58,6 +59,9 @@ type Backend struct {
 	sbxdMu   sync.Mutex // serialises filling sbxd volumes
 	sbxdVols sync.Map   // names of sbxd volumes known to be filled
 	sbxdCopy bool       // tests: always copy sbxd into containers
+
+	settleMu sync.Mutex
+	settled  atomic.Bool // the client's API version is negotiated
 }
 
 type daemonFacts struct {
@@ -95,6 +99,27 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 }
 
 func (b *Backend) Name() string { return Name }
+
+// settle has the client negotiate its API version before a call that may
+// run alongside others on a fresh client. The Docker client negotiates on
+// its first request, but ContainerList, VolumeList, VolumeRemove,
+// NetworkCreate and others read the version before sending theirs (to
+// encode filters and options), which races with another goroutine's first
+// request. A failed ping leaves it to the next call.
+func (b *Backend) settle(ctx context.Context) {
+	if b.settled.Load() {
+		return
+	}
+	b.settleMu.Lock()
+	defer b.settleMu.Unlock()
+	if b.settled.Load() {
+		return
+	}
+	if ping, err := b.cli.Ping(ctx); err == nil {
+		b.cli.NegotiateAPIVersionPing(ping)
+		b.settled.Store(true)
+	}
+}
 
 // Close releases the client's connections; sandboxes keep running.
 func (b *Backend) Close() error { return b.cli.Close() }
@@ -363,7 +388,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		wd = "/"
 	}
 	b.log.Debug("created sandbox", "id", id, "container", cid, "name", name, "image", spec.Image)
-	return &Sandbox{b: b, id: id, cid: cid, workDir: wd}, nil
+	return &Sandbox{b: b, id: id, cid: cid, workDir: wd, pool: spec.Labels[backend.LabelPool] != ""}, nil
 }
 
 // specImage builds spec's image, or makes sure the engine has it, and
@@ -697,25 +722,18 @@ func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
 	if err != nil {
 		return nil, b.opErr("get", id, err)
 	}
-	return &Sandbox{b: b, id: id, cid: c.ID, workDir: workDirOf(c)}, nil
+	s := &Sandbox{b: b, id: id, cid: c.ID, workDir: workDirOf(c)}
+	s.pool = c.Config != nil && c.Config.Labels[backend.LabelPool] != ""
+	return s, nil
 }
 
 // find returns the container of sandbox id.
 func (b *Backend) find(ctx context.Context, id string) (container.InspectResponse, error) {
-	if id == "" {
-		return container.InspectResponse{}, backend.ErrNotFound
-	}
-	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
-		filters.Arg("label", backend.LabelBackend+"="+Name),
-		filters.Arg("label", backend.LabelID+"="+id),
-	)})
+	ctr, err := b.summary(ctx, id)
 	if err != nil {
-		return container.InspectResponse{}, b.translate(err)
+		return container.InspectResponse{}, err
 	}
-	if len(list) == 0 {
-		return container.InspectResponse{}, backend.ErrNotFound
-	}
-	c, err := b.cli.ContainerInspect(ctx, list[0].ID)
+	c, err := b.cli.ContainerInspect(ctx, ctr.ID)
 	return c, b.translate(err)
 }
 
@@ -726,19 +744,23 @@ func workDirOf(c container.InspectResponse) string {
 	return "/"
 }
 
-// List finds sandboxes by their labels, filtering on the engine.
+// List finds sandboxes by their labels, filtering on the engine what no
+// claim record can change (see listFilter), with a pool member's claim
+// merged over its container's labels before filter is matched.
 func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {
-	args := labelFilter(filter)
-	if filter.Name != "" {
-		args.Add("label", backend.LabelName+"="+filter.Name)
+	b.settle(ctx)
+	claims, err := b.claimRecords(ctx)
+	if err != nil {
+		return nil, b.opErr("list", "", err)
 	}
-	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
+	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: listFilter(filter, claims)})
 	if err != nil {
 		return nil, b.opErr("list", "", err)
 	}
 	var out []backend.Info
 	for _, c := range list {
-		info := infoFrom(c.Labels, c.Image, c.State, time.Unix(c.Created, 0), cmp(c.Labels[labelWorkDir], "/"))
+		labels := withClaim(c.Labels, strings.TrimPrefix(firstName(c.Names), "/"), claims[c.Labels[backend.LabelID]])
+		info := infoFrom(labels, c.Image, c.State, time.Unix(c.Created, 0), cmp(labels[labelWorkDir], "/"))
 		if info.ID == "" || !filter.Match(info) {
 			continue
 		}
@@ -746,6 +768,37 @@ func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.In
 	}
 	slices.SortFunc(out, func(a, b backend.Info) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// listFilter is the engine's filter for List. A claimed member's session
+// and labels are its claim record's, not its container's: the filter asks
+// for the session and labels only when no claim record matches filter (so
+// no claimed member can be missing from what the engine returns), and
+// otherwise only for the name and the labels no claim changes. The pool
+// state is never asked for: a member's container says ready for ever.
+// List matches the whole filter again on what comes back.
+func listFilter(filter backend.Filter, claims map[string]map[string]string) filters.Args {
+	loose := false
+	for _, rec := range claims {
+		if filter.Match(infoFrom(withClaim(rec, "", rec), "", "", time.Time{}, "")) {
+			loose = true
+			break
+		}
+	}
+	f := backend.Filter{Name: filter.Name, Labels: map[string]string{}}
+	if !loose {
+		f.Session = filter.Session
+	}
+	for k, v := range filter.Labels {
+		if k != backend.LabelPoolState && (!loose || !claimable(k)) {
+			f.Labels[k] = v
+		}
+	}
+	args := labelFilter(f)
+	if f.Name != "" {
+		args.Add("label", backend.LabelName+"="+f.Name)
+	}
+	return args
 }
 
 func infoFrom(labels map[string]string, img, state string, created time.Time, workDir string) backend.Info {

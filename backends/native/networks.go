@@ -32,6 +32,7 @@ var (
 // CreateNetwork makes a labelled bridge network. A name that exists
 // already gives an error wrapping backend.ErrAlreadyExists.
 func (b *Backend) CreateNetwork(ctx context.Context, spec backend.NetworkSpec) (string, error) {
+	b.settle(ctx)
 	fail := func(err error) (string, error) { return "", b.opErr("create network", "", err) }
 	id := newID()
 	name := spec.Name
@@ -63,6 +64,7 @@ func (b *Backend) CreateNetwork(ctx context.Context, spec backend.NetworkSpec) (
 // RemoveNetwork removes a network CreateNetwork made; one that is gone is
 // not an error. Networks sandboxkit did not make are refused.
 func (b *Backend) RemoveNetwork(ctx context.Context, name string) error {
+	b.settle(ctx)
 	fail := func(err error) error { return b.opErr("remove network", "", err) }
 	n, err := b.cli.NetworkInspect(ctx, name, network.InspectOptions{})
 	if err != nil {
@@ -86,6 +88,7 @@ func (b *Backend) RemoveNetwork(ctx context.Context, name string) error {
 // ListNetworks lists the networks CreateNetwork made, filtered on the
 // engine.
 func (b *Backend) ListNetworks(ctx context.Context, filter backend.Filter) ([]backend.NetworkInfo, error) {
+	b.settle(ctx)
 	args := labelFilter(filter, labelNetwork)
 	list, err := b.cli.NetworkList(ctx, network.ListOptions{Filters: args})
 	if err != nil {

@@ -36,6 +36,8 @@ type Sandbox struct {
 	// plain: the container has no working sbxd, so commands run as
 	// plain execs (see existing.go).
 	plain bool
+	// pool: a pool member, which may have a claim record (claim.go).
+	pool bool
 }
 
 var (
@@ -71,6 +73,13 @@ func (s *Sandbox) Info(ctx context.Context) (backend.Info, error) {
 	var img string
 	if c.Config != nil {
 		labels, img = c.Config.Labels, c.Config.Image
+	}
+	if labels[backend.LabelPool] != "" && !s.adopted {
+		rec, err := s.b.claimRecord(ctx, s.id)
+		if err != nil {
+			return backend.Info{}, s.opErr("info", err)
+		}
+		labels = withClaim(labels, strings.TrimPrefix(c.Name, "/"), rec)
 	}
 	state := ""
 	if c.State != nil {
@@ -282,23 +291,33 @@ func (s *Sandbox) kill(execID string) {
 	}
 }
 
-// Destroy force-removes the container with its anonymous volumes; a
-// container that is gone already is not an error. An adopted container
-// (Spec.Existing) is left running: Destroy only detaches from it.
+// Destroy force-removes the container with its anonymous volumes, and a
+// pool member's claim record after it; a container that is gone already
+// is not an error. An adopted container (Spec.Existing) is left running:
+// Destroy only detaches from it.
 func (s *Sandbox) Destroy(ctx context.Context) error {
 	if s.adopted {
 		return nil
 	}
 	err := s.b.cli.ContainerRemove(ctx, s.cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	err = s.b.translate(err)
-	if err == nil || errors.Is(err, backend.ErrNotFound) {
+	switch {
+	case err != nil && strings.Contains(err.Error(), "already in progress"):
+		return nil // a concurrent Destroy is removing it, and its record after it
+	case err != nil && !errors.Is(err, backend.ErrNotFound):
+		return s.opErr("destroy", err)
+	case !s.pool:
 		return nil
 	}
-	// A concurrent Destroy is removing it already.
-	if strings.Contains(err.Error(), "already in progress") {
-		return nil
+	// The record goes second: removed first, it would let the member
+	// read as ready (and be claimed) while its container is being removed.
+	for _, name := range []string{claimVolume(s.id), readyVolume(s.id)} {
+		err = s.b.translate(s.b.cli.VolumeRemove(ctx, name, false))
+		if err != nil && !errors.Is(err, backend.ErrNotFound) {
+			return s.opErr("destroy", fmt.Errorf("removing record %s: %w", name, err))
+		}
 	}
-	return s.opErr("destroy", err)
+	return nil
 }
 
 // Endpoint returns the host address of a published TCP port.

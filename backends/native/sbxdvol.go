@@ -99,24 +99,39 @@ func sbxdTar(bin []byte, prefix string) io.Reader {
 var _ backend.CachePruner = (*Backend)(nil)
 
 // PruneCaches removes the sbxd volumes of other builds of the agent that no
-// container uses (each build of sbx makes its own; see sbxdVolume). The
+// container uses (each build of sbx makes its own; see sbxdVolume), and the
+// claim records of pool members that are gone (see claim.go). The sbxd
 // volume of this program's build stays: removing it would only make the
 // next Create fill it again.
 func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error) {
+	b.settle(ctx)
+	pruned, err := b.pruneClaimRecords(ctx, dryRun)
+	if err != nil {
+		return pruned, b.opErr("prune caches", "", err)
+	}
+	vols, err := b.pruneSbxdVolumes(ctx, dryRun)
+	return append(pruned, vols...), err
+}
+
+// pruneSbxdVolumes removes the sbxd volumes of other builds no container
+// uses.
+func (b *Backend) pruneSbxdVolumes(ctx context.Context, dryRun bool) ([]string, error) {
 	keep := ""
 	if facts, err := b.facts(ctx); err == nil {
 		if bin, err := sbxdbin.Find(b.cfg.SbxdPath, facts.arch); err == nil {
 			keep = sbxdHash(bin)
 		}
 	}
-	vols, err := b.cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(
-		filters.Arg("label", backend.LabelBackend+"="+Name), filters.Arg("label", labelSbxd))})
+	args := filters.NewArgs(filters.Arg("label", backend.LabelBackend+"="+Name), filters.Arg("label", labelSbxd))
+	vols, err := b.cli.VolumeList(ctx, volume.ListOptions{Filters: args})
 	if err != nil {
 		return nil, b.opErr("prune caches", "", b.translate(err))
 	}
 	var pruned []string
 	for _, v := range vols.Volumes {
-		if v.Labels[labelSbxd] == keep {
+		// Podman ORs the label filters: without this check every unused
+		// volume of this backend (shared volumes, claim records) would go.
+		if !matchLabels(v.Labels, args) || v.Labels[labelSbxd] == keep {
 			continue
 		}
 		users, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("volume", v.Name))})

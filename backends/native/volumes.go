@@ -213,6 +213,7 @@ func readStream(r io.Reader) error {
 // an error. Volumes sandboxkit did not make are refused, and so is a
 // volume a sandbox still mounts.
 func (b *Backend) RemoveVolume(ctx context.Context, name string) error {
+	b.settle(ctx)
 	fail := func(err error) error { return b.opErr("remove volume", "", err) }
 	v, err := b.cli.VolumeInspect(ctx, name)
 	if err != nil {
@@ -240,6 +241,7 @@ func (b *Backend) RemoveVolume(ctx context.Context, name string) error {
 
 // ListVolumes lists the volumes CreateVolume made, filtered on the engine.
 func (b *Backend) ListVolumes(ctx context.Context, filter backend.Filter) ([]backend.VolumeInfo, error) {
+	b.settle(ctx)
 	args := labelFilter(filter, labelVolume)
 	resp, err := b.cli.VolumeList(ctx, volume.ListOptions{Filters: args})
 	if err != nil {

@@ -34,6 +34,7 @@ type Backend struct {
 var (
 	_ backend.Backend       = (*Backend)(nil)
 	_ backend.VolumeManager = (*Backend)(nil)
+	_ backend.Claimer       = (*Backend)(nil)
 )
 
 // New returns a backend for the engine cfg.Host (else DOCKER_HOST) names.
@@ -231,6 +232,20 @@ func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.In
 		infos[i].Backend = Name
 	}
 	return infos, nil
+}
+
+// Claim hands a pool member on the remote engine to one claimer, as
+// native.Backend.Claim does (a claim record, then a rename).
+func (b *Backend) Claim(ctx context.Context, id string, c backend.Claim) (backend.Info, error) {
+	if err := b.ready(ctx); err != nil {
+		return backend.Info{}, b.opErr("claim", id, err)
+	}
+	info, err := b.nat.Claim(ctx, id, c)
+	if err != nil {
+		return backend.Info{}, b.opErr("claim", id, err)
+	}
+	info.Backend = Name
+	return info, nil
 }
 
 // CreateVolume makes a volume on the remote engine (through native's

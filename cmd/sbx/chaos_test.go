@@ -27,9 +27,11 @@ import (
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
 	"github.com/sandboxkit/sandboxkit/internal/k8stest"
 	"github.com/sandboxkit/sandboxkit/internal/rootfs"
+	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
-// The chaos test: sbx run, sbx up and sbx exec are killed at random moments
+// The chaos test: sbx run, sbx up, sbx exec and pool keepers (sbx pool
+// keep, with and without --sessions) are killed at random moments
 // (SIGKILL, then SIGHUP, then their stdout closed), and after sbx gc
 // nothing of ours may be left on the backend or the host. It is long, so it
 // runs only with SBX_CHAOS=1 (.ci/run sets it, in a step of its own, so no
@@ -72,6 +74,7 @@ func TestChaos(t *testing.T) {
 func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 	t.Setenv("SBX_CONFIG", tg.config)
 	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	t.Setenv(EnvPoolDir, t.TempDir())
 	before := tg.inventory(t)
 
 	// A sandbox for sbx exec, kept across the loop and removed at the end.
@@ -79,7 +82,7 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 	r.expect(t, 0)
 	kept := strings.TrimSpace(r.stderr[strings.LastIndexByte(strings.TrimSpace(r.stderr), '\n')+1:])
 
-	ops := []string{"run", "up", "exec"}
+	ops := []string{"run", "up", "exec", "keep", "keep-sessions", "claim"}
 	phases := []struct {
 		name  string
 		count int
@@ -90,6 +93,7 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 		{"stdout closed", max(tg.kills/5, 5), func(_ *exec.Cmd, out *os.File) { out.Close() }},
 	}
 	n := 0
+	var lastStop time.Time
 	for _, ph := range phases {
 		for i := 0; i < ph.count; i++ {
 			n++
@@ -102,12 +106,23 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 				args = []string{"up", "--id", fmt.Sprintf("chaos%d", n)}
 			case "exec":
 				args = []string{"exec", kept, "--", "sh", "-c", "echo started; sleep 60"}
+			case "keep":
+				args = []string{"pool", "keep", "worker"}
+			case "keep-sessions":
+				args = []string{"pool", "keep", "--sessions", "worker"}
+			case "claim": // from the pool a killed keeper may have left
+				args = []string{"run", "--sandbox", "worker", "--", "sh", "-c", "echo started; sleep 60"}
 			}
 			delay := time.Duration(rng.Int64N(int64(tg.maxDelay) + 1))
 			chaosOnce(t, bin, args, delay, ph.stop)
+			lastStop = time.Now()
 		}
 	}
 
+	// A folder that local or lite made for a sandbox without its record
+	// yet (its maker killed in between) is shown, and reaped, once it is
+	// statedir.HalfGrace old: younger, it may be a Create in progress.
+	time.Sleep(time.Until(lastStop.Add(statedir.HalfGrace)))
 	gc := sbx(t, "gc", "--grace", "0")
 	gc.expect(t, 0)
 	t.Logf("gc after %d interruptions:\n%s", n, gc.stdout)
@@ -126,6 +141,7 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 	}
 	if len(left) > 0 {
 		t.Errorf("left behind (seed above): %v", left)
+		t.Logf("sbx ls --all:\n%s", sbx(t, "ls", "--all").stdout)
 	}
 }
 
@@ -196,6 +212,8 @@ func writeChaosConfig(t *testing.T, head, image string) string {
 image = %q
 [sandbox.sandboxes.worker]
 image = %q
+[sandbox.sandboxes.worker.pool]
+size = 2
 `, head, image, image))
 }
 

@@ -23,13 +23,16 @@ func (a *app) gcCmd() *cobra.Command {
 sandbox owned by a process that no longer runs (an sbx run that was killed
 before it could clean up), and every sandbox of a session whose launch was
 cut short (an sbx up killed before the session was ready). Sandboxes owned by processes on other hosts are
-left to their TTL.
+left to their TTL. A pool member counts as owned by its keeper until it is
+claimed, and by its claimer after (on Docker, by its claim record: a member
+whose record was lost stays its keeper's).
 
 On backends with shared volumes it then removes the volumes whose TTL has run
 out, and those of a session that has no sandboxes left (once the volume is
 older than 10 minutes, so a session being launched keeps its volumes).
-Volumes still mounted by a sandbox are kept. Last it removes caches nothing
-uses any more (native: the agent's volumes of other sbx builds).`,
+Volumes still mounted by a sandbox are kept. Last it removes caches and
+records nothing uses any more (native: the agent's volumes of other sbx
+builds, and the claim records of pool members that are gone).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if grace < 0 {
@@ -71,6 +74,14 @@ func (a *app) gc(ctx context.Context, dryRun bool, grace time.Duration) error {
 	failed := false
 	for _, info := range infos {
 		reason := reapReason(info, now)
+		if ready := info.Labels[backend.LabelPoolState] == backend.PoolReady; ready && reason != "" && !info.Expired(now) {
+			// A dead keeper's ready members serve other claimers until
+			// they are older than the grace period.
+			if now.Sub(info.CreatedAt) < grace {
+				continue
+			}
+			reason = "ready pool member of keeper " + info.Owner + ", which is gone"
+		}
 		if reason == "" && abandoned[info.Session] {
 			reason = "the launch of session " + info.Session + " was cut short: its launcher " + info.Labels[session.LabelLauncher] + " is gone"
 		}
@@ -79,7 +90,7 @@ func (a *app) gc(ctx context.Context, dryRun bool, grace time.Duration) error {
 		}
 		r := gcResult{Kind: "sandbox", ID: info.ID, Name: info.Name, Reason: reason}
 		if !dryRun {
-			err := reap(ctx, b, info.ID)
+			err := reap(ctx, b, info)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -124,7 +135,8 @@ func (a *app) gc(ctx context.Context, dryRun bool, grace time.Duration) error {
 }
 
 // gcCaches removes the backend's caches that nothing uses any more (native's
-// sbxd volumes of other builds of the agent).
+// sbxd volumes of other builds of the agent, and its claim records of
+// sandboxes that are gone).
 func (a *app) gcCaches(ctx context.Context, b backend.Backend, dryRun bool) ([]gcResult, error) {
 	cp, ok := backend.AsBackend[backend.CachePruner](b)
 	if !ok {
@@ -133,7 +145,7 @@ func (a *app) gcCaches(ctx context.Context, b backend.Backend, dryRun bool) ([]g
 	names, err := cp.PruneCaches(ctx, dryRun)
 	var results []gcResult
 	for _, name := range names {
-		r := gcResult{Kind: "cache", ID: name, Reason: "a cache no sandbox uses", Removed: !dryRun}
+		r := gcResult{Kind: "cache", ID: name, Reason: "nothing uses it any more", Removed: !dryRun}
 		results = append(results, r)
 		if !a.json {
 			verb := "removed"
@@ -278,8 +290,20 @@ func reapReason(info backend.Info, now time.Time) string {
 	return ""
 }
 
-func reap(ctx context.Context, b backend.Backend, id string) error {
-	sb, err := b.Get(ctx, id)
+func reap(ctx context.Context, b backend.Backend, info backend.Info) error {
+	if info.Labels[backend.LabelPoolState] == backend.PoolReady {
+		// Claimed first, so that no task is handed a member being removed.
+		if cl, ok := backend.AsBackend[backend.Claimer](b); ok {
+			_, err := cl.Claim(ctx, info.ID, backend.Claim{Owner: owner.Self(), Session: info.Session, TTL: time.Hour})
+			if errors.Is(err, backend.ErrClaimed) || errors.Is(err, backend.ErrNotFound) {
+				return nil // a task took it, or it is gone
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	sb, err := b.Get(ctx, info.ID)
 	if errors.Is(err, backend.ErrNotFound) {
 		return nil // removed meanwhile
 	}

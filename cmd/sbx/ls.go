@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -10,15 +12,21 @@ import (
 )
 
 func (a *app) lsCmd() *cobra.Command {
-	return &cobra.Command{
+	var all bool
+	cmd := &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"ps", "list"},
 		Short:   "List the backend's sandboxes",
-		Args:    exactArgs(0, "no arguments"),
+		Long: `Ls lists the backend's sandboxes. Ready members of warm pools (see sbx pool),
+and those their keepers are making, are left out and counted on the last
+line; --all lists them too.`,
+		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.ls(cmd.Context())
+			return a.ls(cmd.Context(), all)
 		},
 	}
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "also list the ready sandboxes of warm pools")
+	return cmd
 }
 
 // sandboxJSON is how sbx ls --json shows a sandbox.
@@ -37,7 +45,7 @@ type sandboxJSON struct {
 	WorkDir   string            `json:"workdir,omitempty"`
 }
 
-func (a *app) ls(ctx context.Context) error {
+func (a *app) ls(ctx context.Context, all bool) error {
 	_, b, err := a.open(ctx)
 	if err != nil {
 		return err
@@ -46,6 +54,17 @@ func (a *app) ls(ctx context.Context) error {
 	infos, err := b.List(ctx, backend.Filter{})
 	if err != nil {
 		return err
+	}
+	hidden := 0
+	if !all {
+		infos = slices.DeleteFunc(infos, func(i backend.Info) bool {
+			st := i.Labels[backend.LabelPoolState]
+			ready := st == backend.PoolReady || st == backend.PoolMaking
+			if ready {
+				hidden++
+			}
+			return ready
+		})
 	}
 	now := time.Now()
 	if a.json {
@@ -69,9 +88,19 @@ func (a *app) ls(ctx context.Context) error {
 		if !info.CreatedAt.IsZero() {
 			age = shortDuration(now.Sub(info.CreatedAt))
 		}
-		t.row(info.ID, orDash(info.Name), orDash(info.Session), string(info.State), age, expires(info, now))
+		state := string(info.State)
+		if p := info.Labels[backend.LabelPoolState]; p != "" {
+			state += " (pool " + p + ")"
+		}
+		t.row(info.ID, orDash(info.Name), orDash(info.Session), state, age, expires(info, now))
 	}
-	return t.flush()
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if hidden > 0 {
+		fmt.Fprintf(a.stderr, "%d ready pool sandboxes not shown (sbx ls --all)\n", hidden)
+	}
+	return nil
 }
 
 func expires(info backend.Info, now time.Time) string {

@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
+	"github.com/sandboxkit/sandboxkit/session"
 )
 
 func (a *app) runCmd() *cobra.Command {
@@ -77,6 +78,15 @@ func (a *app) runSandbox(ctx context.Context, o runOptions) error {
 	if err != nil {
 		return err
 	}
+	self := ""
+	if !o.keep {
+		// Owned by this process: if sbx dies before removing it, sbx gc
+		// does. A kept sandbox is meant to outlive sbx.
+		self = owner.Self()
+	}
+	if e, _ := cfg.Entry(name); e != nil && e.Pool != nil && o.image == "" {
+		return a.runPooled(ctx, cfg, b, name, self, o)
+	}
 	spec, err := cfg.Spec(name)
 	if err != nil {
 		return err
@@ -84,11 +94,7 @@ func (a *app) runSandbox(ctx context.Context, o runOptions) error {
 	if o.image != "" {
 		spec.Image = o.image
 	}
-	if !o.keep {
-		// Owned by this process: if sbx dies before removing it, sbx gc
-		// does. A kept sandbox is meant to outlive sbx.
-		spec.Owner = owner.Self()
-	}
+	spec.Owner = self
 	sb, err := a.create(ctx, b, spec)
 	if err != nil {
 		return err
@@ -104,6 +110,33 @@ func (a *app) runSandbox(ctx context.Context, o runOptions) error {
 		}()
 	}
 	return a.execute(ctx, sb, o.argv, o.timeout, o.stdin)
+}
+
+// runPooled is sbx run for an entry with a pool: a ready sandbox is claimed
+// when a keeper has one, else one is made as the pool's keeper makes them.
+func (a *app) runPooled(ctx context.Context, cfg *sandboxkit.Config, b backend.Backend, name, self string, o runOptions) error {
+	p, err := (&sandboxkit.Launcher{Config: cfg, Logger: a.logger}).NewPool(b, name, nil)
+	if err != nil {
+		return err
+	}
+	c, err := p.Acquire(ctx, session.Binding{Owner: self})
+	if err != nil {
+		return err
+	}
+	a.logger.Debug("sandbox claimed", "id", c.ID(), "entry", name, "warm", c.Warm, "pool", p.Key())
+	if o.keep {
+		defer fmt.Fprintln(a.stderr, c.ID())
+	} else {
+		defer func() {
+			c.Release()
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			if err := p.Close(cctx); err != nil {
+				a.printError(fmt.Errorf("removing sandbox %s: %w", c.ID(), err))
+			}
+		}()
+	}
+	return a.execute(ctx, c, o.argv, o.timeout, o.stdin)
 }
 
 // execute runs argv in sb with the terminal's streams and turns its end into

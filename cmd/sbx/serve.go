@@ -20,8 +20,15 @@ func (a *app) serveCmd() *cobra.Command {
 		Use:   "serve",
 		Short: "Serve sandboxes to agents over MCP (streamable HTTP) and a JSON API",
 		Long: `Serve gives agents sandboxes on the config's backend: MCP over streamable
-HTTP at /mcp, the same tools as JSON endpoints at /tools/NAME, /health and
-/sandbox/status. Settings are in [sandbox.serve] (see config.example.toml).
+HTTP at /mcp, the same tools as JSON endpoints at /tools/NAME, /health,
+/sandbox/status and /pools. Settings are in [sandbox.serve] (see
+config.example.toml).
+
+An entry with a [sandbox.sandboxes.NAME.pool] table gets a warm pool while
+serve runs: size ready sandboxes (provisioned, their agent connected), one
+of which create_sandbox hands out in milliseconds; the pool refills behind
+it. GET /pools shows the figures. The ready sandboxes are removed when serve
+stops.
 
 Each sandbox belongs to the conversation that made it (the MCP session, or the
 X-Conversation-Id header) and is removed after its idle TTL without tool calls
@@ -98,6 +105,9 @@ func (a *app) serve(ctx context.Context, listen string, insecure, allowUnisolate
 		fmt.Fprintf(a.stderr, "warning: %v\n", err)
 	} else if n > 0 {
 		a.logger.Info("adopted sandboxes from an earlier run", "count", n)
+	}
+	for _, p := range s.PoolStats() {
+		fmt.Fprintf(a.stderr, "sbx serve: keeping a pool of %d ready sandboxes of entry %s (pool %s)\n", p.Size, p.Entry, p.Pool)
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {

@@ -20,7 +20,8 @@ func (a *app) statusCmd() *cobra.Command {
 		Use:   "status [SESSION-ID]",
 		Short: "List sessions, or show one session's sandboxes and endpoints",
 		Long: `Without an ID, status lists the sessions on the backend: each with its
-sandboxes and their states. With an ID, it reattaches to the session (as a
+sandboxes and their states (ready sessions of pools are left out: see
+sbx pool status). With an ID, it reattaches to the session (as a
 restarted program would, with sandboxkit.Resume) and prints its sandboxes and
 endpoints; a session with a sandbox removed behind its back is reported, with
 what is left.`,
@@ -63,6 +64,9 @@ func (a *app) statusAll(ctx context.Context) error {
 	for _, info := range infos {
 		if info.Session == "" || info.Labels[sandboxkit.LabelMembers] == "" {
 			continue // not a launched session (sbx run, or a lone sandbox)
+		}
+		if st := info.Labels[backend.LabelPoolState]; st == backend.PoolReady || st == backend.PoolMaking {
+			continue // a ready session of a pool (sbx pool status)
 		}
 		r := bySession[info.Session]
 		if r == nil {

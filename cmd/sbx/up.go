@@ -16,7 +16,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxkit/sandboxkit"
+	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backends/opensandbox"
+	"github.com/sandboxkit/sandboxkit/session"
 )
 
 func (a *app) upCmd() *cobra.Command {
@@ -89,7 +91,12 @@ func (a *app) up(ctx context.Context, names []string, opts upOptions) error {
 		return err
 	}
 	l.Progress = disp.report
-	s, err := l.Launch(ctx, names...)
+	var s *sandboxkit.Session
+	if name, ok := pooledUp(cfg, names, opts); ok {
+		s, err = a.upPooled(ctx, l, b, name)
+	} else {
+		s, err = l.Launch(ctx, names...)
+	}
 	disp.close()
 	if err != nil {
 		return err
@@ -99,6 +106,47 @@ func (a *app) up(ctx context.Context, names []string, opts upOptions) error {
 		return err
 	}
 	return a.printSession(res)
+}
+
+// pooledUp names the entry whose session pool sbx up claims from: a
+// launch of one entry that has a [pool] table, with no option that makes
+// its session differ from the pool's (--id, --bash-tools,
+// --sandbox-scripts, --from-manifest).
+func pooledUp(cfg *sandboxkit.Config, names []string, opts upOptions) (string, bool) {
+	if opts != (upOptions{}) {
+		return "", false
+	}
+	if len(names) == 0 {
+		names = cfg.SandboxNames()
+	}
+	if len(names) != 1 {
+		return "", false
+	}
+	e, err := cfg.Entry(names[0])
+	return names[0], err == nil && e.Pool != nil
+}
+
+// upPooled claims a ready session of entry name (sbx pool keep --sessions
+// keeps them), else launches one as without a pool.
+func (a *app) upPooled(ctx context.Context, l *sandboxkit.Launcher, b backend.Backend, name string) (*sandboxkit.Session, error) {
+	p, err := l.NewSessionPool(b, name)
+	if err != nil {
+		return nil, err
+	}
+	c, err := p.Acquire(ctx, session.Binding{})
+	if err != nil {
+		return nil, err
+	}
+	a.logger.Debug("session claimed", "session", c.Session, "warm", c.Warm, "pool", p.Key())
+	if c.Warm {
+		fmt.Fprintf(a.stderr, "%s: a ready session from the pool\n", name)
+	}
+	s, err := l.Resume(ctx, c.Session)
+	if err != nil {
+		c.Release()
+		p.Close(context.WithoutCancel(ctx))
+	}
+	return s, err
 }
 
 // describeSession collects a session's members, their host endpoints and

@@ -227,9 +227,17 @@ func (l Lifecycle) Label(labels map[string]string) {
 // the folder and writing the record.
 const HalfGrace = 10 * time.Second
 
-// MarkRemoving sets Removing in dir's record, whatever the record's type.
-// A folder without a record is left as it is.
+// MarkRemoving sets Removing in dir's record, whatever the record's type,
+// under Update's lock. A folder without a record is left as it is.
 func MarkRemoving(dir string) error {
+	unlock, err := lock(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	p := filepath.Join(dir, MetaFile)
 	data, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -303,17 +311,14 @@ func Update[M any](root, id string, fn func(*M) error) error {
 		return backend.ErrNotFound
 	}
 	dir := filepath.Join(root, id)
-	f, err := os.Open(dir)
+	unlock, err := lock(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return backend.ErrNotFound
 	}
 	if err != nil {
 		return err
 	}
-	defer f.Close() // releases the lock
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("locking %s: %w", dir, err)
-	}
+	defer unlock()
 	m, err := Read[M](dir)
 	if err != nil {
 		return err
@@ -322,6 +327,22 @@ func Update[M any](root, id string, fn func(*M) error) error {
 		return err
 	}
 	return WriteMeta(dir, m)
+}
+
+// lock takes the exclusive lock on the sandbox folder dir that every
+// read-modify-write of its record holds (an flock, so it works across
+// processes and ends with the process). It is not reentrant: a second
+// lock of the same folder waits for the first, in this process too.
+func lock(dir string) (unlock func(), err error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking %s: %w", dir, err)
+	}
+	return func() { f.Close() }, nil // closing releases the lock
 }
 
 // SetLabels is a Labeler's SetLabels for the sandboxes under root: it

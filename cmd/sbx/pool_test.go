@@ -1,0 +1,269 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// Claims are atomic across processes: a keeper (sbx pool keep) fills a
+// pool, then several sbx run processes claim from it at once. No sandbox
+// goes to two of them, the members they got were ready ones (the rest made
+// cold), the keeper refills, and when it stops nothing is left. Runs on
+// every backend with a Claimer that this machine has.
+func TestPoolClaimsAcrossProcesses(t *testing.T) {
+	bin := sbxBin(t)
+	for _, target := range []struct {
+		name string
+		make func(t *testing.T) chaosTarget
+	}{
+		{"local", chaosLocal},
+		{"lite", requireLite(chaosLite)},
+		{"native", chaosNative},
+		{"k8s", chaosK8s},
+	} {
+		t.Run(target.name, func(t *testing.T) {
+			ct := target.make(t)
+			testPoolAcrossProcesses(t, bin, ct)
+		})
+	}
+}
+
+// requireLite skips lite targets on machines without runc unless
+// SBX_REQUIRE_LITE=1.
+func requireLite(f func(t *testing.T) chaosTarget) func(t *testing.T) chaosTarget {
+	return func(t *testing.T) chaosTarget {
+		if _, err := exec.LookPath("runc"); err != nil && os.Getenv("SBX_REQUIRE_LITE") != "1" {
+			t.Skip("lite: no runc (scripts/lite-setup.sh)")
+		}
+		return f(t)
+	}
+}
+
+func testPoolAcrossProcesses(t *testing.T, bin string, ct chaosTarget) {
+	const size, claimers = 3, 6
+	data, err := os.ReadFile(ct.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = append(data, []byte("[sandbox.sandboxes.main.pool]\nsize = 3\nrefill = 3\n")...)
+	if err := os.WriteFile(ct.config, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "SBX_CONFIG="+ct.config, EnvPoolDir+"="+t.TempDir())
+	sbxOut := func(args ...string) []byte {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("sbx %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		}
+		return out
+	}
+	readyIDs := func() []string {
+		t.Helper()
+		var infos []sandboxJSON
+		if err := json.Unmarshal(sbxOut("ls", "--all", "--json"), &infos); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, i := range infos {
+			if i.Labels[backend.LabelPoolState] == backend.PoolReady {
+				ids = append(ids, i.ID)
+			}
+		}
+		return ids
+	}
+	waitReady := func(n int) []string {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			ids := readyIDs()
+			if len(ids) >= n {
+				return ids
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the keeper made %d of %d ready sandboxes in 3 minutes", len(ids), n)
+			}
+			time.Sleep(100 * time.Millisecond) // polls a condition
+		}
+	}
+	before := ct.inventory(t)
+
+	keeper := exec.Command(bin, "pool", "keep")
+	keeper.Env = env
+	var keeperLog bytes.Buffer
+	keeper.Stderr = &keeperLog
+	if err := keeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	keeperDone := make(chan error, 1)
+	go func() { keeperDone <- keeper.Wait() }()
+	stopKeeper := func() {
+		keeper.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-keeperDone:
+			if err != nil {
+				t.Errorf("keeper: %v\n%s", err, keeperLog.String())
+			}
+		case <-time.After(3 * time.Minute):
+			keeper.Process.Kill()
+			t.Errorf("the keeper did not stop within 3 minutes\n%s", keeperLog.String())
+		}
+	}
+	defer func() {
+		if keeper.ProcessState == nil {
+			stopKeeper()
+		}
+	}()
+	ready := waitReady(size)
+
+	// The claimers start together and each keeps its sandbox, printing its
+	// ID, so that the test can see which one each got.
+	ids := make([]string, claimers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range claimers {
+		wg.Go(func() {
+			cmd := exec.Command(bin, "run", "--keep", "--", "echo", "claimed")
+			cmd.Env = env
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			<-start
+			if err := cmd.Run(); err != nil {
+				t.Errorf("claimer %d: %v\n%s", i, err, stderr.String())
+				return
+			}
+			if stdout.String() != "claimed\n" {
+				t.Errorf("claimer %d: stdout %q", i, stdout.String())
+			}
+			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+			ids[i] = lines[len(lines)-1]
+		})
+	}
+	close(start)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	defer func() {
+		for _, id := range ids {
+			sbxOut("rm", id)
+		}
+	}()
+	warm := 0
+	for i, id := range ids {
+		if j := slices.Index(ids, id); j != i {
+			t.Errorf("claimers %d and %d got the same sandbox %s", j, i, id)
+		}
+		if slices.Contains(ready, id) {
+			warm++
+		}
+	}
+	t.Logf("%d of %d claimers got a ready sandbox; the rest were made cold", warm, claimers)
+	if warm == 0 || warm > size {
+		t.Errorf("%d claimers got a ready sandbox of the %d there were (%v), want 1 to %d", warm, size, ready, size)
+	}
+	var infos []sandboxJSON
+	if err := json.Unmarshal(sbxOut("ls", "--json"), &infos); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range infos {
+		if slices.Contains(ids, i.ID) && i.Labels[backend.LabelPoolState] != backend.PoolClaimed {
+			t.Errorf("kept sandbox %s: pool state %q, want claimed", i.ID, i.Labels[backend.LabelPoolState])
+		}
+		if slices.Contains(ids, i.ID) && i.Owner != "" {
+			t.Errorf("kept sandbox %s has owner %q: a claim by sbx run --keep leaves none", i.ID, i.Owner)
+		}
+	}
+	// The keeper notices the claims and refills.
+	again := waitReady(size)
+	for _, id := range again {
+		if slices.Contains(ids, id) {
+			t.Errorf("sandbox %s is both claimed and ready", id)
+		}
+	}
+	stopKeeper()
+	if left := readyIDs(); len(left) > 0 {
+		t.Errorf("ready sandboxes left after the keeper stopped: %v\n%s", left, keeperLog.String())
+	}
+	for _, id := range ids {
+		sbxOut("rm", id)
+	}
+	ids = nil
+	after := ct.inventory(t)
+	if !slices.Equal(before, after) {
+		t.Errorf("left behind:\nbefore: %v\nafter:  %v", before, after)
+	}
+}
+
+// sbx up NAME claims a ready session kept by sbx pool keep --sessions,
+// and sbx down removes it like any other.
+func TestUpClaimsAReadySession(t *testing.T) {
+	bin := sbxBin(t)
+	ct := chaosLocal(t)
+	data, err := os.ReadFile(ct.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = append(data, []byte("[sandbox.sandboxes.main.pool]\nsize = 1\n")...)
+	if err := os.WriteFile(ct.config, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SBX_CONFIG", ct.config)
+	t.Setenv(EnvPoolDir, t.TempDir())
+	keeper := exec.Command(bin, "pool", "keep", "--sessions", "main")
+	var keeperLog bytes.Buffer
+	keeper.Stderr = &keeperLog
+	if err := keeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		keeper.Process.Signal(syscall.SIGTERM)
+		if err := keeper.Wait(); err != nil {
+			t.Errorf("keeper: %v\n%s", err, keeperLog.String())
+		}
+		if left := listSandboxes(t); len(left) > 0 {
+			t.Errorf("left behind: %+v", left)
+		}
+	}()
+	var ready []sandboxJSON
+	deadline := time.Now().Add(time.Minute)
+	for len(ready) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no ready session after a minute\n%s", keeperLog.String())
+		}
+		time.Sleep(50 * time.Millisecond) // polls a condition
+		if err := json.Unmarshal([]byte(must(t, "ls", "--all", "--json")), &ready); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := must(t, "status"); strings.Contains(got, ready[0].Session) {
+		t.Errorf("sbx status lists the ready session %s:\n%s", ready[0].Session, got)
+	}
+	r := sbx(t, "--json", "up", "main")
+	r.expect(t, 0)
+	var res upResult
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("%v: %s", err, r.stdout)
+	}
+	if res.Session != ready[0].Session || !strings.Contains(r.stderr, "a ready session from the pool") {
+		t.Errorf("sbx up made session %s (stderr %q), want the ready %s", res.Session, r.stderr, ready[0].Session)
+	}
+	if got := must(t, "status"); !strings.Contains(got, res.Session) {
+		t.Errorf("sbx status does not list the claimed session %s:\n%s", res.Session, got)
+	}
+	must(t, "down", res.Session)
+}
