@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -328,11 +329,35 @@ func (c *Client) start(ctx context.Context) (*agentConn, error) {
 	if ierr != nil {
 		return nil, fmt.Errorf("%v; injecting sbxd: %w", err, ierr)
 	}
-	conn, err2 := c.launch(ctx, att, p)
+	conn, err2 := c.launchInjected(ctx, att, p)
 	if err2 != nil {
 		return nil, fmt.Errorf("%v; injected %s: %w", err, p, err2)
 	}
 	return conn, nil
+}
+
+// launchInjected launches a copy inject just wrote. Where the sandbox's
+// files are this process's (local), another goroutine that forks while the
+// copy is open for writing leaves a writable descriptor of it in its child
+// until that child execs, and starting the copy meanwhile fails with
+// ETXTBSY (golang/go#22315): it happens when a process starts agents in
+// several new sandboxes at once, as a pool does. Such a start is tried
+// again shortly.
+func (c *Client) launchInjected(ctx context.Context, att backend.Attacher, p string) (*agentConn, error) {
+	delay := 5 * time.Millisecond
+	for {
+		conn, err := c.launch(ctx, att, p)
+		if err == nil || !errors.Is(err, syscall.ETXTBSY) || delay > time.Second {
+			return conn, err
+		}
+		c.opts.log.Debug("the injected sbxd is still open for writing somewhere (text file busy); starting it again", "sandbox", c.sb.ID(), "in", delay)
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return nil, err
+		}
+		delay *= 2
+	}
 }
 
 // inject copies the sbxd binary for the sandbox's architecture into it and

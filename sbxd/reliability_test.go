@@ -312,3 +312,31 @@ func TestInjectionLocal(t *testing.T) {
 	}
 	assert.Equal(t, 1, n, "one injected copy")
 }
+
+// Agents injected into several new local sandboxes at once all start, as
+// a pool's keeper starts them: a copy being written while another
+// goroutine forks used to fail to start with "text file busy".
+func TestConcurrentInjectionLocal(t *testing.T) {
+	b := newLocal(t)
+	const n = 8
+	for round := range 3 {
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				sb, err := b.Create(t.Context(), backend.Spec{Name: fmt.Sprint("inject-", round, "-", i), TTL: time.Hour})
+				if !assert.NoError(t, err) {
+					return
+				}
+				defer sb.Destroy(context.Background())
+				c, err := sbxd.Wrap(t.Context(), sb, sbxd.WithAgentPath("/nonexistent/sbxd"), sbxd.WithInjectDir(t.TempDir()))
+				if !assert.NoError(t, err) {
+					return
+				}
+				defer c.Close()
+				_, err = c.Agent(t.Context())
+				assert.NoError(t, err, "round %d, sandbox %d", round, i)
+			})
+		}
+		wg.Wait()
+	}
+}

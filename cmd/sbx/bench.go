@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -100,18 +101,25 @@ type scaleReport struct {
 	HostMemMiB        float64     `json:"host_mem_per_sandbox_mib"`
 }
 
-// percentiles summarise N samples. P99 is left out (0) with 100 samples or
-// fewer, where the 99th percentile is the maximum.
+// percentiles summarise N samples. A percentile that would be the
+// maximum with this few samples is left out (0): P90 with 10 samples or
+// fewer, P99 with 100 or fewer.
 type percentiles struct {
-	N   int     `json:"n"`
-	P50 float64 `json:"p50"`
-	P99 float64 `json:"p99,omitempty"`
-	Max float64 `json:"max"`
+	N    int     `json:"n"`
+	Min  float64 `json:"min"`
+	Mean float64 `json:"mean"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90,omitempty"`
+	P99  float64 `json:"p99,omitempty"`
+	Max  float64 `json:"max"`
 }
 
-// minP99Samples is the fewest samples whose 99th percentile is not their
-// maximum.
-const minP99Samples = 101
+// minP90Samples and minP99Samples are the fewest samples whose 90th and
+// 99th percentiles are not their maximum.
+const (
+	minP90Samples = 11
+	minP99Samples = 101
+)
 
 // memSample bounds how many sandboxes bench scale asks for their memory.
 const memSample = 50
@@ -122,20 +130,31 @@ func percentilesOf(xs []float64) percentiles {
 	}
 	slices.Sort(xs)
 	at := func(p float64) float64 { return xs[min(len(xs)-1, int(p*float64(len(xs))))] }
-	p := percentiles{N: len(xs), P50: at(0.50), Max: xs[len(xs)-1]}
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	mean := math.Round(sum/float64(len(xs))*1000) / 1000 // as ms(): to the microsecond
+	p := percentiles{N: len(xs), Min: xs[0], Mean: mean, P50: at(0.50), Max: xs[len(xs)-1]}
+	if len(xs) >= minP90Samples {
+		p.P90 = at(0.90)
+	}
 	if len(xs) >= minP99Samples {
 		p.P99 = at(0.99)
 	}
 	return p
 }
 
-// p99Cell renders P99 for a table: "-" when there are too few samples to
-// tell it from the maximum.
-func (p percentiles) p99Cell(format string) string {
-	if p.N < minP99Samples {
+// p90Cell and p99Cell render P90 and P99 for a table: "-" when there are
+// too few samples to tell them from the maximum.
+func (p percentiles) p90Cell(format string) string { return topCell(p.N, minP90Samples, p.P90, format) }
+func (p percentiles) p99Cell(format string) string { return topCell(p.N, minP99Samples, p.P99, format) }
+
+func topCell(n, least int, v float64, format string) string {
+	if n < least {
 		return "-"
 	}
-	return fmt.Sprintf(format, p.P99)
+	return fmt.Sprintf(format, v)
 }
 
 // memoryReporter is what a sandbox offers when it can say how much memory
@@ -366,9 +385,8 @@ func benchSession() string {
 }
 
 // benchSpec returns the name and spec of the config entry a bench makes its
-// sandboxes from (the default one when entry is ""), with image (when set)
-// instead of the entry's, in session. The owner lets sbx gc reap the
-// sandboxes if the bench is killed.
+// sandboxes from (the default one when entry is ""), with benchOverrides
+// applied.
 func benchSpec(cfg *sandboxkit.Config, entry, image, session string) (string, backend.Spec, error) {
 	name, err := defaultEntry(cfg, entry)
 	if err != nil {
@@ -378,6 +396,14 @@ func benchSpec(cfg *sandboxkit.Config, entry, image, session string) (string, ba
 	if err != nil {
 		return "", backend.Spec{}, err
 	}
+	benchOverrides(&spec, image, session)
+	return name, spec, nil
+}
+
+// benchOverrides puts image (when set) instead of the spec's, and the spec
+// in session. The owner lets sbx gc reap the sandboxes if the bench is
+// killed.
+func benchOverrides(spec *backend.Spec, image, session string) {
 	if image != "" {
 		spec.Image, spec.Build = image, nil
 	}
@@ -386,7 +412,6 @@ func benchSpec(cfg *sandboxkit.Config, entry, image, session string) (string, ba
 	if spec.TTL == 0 {
 		spec.TTL = time.Hour
 	}
-	return name, spec, nil
 }
 
 // benchLog reports a bench's progress on stderr (not with --json).

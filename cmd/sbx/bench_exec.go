@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -20,14 +18,13 @@ import (
 	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/fileops"
-	"github.com/sandboxkit/sandboxkit/internal/owner"
 	"github.com/sandboxkit/sandboxkit/sbxd"
 )
 
-// withBenchExec adds `bench exec` and `bench create` to the bench command,
-// whoever made it.
+// withBenchExec adds `bench exec`, `bench create` and `bench ttfc` to the
+// bench command, whoever made it.
 func (a *app) withBenchExec(bench *cobra.Command) *cobra.Command {
-	bench.AddCommand(a.benchExecCmd(), a.benchCreateCmd())
+	bench.AddCommand(a.benchExecCmd(), a.benchCreateCmd(), a.benchTTFCCmd())
 	return bench
 }
 
@@ -119,9 +116,7 @@ func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
 			fmt.Fprintf(a.stderr, format+"\n", args...)
 		}
 	}
-	run := make([]byte, 4)
-	rand.Read(run)
-	session := "bench-" + hex.EncodeToString(run)
+	session := benchSession()
 	sb, spec, err := a.benchSandbox(ctx, cfg, b, o, session, logf)
 	if err != nil {
 		return err
@@ -249,21 +244,9 @@ func (a *app) openCompare(ctx context.Context, cfg *sandboxkit.Config, name stri
 
 // benchSandbox makes the benchmark's sandbox on b from the chosen entry.
 func (a *app) benchSandbox(ctx context.Context, cfg *sandboxkit.Config, b backend.Backend, o benchExecOptions, session string, logf func(string, ...any)) (backend.Sandbox, backend.Spec, error) {
-	name, err := defaultEntry(cfg, o.entry)
+	_, spec, err := benchSpec(cfg, o.entry, o.image, session)
 	if err != nil {
 		return nil, backend.Spec{}, err
-	}
-	spec, err := cfg.Spec(name)
-	if err != nil {
-		return nil, backend.Spec{}, err
-	}
-	if o.image != "" {
-		spec.Image, spec.Build = o.image, nil
-	}
-	spec.Session = session
-	spec.Owner = owner.Self()
-	if spec.TTL == 0 {
-		spec.TTL = time.Hour
 	}
 	logf("bench: creating a sandbox (%s, image %s)", b.Name(), spec.Image)
 	sb, err := a.create(ctx, b, spec)
@@ -271,8 +254,8 @@ func (a *app) benchSandbox(ctx context.Context, cfg *sandboxkit.Config, b backen
 }
 
 // startAgent starts sbxd in sb.
-func (a *app) startAgent(ctx context.Context, sb backend.Sandbox) (*sbxd.Client, sbxd.AgentInfo, error) {
-	c, err := sbxd.Wrap(ctx, sb, sbxd.WithLogger(a.logger))
+func (a *app) startAgent(ctx context.Context, sb backend.Sandbox, opts ...sbxd.Option) (*sbxd.Client, sbxd.AgentInfo, error) {
+	c, err := sbxd.Wrap(ctx, sb, append([]sbxd.Option{sbxd.WithLogger(a.logger)}, opts...)...)
 	if err != nil {
 		return nil, sbxd.AgentInfo{}, err
 	}

@@ -17,13 +17,7 @@ import (
 // embedded one may predate it).
 func TestBenchExecJSON(t *testing.T) {
 	setup(t)
-	bin := filepath.Join(t.TempDir(), "sbxd")
-	build := exec.Command("go", "build", "-o", bin, "github.com/sandboxkit/sandboxkit/cmd/sbxd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building sbxd: %v\n%s", err, out)
-	}
-	t.Setenv(sbxdbin.EnvPath, bin)
+	useTreeSbxd(t)
 	// --compare makes a second sandbox (here on the same backend) and
 	// measures it in alternating rounds.
 	out := must(t, "--backend", "local", "bench", "exec", "--n", "30", "--baseline-n", "2", "--compare", "local", "--json")
@@ -54,6 +48,19 @@ func TestBenchExecJSON(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, `"nosuch"`) {
 		t.Errorf("--compare nosuch: exit %d, stderr %q", r.code, r.stderr)
 	}
+}
+
+// useTreeSbxd makes the sbxd that sbx injects the one built from this tree
+// (the embedded one may predate it).
+func useTreeSbxd(t *testing.T) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sbxd")
+	build := exec.Command("go", "build", "-o", bin, "github.com/sandboxkit/sandboxkit/cmd/sbxd")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building sbxd: %v\n%s", err, out)
+	}
+	t.Setenv(sbxdbin.EnvPath, bin)
 }
 
 // bench create times create-to-first-exec on two backends in alternating
@@ -132,23 +139,34 @@ func TestExecSchedule(t *testing.T) {
 	}
 }
 
-// With 100 samples or fewer no p99 is reported: it would be the maximum.
+// With 100 samples or fewer no p99 is reported, with 10 or fewer no p90:
+// they would be the maximum.
 func TestPercentilesTopFigure(t *testing.T) {
 	xs := func(n int) []float64 {
 		out := make([]float64, n)
 		for i := range out {
-			out[i] = float64(i + 1)
+			out[i] = float64(n - i) // unsorted
 		}
 		return out
 	}
 	for _, c := range []struct {
-		n        int
-		p99, max float64
-		cell     string
-	}{{1, 0, 1, "-"}, {50, 0, 50, "-"}, {100, 0, 100, "-"}, {101, 100, 101, "100.0"}, {500, 496, 500, "496.0"}} {
+		n              int
+		p90, p99, max  float64
+		mean           float64
+		cell90, cell99 string
+	}{
+		{1, 0, 0, 1, 1, "-", "-"},
+		{10, 0, 0, 10, 5.5, "-", "-"},
+		{11, 10, 0, 11, 6, "10.0", "-"},
+		{50, 46, 0, 50, 25.5, "46.0", "-"},
+		{100, 91, 0, 100, 50.5, "91.0", "-"},
+		{101, 91, 100, 101, 51, "91.0", "100.0"},
+		{500, 451, 496, 500, 250.5, "451.0", "496.0"},
+	} {
 		p := percentilesOf(xs(c.n))
-		if p.N != c.n || p.P99 != c.p99 || p.Max != c.max || p.p99Cell("%.1f") != c.cell {
-			t.Errorf("%d samples: %+v, p99 cell %q", c.n, p, p.p99Cell("%.1f"))
+		if p.N != c.n || p.Min != 1 || p.Mean != c.mean || p.P90 != c.p90 || p.P99 != c.p99 || p.Max != c.max ||
+			p.p90Cell("%.1f") != c.cell90 || p.p99Cell("%.1f") != c.cell99 {
+			t.Errorf("%d samples: %+v, p90 cell %q, p99 cell %q", c.n, p, p.p90Cell("%.1f"), p.p99Cell("%.1f"))
 		}
 	}
 }

@@ -14,24 +14,29 @@ import (
 )
 
 // stopSignals end sbx's work the way Ctrl-C does: the running command is
-// killed and its sandbox removed. SIGHUP is a closed terminal; SIGPIPE a
-// reader that went away (handled here, a write to a broken stdout returns
-// an error instead of killing sbx before it could clean up).
-var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE}
+// killed and its sandbox removed. SIGHUP is a closed terminal.
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
 
 func main() {
-	// The first stop signal cancels the context. Handling then stops (but
-	// SIGPIPE stays caught, so late writes to a gone reader cannot kill sbx
-	// mid-cleanup), so a second SIGINT or SIGTERM ends sbx at once (sbx gc
-	// reaps what that leaves).
+	// The first stop signal cancels the context. Handling then stops, so a
+	// second SIGINT or SIGTERM ends sbx at once (sbx gc reaps what that
+	// leaves).
 	ctx, cancel := context.WithCancelCause(context.Background())
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, stopSignals...)
 	go func() {
 		s := <-sigs
-		signal.Reset(os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+		signal.Reset(stopSignals...)
 		cancel(interrupted{s})
 	}()
+	// SIGPIPE is caught and dropped: a write to a broken pipe or socket then
+	// fails with EPIPE instead of killing sbx. It is no stop signal: it comes
+	// from a write to any closed pipe or socket (a backend's stream, an
+	// agent that went away), not only stdout's. A reader of stdout that
+	// went away stops sbx through the failed write (stopOnWriteError) or
+	// watchStdout. (Caught, not ignored: an ignored signal would stay
+	// ignored in the commands sbx starts.)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	go watchStdout(func() { cancel(outputGone{errors.New("its reader went away")}) })
 	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -74,6 +75,35 @@ func TestStopSignalsCleanUp(t *testing.T) {
 		if got := listSandboxes(t); len(got) != 0 {
 			t.Errorf("%v: sandboxes left: %+v", sig, got)
 		}
+	}
+}
+
+// A SIGPIPE does not stop sbx: the kernel raises it for a write to any
+// closed pipe or socket (a backend's stream, an agent gone), not only
+// stdout's, whose reader going away stops sbx by other means (above). It
+// is caught, not ignored, so the commands sbx starts still die of it.
+func TestSIGPIPEIsNoStopSignal(t *testing.T) {
+	bin := sbxBin(t)
+	setup(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	var out strings.Builder
+	cmd := exec.Command(bin, "run", "--", "sh", "-c", `echo $$ > "$1"; sleep 1; grep SigIgn /proc/self/status`, "sh", pidFile)
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	readPIDs(t, pidFile)
+	_ = cmd.Process.Signal(syscall.SIGPIPE)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("sbx run stopped by a SIGPIPE: %v", err)
+	}
+	field, ok := strings.CutPrefix(strings.TrimSpace(out.String()), "SigIgn:")
+	mask, err := strconv.ParseUint(strings.TrimSpace(field), 16, 64)
+	if !ok || err != nil {
+		t.Fatalf("the command's output %q", out.String())
+	}
+	if mask&(1<<(syscall.SIGPIPE-1)) != 0 {
+		t.Errorf("the command sbx ran ignores SIGPIPE (SigIgn %s)", strings.TrimSpace(field))
 	}
 }
 
