@@ -612,6 +612,10 @@ func closeQuietly(sb backend.Sandbox) {
 	}
 }
 
+// refillDelay is how long a keeper waits after a claim before it makes a
+// replacement.
+const refillDelay = 25 * time.Millisecond
+
 // Keep keeps the pool full until ctx ends: it makes members (Refill at
 // once) until Size are ready, replaces members older than MaxIdle, and
 // notices members other processes claimed. When ctx ends it removes the
@@ -648,6 +652,11 @@ func (p *Pool) Keep(ctx context.Context) error {
 		case <-retry:
 			retry = nil
 		case <-p.kick:
+			// A claim: refill a moment later, so that making a sandbox
+			// does not compete with the task's first command.
+			if retry == nil {
+				retry = time.After(refillDelay)
+			}
 		case <-tick.C:
 			p.recycle(ctx)
 			p.reconcile(ctx)
@@ -694,6 +703,15 @@ func (p *Pool) addMember(ctx context.Context) error {
 	spec := p.memberSpec(backend.PoolMaking)
 	spec.Owner, spec.Session, spec.TTL = p.self, "", p.memTTL
 	sb, raw, sess, err := p.make(ctx, spec)
+	if err == nil {
+		// One command before it is ready: a member that cannot run one is
+		// never handed out, and a task's first command does not pay for
+		// the agent's first (a fresh agent's is slower).
+		if _, werr := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"true"}}); werr != nil && ctx.Err() == nil {
+			p.destroyLater(sb, sess)
+			err = fmt.Errorf("the new sandbox cannot run a command: %w", werr)
+		}
+	}
 	if err == nil && ctx.Err() != nil {
 		p.destroyLater(sb, sess) // still making: nobody else can have it
 		err = ctx.Err()

@@ -31,7 +31,9 @@ import (
 //     4.3's compat API answers the same. So of any number of claimers, in
 //     any process or on any host, exactly one gets its own nonce back.
 //  2. The container's name: the winner renames the container from its
-//     ready name (sbx-<session>-<name>-<id>) to that name + "-claimed".
+//     ready name (sbx-<session>-<name>-<id>) to that name + "-claimed",
+//     in the background once Claim has returned (the rename is the
+//     slowest step; Close waits for it).
 //     The name lives in the container, so a claimed member never reads as
 //     ready again, even when its record is lost (docker volume prune
 //     removes unused named volumes on Docker before 23, and on Podman). It
@@ -108,7 +110,16 @@ func (b *Backend) Claim(ctx context.Context, id string, c backend.Claim) (backen
 		return fail(fmt.Errorf("%w: claim from %s to %s: Docker containers are only claimed from %s to %s and from %s to %s (a used container does not go back to its pool)",
 			errors.ErrUnsupported, c.Expected(), c.NewState(), backend.PoolMaking, backend.PoolReady, backend.PoolReady, backend.PoolClaimed))
 	}
+	// The container and its ready record, looked up at once.
+	var rr map[string]string
+	var rerr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rr, rerr = b.record(ctx, readyVolume(id), id)
+	}()
 	ctr, err := b.summary(ctx, id)
+	<-done
 	if err != nil {
 		return fail(err)
 	}
@@ -121,9 +132,8 @@ func (b *Backend) Claim(ctx context.Context, id string, c backend.Claim) (backen
 	}
 	// The member's labels now: its ready record's, once it has one.
 	base := ctr.Labels
-	rr, err := b.record(ctx, readyVolume(id), id)
-	if err != nil {
-		return fail(err)
+	if rerr != nil {
+		return fail(rerr)
 	}
 	if rr != nil {
 		base = rr
@@ -145,9 +155,20 @@ func (b *Backend) Claim(ctx context.Context, id string, c backend.Claim) (backen
 	if err := b.makeRecord(ctx, claimVolume(id), rec); err != nil {
 		return fail(err)
 	}
-	if err := b.cli.ContainerRename(ctx, ctr.ID, claimedName(name)); err != nil {
-		return fail(b.undoClaim(ctx, id, ctr.ID, name, nonce, b.translate(err)))
-	}
+	// The claim is made: the rename that keeps it should the record be
+	// lost follows in the background (it is the slowest step, and the
+	// task's first command should not wait for it); Close waits for it.
+	b.renames.Go(func() {
+		rctx, cancel := cleanupCtx(context.WithoutCancel(ctx))
+		defer cancel()
+		if err := b.cli.ContainerRename(rctx, ctr.ID, claimedName(name)); err != nil {
+			err = b.translate(err)
+			if !errors.Is(err, backend.ErrNotFound) { // removed meanwhile: nothing to keep
+				b.log.Warn("renaming a claimed pool member failed; its claim record alone keeps it claimed",
+					"sandbox", id, "container", ctr.ID, "err", err)
+			}
+		}
+	})
 	b.log.Debug("claimed pool member", "id", id, "container", ctr.ID, "pool", labels[backend.LabelPool], "session", c.Session)
 	return infoFrom(labels, ctr.Image, ctr.State, time.Unix(ctr.Created, 0), cmp(labels[labelWorkDir], "/")), nil
 }
@@ -214,45 +235,6 @@ func (b *Backend) makeRecord(ctx context.Context, name string, rec map[string]st
 		return fmt.Errorf("%w: another claimer made claim record %s first", backend.ErrClaimed, name)
 	}
 	return nil
-}
-
-// undoClaim takes back a claim whose rename failed with err: the record
-// goes, and the container gets its ready name back if the rename happened
-// after all (an answer lost). It returns the claim's error.
-func (b *Backend) undoClaim(ctx context.Context, id, cid, ready, nonce string, err error) error {
-	cctx, cancel := cleanupCtx(ctx)
-	defer cancel()
-	var result error
-	switch {
-	case errors.Is(err, backend.ErrNotFound):
-		result = fmt.Errorf("%w: sandbox %s was removed while being claimed", backend.ErrNotFound, id)
-	case errors.Is(err, backend.ErrInvalidConfig) && strings.Contains(err.Error(), "same name"):
-		// Renamed by a claim whose record is lost.
-		result = fmt.Errorf("%w: container %s was claimed already", backend.ErrClaimed, ready)
-	default:
-		result = fmt.Errorf("renaming container %s to %s: %w", ready, claimedName(ready), err)
-		if c, ierr := b.cli.ContainerInspect(cctx, cid); ierr == nil && isClaimedName(c.Name) {
-			if rerr := b.cli.ContainerRename(cctx, cid, ready); rerr != nil {
-				b.log.Warn("giving a container its ready name back failed; it stays claimed", "container", cid, "err", rerr)
-				return result // the record stays with it: the claim stands
-			}
-		}
-	}
-	b.dropClaimRecord(cctx, id, nonce)
-	return result
-}
-
-// dropClaimRecord removes sandbox id's claim record if it is the one
-// nonce's claimer made.
-func (b *Backend) dropClaimRecord(ctx context.Context, id, nonce string) {
-	name := claimVolume(id)
-	v, err := b.cli.VolumeInspect(ctx, name)
-	if err != nil || v.Labels[labelClaimNonce] != nonce {
-		return
-	}
-	if err := b.cli.VolumeRemove(ctx, name, false); err != nil {
-		b.log.Warn("removing a claim record failed", "volume", name, "err", err)
-	}
 }
 
 // cleanupCtx is for work that must finish when ctx is cancelled.

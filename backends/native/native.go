@@ -62,6 +62,8 @@ type Backend struct {
 
 	settleMu sync.Mutex
 	settled  atomic.Bool // the client's API version is negotiated
+
+	renames sync.WaitGroup // claims' renames, which Close waits for
 }
 
 type daemonFacts struct {
@@ -122,7 +124,16 @@ func (b *Backend) settle(ctx context.Context) {
 }
 
 // Close releases the client's connections; sandboxes keep running.
-func (b *Backend) Close() error { return b.cli.Close() }
+func (b *Backend) Close() error {
+	done := make(chan struct{})
+	go func() { b.renames.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		b.log.Warn("closing with claims' renames still running")
+	}
+	return b.cli.Close()
+}
 
 // How long the engine is asked for its facts: a probe runs in the
 // background, bounded by factsTimeout, and callers wait for it only as long
