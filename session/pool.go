@@ -767,21 +767,26 @@ func pruneMinute(ts []time.Time, now time.Time) []time.Time {
 // recycle replaces members older than MaxIdle: each is claimed first, so
 // that no other process is handed a sandbox being removed.
 func (p *Pool) recycle(ctx context.Context) {
-	p.mu.Lock()
-	var old []*warm
-	keep := p.ready[:0]
-	for _, w := range p.ready {
-		if time.Since(w.made) >= p.o.Settings.MaxIdle {
-			old = append(old, w)
-		} else {
-			keep = append(keep, w)
-		}
-	}
-	p.ready = keep
-	p.mu.Unlock()
+	old := p.takeReady(func(w *warm) bool { return time.Since(w.made) >= p.o.Settings.MaxIdle })
 	for _, w := range old {
 		p.retire(ctx, w, func(c *counters) { c.recycled++ })
 	}
+}
+
+// takeReady removes the ready members for which take is true from the
+// ready list and returns them.
+func (p *Pool) takeReady(take func(*warm) bool) []*warm {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*warm
+	p.ready = slices.DeleteFunc(p.ready, func(w *warm) bool {
+		if take(w) {
+			out = append(out, w)
+			return true
+		}
+		return false
+	})
+	return out
 }
 
 // retire claims a member of this process for itself and removes it.
@@ -820,18 +825,9 @@ func (p *Pool) reconcile(ctx context.Context) {
 	}
 	p.mu.Lock()
 	lost = slices.DeleteFunc(lost, func(i backend.Info) bool { return p.out[i.ID] })
-	var gone []*warm
-	keep := p.ready[:0]
-	for _, w := range p.ready {
-		// A member made after List ran may not be listed yet.
-		if still[w.raw.ID()] || time.Since(w.made) < 2*time.Second {
-			keep = append(keep, w)
-		} else {
-			gone = append(gone, w)
-		}
-	}
-	p.ready = keep
 	p.mu.Unlock()
+	// A member made after List ran may not be listed yet.
+	gone := p.takeReady(func(w *warm) bool { return !still[w.raw.ID()] && time.Since(w.made) >= 2*time.Second })
 	for _, w := range gone {
 		closeQuietly(w.sb)
 	}

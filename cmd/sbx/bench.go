@@ -203,17 +203,24 @@ func (a *app) benchScale(ctx context.Context, o scaleOptions) error {
 	r.countLeaked(rmCtx)
 	rep := r.report()
 
+	return a.benchResult(ctx, rep, func() { printScale(a, rep) }, rep.Failures > 0 || rep.Leaked > 0)
+}
+
+// benchResult prints a bench's report (JSON, or with print) and turns its
+// end into sbx's exit code: the stop signal's when stopped, 1 when failed
+// (a request failed, a sandbox was left).
+func (a *app) benchResult(ctx context.Context, rep any, print func(), failed bool) error {
 	if a.json {
 		if err := printJSON(a.stdout, rep); err != nil {
 			return err
 		}
 	} else {
-		printScale(a, rep)
+		print()
 	}
 	if ctx.Err() != nil {
 		return &exitCode{stoppedStatus(ctx)}
 	}
-	if rep.Failures > 0 || rep.Leaked > 0 {
+	if failed {
 		return &exitCode{exitError}
 	}
 	return nil

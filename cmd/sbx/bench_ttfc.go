@@ -230,20 +230,7 @@ func (a *app) benchTTFC(ctx context.Context, o ttfcOptions) error {
 		}
 		return runErr
 	}
-	if a.json {
-		if err := printJSON(a.stdout, rep); err != nil {
-			return err
-		}
-	} else {
-		printTTFC(a, rep)
-	}
-	if ctx.Err() != nil {
-		return &exitCode{stoppedStatus(ctx)}
-	}
-	if rep.Failures > 0 || rep.Leaked > 0 {
-		return &exitCode{exitError}
-	}
-	return nil
+	return a.benchResult(ctx, rep, func() { printTTFC(a, rep) }, rep.Failures > 0 || rep.Leaked > 0)
 }
 
 // newTTFCRun resolves the entry: its sandboxes are made as a pool makes

@@ -276,17 +276,24 @@ type keeperPoolJSON struct {
 	session.PoolStats
 }
 
+// poolTargets returns the named pooled entries (see pooledEntries) and the
+// keepers of this host that run.
+func poolTargets(cfg *sandboxkit.Config, names []string) ([]string, []keeperRecord, error) {
+	names, err := pooledEntries(cfg, names)
+	if err != nil {
+		return nil, nil, err
+	}
+	keepers, err := liveKeepers()
+	return names, keepers, err
+}
+
 func (a *app) poolStatus(ctx context.Context, names []string) error {
 	cfg, b, err := a.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	names, err = pooledEntries(cfg, names)
-	if err != nil {
-		return err
-	}
-	keepers, err := liveKeepers()
+	names, keepers, err := poolTargets(cfg, names)
 	if err != nil {
 		return err
 	}
@@ -359,11 +366,7 @@ func (a *app) poolStop(ctx context.Context, names []string) error {
 	if err != nil {
 		return err
 	}
-	names, err = pooledEntries(cfg, names)
-	if err != nil {
-		return err
-	}
-	keepers, err := liveKeepers()
+	names, keepers, err := poolTargets(cfg, names)
 	if err != nil {
 		return err
 	}

@@ -55,14 +55,7 @@ func requireLite(f func(t *testing.T) chaosTarget) func(t *testing.T) chaosTarge
 
 func testPoolAcrossProcesses(t *testing.T, bin string, ct chaosTarget) {
 	const size, claimers = 3, 6
-	data, err := os.ReadFile(ct.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data = append(data, []byte("[sandbox.sandboxes.main.pool]\nsize = 3\nrefill = 3\n")...)
-	if err := os.WriteFile(ct.config, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	appendToFile(t, ct.config, "[sandbox.sandboxes.main.pool]\nsize = 3\nrefill = 3\n")
 	env := append(os.Environ(), "SBX_CONFIG="+ct.config, EnvPoolDir+"="+t.TempDir())
 	sbxOut := func(args ...string) []byte {
 		t.Helper()
@@ -218,14 +211,7 @@ func testPoolAcrossProcesses(t *testing.T, bin string, ct chaosTarget) {
 func TestUpClaimsAReadySession(t *testing.T) {
 	bin := sbxBin(t)
 	ct := chaosLocal(t)
-	data, err := os.ReadFile(ct.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data = append(data, []byte("[sandbox.sandboxes.main.pool]\nsize = 1\n")...)
-	if err := os.WriteFile(ct.config, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	appendToFile(t, ct.config, "[sandbox.sandboxes.main.pool]\nsize = 1\n")
 	t.Setenv("SBX_CONFIG", ct.config)
 	t.Setenv(EnvPoolDir, t.TempDir())
 	keeper := exec.Command(bin, "pool", "keep", "--sessions", "main")
@@ -280,14 +266,7 @@ func TestPoolReusesLiteCleanly(t *testing.T) {
 		t.Skip("makes lite sandboxes")
 	}
 	ct := requireLite(chaosLite)(t)
-	data, err := os.ReadFile(ct.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data = append(data, []byte("[sandbox.sandboxes.main.pool]\nsize = 1\n")...)
-	if err := os.WriteFile(ct.config, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	appendToFile(t, ct.config, "[sandbox.sandboxes.main.pool]\nsize = 1\n")
 	cfg, err := sandboxkit.LoadConfig(ct.config)
 	if err != nil {
 		t.Fatal(err)
@@ -367,5 +346,20 @@ func TestPoolReusesLiteCleanly(t *testing.T) {
 	}
 	if got := string(res.Stdout); !strings.Contains(got, "No such file") || !strings.Contains(got, "task=\n") || !strings.HasSuffix(got, "0\n") {
 		t.Errorf("task two sees task one's state:\n%s", got)
+	}
+}
+
+// appendToFile adds text at the end of the file at p.
+func appendToFile(t *testing.T, p, text string) {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(text); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
