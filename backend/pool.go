@@ -74,8 +74,9 @@ func (c Claim) NewState() string {
 // member to exactly one claimer across processes and hosts: a locked
 // record (local, lite), a checked update of the pod (k8s), a record volume
 // whose first maker wins plus a rename (Docker, whose labels are fixed).
-// Every Claimer supports PoolMaking to PoolReady and PoolReady to
-// PoolClaimed; other moves may wrap errors.ErrUnsupported.
+// Every Claimer supports PoolMaking to PoolReady, PoolReady to
+// PoolClaimed and PoolMaking to PoolClaimed (a private pool's member);
+// other moves may wrap errors.ErrUnsupported.
 //
 // Claim moves sandbox id from c.Expected() to c.NewState() and applies
 // c, all or nothing. When another claimer won, or the member is not in

@@ -48,6 +48,11 @@ func poolOf(t *testing.T, s *server.Server, typ string) session.PoolStats {
 	return session.PoolStats{}
 }
 
+// readyState is the state of a server pool's ready sandboxes: its pools
+// are private (session.PoolOptions.Private), so they stay "making", which
+// no other process claims.
+const readyState = backend.PoolMaking
+
 // members lists the pool's sandboxes in state (all states when "").
 func members(t *testing.T, b backend.Backend, key, state string) []backend.Info {
 	t.Helper()
@@ -75,7 +80,7 @@ func TestPoolCreateClaimsReadyMember(t *testing.T) {
 	b := localBackend(t)
 	s := poolServer(t, b, 2, func(o *server.Options) { o.MaxLifetime = 3 * time.Hour })
 	key := poolOf(t, s, "main").Pool
-	ready := members(t, b, key, backend.PoolReady)
+	ready := members(t, b, key, readyState)
 	require.Len(t, ready, 2)
 	for _, m := range ready {
 		assert.Equal(t, server.DefaultInstance, m.Labels[server.LabelInstance])
@@ -89,8 +94,14 @@ func TestPoolCreateClaimsReadyMember(t *testing.T) {
 	t.Logf("create_sandbox from a full pool: %s", time.Since(start))
 	assert.Contains(t, ids(ready), id, "the sandbox must be one of the ready members")
 
-	info, err := must(b.Get(context.Background(), id)).Info(context.Background())
-	require.NoError(t, err)
+	// The claim of a private pool is recorded in the background.
+	var info backend.Info
+	waitFor(t, func() bool {
+		var err error
+		info, err = must(b.Get(context.Background(), id)).Info(context.Background())
+		require.NoError(t, err)
+		return info.Labels[backend.LabelPoolState] == backend.PoolClaimed
+	})
 	assert.Equal(t, server.OwnerKey("conv:c"), info.Labels[server.LabelConversation])
 	assert.Equal(t, "300", info.Labels[server.LabelIdleTTL])
 	assert.Equal(t, server.DefaultInstance, info.Labels[server.LabelInstance])
@@ -108,7 +119,7 @@ func TestPoolCreateClaimsReadyMember(t *testing.T) {
 	assert.Equal(t, int64(1), st.Claimed)
 	assert.Equal(t, int64(3), st.Created)
 	assert.Zero(t, st.ColdFallbacks)
-	assert.Len(t, members(t, b, key, backend.PoolReady), 2, "the keeper refilled the pool")
+	assert.Len(t, members(t, b, key, readyState), 2, "the keeper refilled the pool")
 
 	// delete_sandbox releases it to the pool, which removes it (local's
 	// reset is not clean); at once it is gone for the conversation.
@@ -164,7 +175,7 @@ func TestPoolIsolation(t *testing.T) {
 
 	// A ready member is no conversation's.
 	waitFor(t, func() bool { return poolOf(t, s, "main").Ready == 2 })
-	for _, m := range members(t, b, poolOf(t, s, "main").Pool, backend.PoolReady) {
+	for _, m := range members(t, b, poolOf(t, s, "main").Pool, readyState) {
 		assert.Contains(t, servertest.Fails(t, alice, "connect_sandbox", map[string]any{"sandbox_id": m.ID}), "was not found")
 	}
 }

@@ -33,9 +33,11 @@ func (s *Server) newPools() (map[string]*session.Pool, error) {
 		if !s.opts.NoAgent {
 			wrap = s.wrapMember
 		}
+		// Private: this server's own (its members carry its instance), so
+		// a claim is recorded while the conversation's first call runs.
 		p, err := session.NewPool(session.PoolOptions{
 			Backend: s.opts.Backend, Name: typ, Spec: spec, Provision: provision,
-			Settings: s.opts.Pools[typ], Wrap: wrap, Logger: s.opts.Logger,
+			Settings: s.opts.Pools[typ], Wrap: wrap, Logger: s.opts.Logger, Private: true,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("server: %w", err)
@@ -84,6 +86,11 @@ func (s *Server) acquire(ctx context.Context, p *session.Pool, labels map[string
 	c, err := p.Acquire(ctx, session.Binding{Labels: labels, TTL: s.opts.MaxLifetime})
 	if err != nil {
 		return nil, backend.Info{}, err
+	}
+	if c.Warm {
+		// Create fills in what it needs (its labels, now, MaxLifetime)
+		// without waiting for the claim's record.
+		return c, backend.Info{ID: c.ID()}, nil
 	}
 	info, err := c.Info(ctx)
 	if err != nil {

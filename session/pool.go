@@ -74,6 +74,15 @@ type PoolOptions struct {
 	Wrap func(ctx context.Context, sb backend.Sandbox) (backend.Sandbox, error)
 	// Logger; nil: discard.
 	Logger *slog.Logger
+	// Private keeps the members for this process: they stay in state
+	// backend.PoolMaking, which no other process claims, so that handing
+	// one out needs no claim first; the task's binding (owner, session,
+	// TTL, labels) is recorded in the background while its first command
+	// runs (Claimed's Info and Release wait for it). A process that dies
+	// before the record lands leaves a member of a dead keeper, which sbx
+	// gc reaps. sbx serve's pools are private; sbx pool keep's are not
+	// (sbx run in other processes claims from them).
+	Private bool
 	// Sessions, when set, makes the pool one of sessions of one entry
 	// (for sbx up): each member is launched by a copy of this Launcher
 	// as a session of Name alone, with the session's shared volumes and
@@ -188,6 +197,15 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	return p, nil
 }
 
+// readyState is the state of the pool's ready members: PoolReady, or
+// PoolMaking in a private pool (see PoolOptions.Private).
+func (p *Pool) readyState() string {
+	if p.o.Private {
+		return backend.PoolMaking
+	}
+	return backend.PoolReady
+}
+
 // cleanReset reports whether b's Reset leaves nothing of a task in
 // sandboxes made from spec (backend.CleanResetter).
 func cleanReset(b backend.Backend, spec backend.Spec) bool {
@@ -258,6 +276,17 @@ func (p *Pool) Acquire(ctx context.Context, b Binding) (*Claimed, error) {
 			break
 		}
 		claim.Session = cmp.Or(b.Session, w.sess)
+		if p.o.Private {
+			// Nobody else can have it: recorded while the task starts.
+			claim.Expect = backend.PoolMaking
+			c, err := p.bind(ctx, w.sb, w.raw, w.sess, b, true)
+			if err != nil {
+				return nil, err
+			}
+			c.recordLater(claim)
+			p.count(func(c *counters) { c.claimed++ })
+			return c, nil
+		}
 		if _, err := p.claimer.Claim(ctx, w.raw.ID(), claim); err != nil {
 			closeQuietly(w.sb)
 			if errors.Is(err, backend.ErrClaimed) || errors.Is(err, backend.ErrNotFound) {
@@ -472,6 +501,43 @@ type Claimed struct {
 	dir      string
 	labels   []string
 	released sync.Once
+	recorded chan struct{} // closed when a private claim is recorded (nil: it was at once)
+}
+
+// recordLater records a private pool's claim in the background.
+func (c *Claimed) recordLater(claim backend.Claim) {
+	p := c.pool
+	c.recorded = make(chan struct{})
+	p.bg.Go(func() {
+		defer close(c.recorded)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := p.claimer.Claim(ctx, c.raw.ID(), claim); err != nil {
+			p.count(func(s *counters) { s.lastErr = err.Error() })
+			p.o.Logger.Warn("pool: recording a claim failed; the sandbox stays its keeper's", "pool", p.o.Name, "sandbox", c.raw.ID(), "err", err)
+		}
+	})
+}
+
+// waitRecorded waits until the claim is recorded (or ctx ends).
+func (c *Claimed) waitRecorded(ctx context.Context) error {
+	if c.recorded == nil {
+		return nil
+	}
+	select {
+	case <-c.recorded:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// Info is the sandbox's, once its claim is recorded.
+func (c *Claimed) Info(ctx context.Context) (backend.Info, error) {
+	if err := c.waitRecorded(ctx); err != nil {
+		return backend.Info{}, err
+	}
+	return c.Sandbox.Info(ctx)
 }
 
 // Unwrap returns the sandbox the binding wraps.
@@ -497,6 +563,21 @@ func (c *Claimed) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 func (c *Claimed) Release() {
 	c.released.Do(func() {
 		p := c.pool
+		if c.recorded != nil {
+			// After its claim is recorded, so that the two never race.
+			p.bg.Go(func() {
+				<-c.recorded
+				c.release()
+			})
+			return
+		}
+		c.release()
+	})
+}
+
+func (c *Claimed) release() {
+	{
+		p := c.pool
 		p.mu.Lock()
 		delete(p.out, c.raw.ID())
 		p.mu.Unlock()
@@ -514,7 +595,7 @@ func (c *Claimed) Release() {
 				p.destroyNow(c.Sandbox, "")
 			}
 		})
-	})
+	}
 }
 
 // giveBack resets a used sandbox and makes it a ready member again.
@@ -542,7 +623,7 @@ func (p *Pool) giveBack(c *Claimed, rs backend.Resetter) error {
 			drop[k] = ""
 		}
 	}
-	if _, err := p.claimer.Claim(ctx, c.raw.ID(), backend.Claim{Expect: backend.PoolClaimed, State: backend.PoolReady,
+	if _, err := p.claimer.Claim(ctx, c.raw.ID(), backend.Claim{Expect: backend.PoolClaimed, State: p.readyState(),
 		Owner: p.self, TTL: p.memTTL, Labels: drop}); err != nil {
 		closeQuietly(sb)
 		return fmt.Errorf("back to ready: %w", err)
@@ -715,7 +796,7 @@ func (p *Pool) addMember(ctx context.Context) error {
 	if err == nil && ctx.Err() != nil {
 		p.destroyLater(sb, sess) // still making: nobody else can have it
 		err = ctx.Err()
-	} else if err == nil {
+	} else if err == nil && !p.o.Private {
 		_, err = p.claimer.Claim(ctx, raw.ID(), backend.Claim{Expect: backend.PoolMaking, State: backend.PoolReady,
 			Owner: p.self, Session: sess, TTL: p.memTTL})
 		if err != nil {
@@ -791,7 +872,7 @@ func (p *Pool) takeReady(take func(*warm) bool) []*warm {
 
 // retire claims a member of this process for itself and removes it.
 func (p *Pool) retire(ctx context.Context, w *warm, count func(*counters)) {
-	if _, err := p.claimer.Claim(ctx, w.raw.ID(), backend.Claim{Owner: p.self, Session: w.sess, TTL: time.Hour}); err != nil {
+	if _, err := p.claimer.Claim(ctx, w.raw.ID(), backend.Claim{Expect: p.readyState(), Owner: p.self, Session: w.sess, TTL: time.Hour}); err != nil {
 		closeQuietly(w.sb) // another process claimed it: it is theirs now
 		return
 	}
@@ -815,7 +896,7 @@ func (p *Pool) reconcile(ctx context.Context) {
 	var lost []backend.Info
 	for _, i := range infos {
 		switch i.Labels[backend.LabelPoolState] {
-		case backend.PoolReady:
+		case p.readyState():
 			still[i.ID] = true
 		case backend.PoolClaimed:
 			if time.Since(i.CreatedAt) > time.Minute {
@@ -881,6 +962,7 @@ type PoolStats struct {
 	OldestAge float64 `json:"oldest_age_sec"`
 	MeanAge   float64 `json:"mean_age_sec"`
 	Keeping   bool    `json:"keeping"`
+	Private   bool    `json:"private"`
 	Reuse     bool    `json:"reuse"`
 	LastError string  `json:"last_error,omitempty"`
 }
@@ -895,7 +977,7 @@ func (p *Pool) Stats() PoolStats {
 		Ready: len(p.ready), Making: p.making,
 		Claimed: p.st.claimed, Foreign: p.st.foreign, ColdFallbacks: p.st.cold,
 		Created: p.st.created, Recycled: p.st.recycled, Returned: p.st.returned, Failed: p.st.failed,
-		RefillPerMinute: len(pruneMinute(p.st.made, now)), Keeping: p.keeping, Reuse: p.reuse, LastError: p.st.lastErr,
+		RefillPerMinute: len(pruneMinute(p.st.made, now)), Keeping: p.keeping, Private: p.o.Private, Reuse: p.reuse, LastError: p.st.lastErr,
 	}
 	var sum time.Duration
 	for _, w := range p.ready {

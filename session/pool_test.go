@@ -289,3 +289,67 @@ func memberNames(s *session.Session) []string {
 	}
 	return names
 }
+
+// A private pool's members are its process's alone: another pool of the
+// same entry (another process) never claims them, and a claim is recorded
+// in the background, which Info waits for.
+func TestPrivatePool(t *testing.T) {
+	cfg := localPoolConfig(t, 2, "")
+	ctx := t.Context()
+	b, err := cfg.Open(ctx, nil)
+	require.NoError(t, err)
+	defer b.Close()
+	l := &session.Launcher{Config: cfg}
+	spec, provision, err := l.Standalone("main")
+	require.NoError(t, err)
+	set := *mustEntry(t, cfg, "main").PoolSettings()
+	p, err := session.NewPool(session.PoolOptions{Backend: b, Name: "main", Spec: spec, Provision: provision, Settings: set, Private: true})
+	require.NoError(t, err)
+	other, err := l.NewPool(b, "main", nil)
+	require.NoError(t, err)
+	require.Equal(t, p.Key(), other.Key(), "the same entry: only privacy keeps the other out")
+
+	kctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Keep(kctx) }()
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	require.NoError(t, p.Ready(wctx, 2))
+	ready, err := b.List(ctx, backend.Filter{Labels: map[string]string{backend.LabelPool: p.Key(), backend.LabelPoolState: backend.PoolReady}})
+	require.NoError(t, err)
+	assert.Empty(t, ready, "a private pool's members are never ready to other processes")
+
+	theirs, err := other.Acquire(ctx, session.Binding{Session: "theirs"})
+	require.NoError(t, err)
+	assert.False(t, theirs.Warm, "another process's pool made its own")
+	theirs.Release()
+
+	c, err := p.Acquire(ctx, session.Binding{Session: "mine", Labels: map[string]string{"task": "7"}, TTL: time.Hour})
+	require.NoError(t, err)
+	assert.True(t, c.Warm)
+	res, err := c.Exec(ctx, backend.ExecRequest{Cmd: []string{"echo", "ok"}})
+	require.NoError(t, err)
+	assert.Equal(t, "ok\n", string(res.Stdout))
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, backend.PoolClaimed, info.Labels[backend.LabelPoolState])
+	assert.Equal(t, "mine", info.Session)
+	assert.Equal(t, "7", info.Labels["task"])
+	assert.Empty(t, info.Owner)
+	c.Release()
+
+	stop()
+	require.NoError(t, <-done)
+	require.NoError(t, p.Close(ctx))
+	require.NoError(t, other.Close(ctx))
+	left, err := b.List(ctx, backend.Filter{Labels: map[string]string{backend.LabelPool: p.Key()}})
+	require.NoError(t, err)
+	assert.Empty(t, left)
+}
+
+func mustEntry(t *testing.T, cfg *sandboxkit.Config, name string) *sandboxkit.Entry {
+	t.Helper()
+	e, err := cfg.Entry(name)
+	require.NoError(t, err)
+	return e
+}

@@ -157,6 +157,23 @@ func (s *suite) testClaimer(t *testing.T) {
 	}
 	check("Info after failed claims", info)
 
+	// A private pool's member is claimed straight from making.
+	priv := s.spec("claim-private")
+	priv.Labels[backend.LabelPool] = pool + "-private"
+	priv.Labels[backend.LabelPoolState] = backend.PoolMaking
+	priv.Owner = "keeper-host:1:1"
+	psb := s.create(t, priv)
+	got, err := cl.Claim(ctx, psb.ID(), backend.Claim{Expect: backend.PoolMaking, Session: "private-task", TTL: time.Hour})
+	if err != nil {
+		t.Fatalf("claim from making to claimed: %v", err)
+	}
+	if got.Labels[backend.LabelPoolState] != backend.PoolClaimed || got.Session != "private-task" || got.Owner != "" {
+		t.Errorf("after making -> claimed: state %q session %q owner %q", got.Labels[backend.LabelPoolState], got.Session, got.Owner)
+	}
+	if info, err = psb.Info(ctx); err != nil || info.Session != "private-task" || info.Labels[backend.LabelPoolState] != backend.PoolClaimed {
+		t.Errorf("Info after making -> claimed: session %q state %q (%v)", info.Session, info.Labels[backend.LabelPoolState], err)
+	}
+
 	plain := s.create(t, s.spec("claim-plain"))
 	if _, err := cl.Claim(ctx, plain.ID(), backend.Claim{Session: "x"}); !errors.Is(err, backend.ErrClaimed) {
 		t.Errorf("claiming a sandbox that is no pool member: %v, want ErrClaimed", err)

@@ -106,9 +106,10 @@ func claimErr(id string, err error) error {
 func (b *Backend) Claim(ctx context.Context, id string, c backend.Claim) (backend.Info, error) {
 	fail := func(err error) (backend.Info, error) { return backend.Info{}, claimErr(id, err) }
 	ready := c.Expected() == backend.PoolMaking && c.NewState() == backend.PoolReady
-	if !ready && (c.Expected() != backend.PoolReady || c.NewState() != backend.PoolClaimed) {
-		return fail(fmt.Errorf("%w: claim from %s to %s: Docker containers are only claimed from %s to %s and from %s to %s (a used container does not go back to its pool)",
-			errors.ErrUnsupported, c.Expected(), c.NewState(), backend.PoolMaking, backend.PoolReady, backend.PoolReady, backend.PoolClaimed))
+	claim := (c.Expected() == backend.PoolReady || c.Expected() == backend.PoolMaking) && c.NewState() == backend.PoolClaimed
+	if !ready && !claim {
+		return fail(fmt.Errorf("%w: claim from %s to %s: Docker containers are only claimed from %s to %s and from %s or %s to %s (a used container does not go back to its pool)",
+			errors.ErrUnsupported, c.Expected(), c.NewState(), backend.PoolMaking, backend.PoolReady, backend.PoolMaking, backend.PoolReady, backend.PoolClaimed))
 	}
 	// The container and its ready record, looked up at once.
 	var rr map[string]string

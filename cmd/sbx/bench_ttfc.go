@@ -36,6 +36,7 @@ type ttfcOptions struct {
 	interval               time.Duration
 	image, entry           string
 	cmd                    []string
+	shared                 bool
 }
 
 func (a *app) benchTTFCCmd() *cobra.Command {
@@ -54,7 +55,10 @@ on this machine:
           command runs through the agent;
   pooled  Pool.Acquire claims a ready sandbox from a pool that a keeper in
           this process keeps full, whose sbxd agent is already connected,
-          and the command runs through it.
+          and the command runs through it. The pool is private, as
+          sbx serve's (the claim is recorded while the command runs);
+          --shared measures one other processes may claim from too, as
+          sbx pool keep's (the claim is made before the command).
 
 Modes (--mode all runs the three):
 
@@ -104,6 +108,7 @@ when a sandbox of the run is left after it.`,
 	f.IntVar(&o.rounds, "rounds", 3, "rounds per path and mode (cold and pooled alternate)")
 	f.IntVar(&o.size, "size", 4, "pool size when the entry has no [pool] table (sequential and staggered)")
 	f.IntVar(&o.burst, "burst", 20, "requests at once in burst mode, from a pool of as many")
+	f.BoolVar(&o.shared, "shared", false, "measure a pool other processes may claim from too (sbx pool keep's) instead of a private one (sbx serve's)")
 	f.DurationVar(&o.interval, "interval", 100*time.Millisecond, "time between requests in staggered mode")
 	f.StringVar(&o.image, "image", "", "image to use instead of the entry's")
 	f.StringVar(&o.entry, "sandbox", "", `config entry to make the sandboxes from (default "main", or the only entry)`)
@@ -119,7 +124,9 @@ type ttfcReport struct {
 	Command []string `json:"command"`
 	Rounds  int      `json:"rounds"`
 	// PoolFrom: "config" (the entry's [pool] table) or "flags".
-	PoolFrom string     `json:"pool_from"`
+	PoolFrom string `json:"pool_from"`
+	// Private: the pooled path's pool was private (see --shared).
+	Private  bool       `json:"private"`
 	Modes    []ttfcMode `json:"modes"`
 	Failures int        `json:"failures"`
 	Errors   []string   `json:"errors,omitempty"` // the first few, distinct
@@ -195,7 +202,7 @@ func (a *app) benchTTFC(ctx context.Context, o ttfcOptions) error {
 	if err != nil {
 		return err
 	}
-	rep := ttfcReport{Backend: b.Name(), Entry: r.name, Image: r.spec.Image, Command: o.cmd, Rounds: o.rounds, PoolFrom: "flags"}
+	rep := ttfcReport{Backend: b.Name(), Entry: r.name, Image: r.spec.Image, Command: o.cmd, Rounds: o.rounds, PoolFrom: "flags", Private: !o.shared}
 	if r.settings != nil {
 		rep.PoolFrom = "config"
 	}
@@ -287,7 +294,7 @@ func (r *ttfcRun) newPool(mode, path string, set config.PoolConfig) (*session.Po
 		spec.Labels[k] = v
 	}
 	return session.NewPool(session.PoolOptions{Backend: r.b, Name: r.name, Spec: spec, Provision: r.provision,
-		Settings: set, Wrap: r.wrap, Logger: r.a.logger})
+		Settings: set, Wrap: r.wrap, Logger: r.a.logger, Private: path == "pooled" && !r.o.shared})
 }
 
 // wrap starts the sbxd agent in a sandbox the pools make, so that the
