@@ -568,7 +568,8 @@ func (r *ttfcRun) settle(ctx context.Context, used []*session.Claimed) {
 				break
 			}
 			if err == nil {
-				if info, err := sb.Info(ctx); err == nil && info.Labels[backend.LabelPoolState] == backend.PoolReady {
+				// Back in its pool: ready, or "making" in a private one.
+				if info, err := sb.Info(ctx); err == nil && info.Labels[backend.LabelPoolState] != backend.PoolClaimed {
 					break
 				}
 			}
