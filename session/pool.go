@@ -576,26 +576,22 @@ func (c *Claimed) Release() {
 }
 
 func (c *Claimed) release() {
-	{
-		p := c.pool
-		p.mu.Lock()
-		delete(p.out, c.raw.ID())
-		p.mu.Unlock()
-		rs, ok := backend.As[backend.Resetter](c.raw)
-		p.mu.Lock()
-		back := p.reuse && p.keeping && ok
-		p.mu.Unlock()
-		if !back || c.Session != "" {
-			p.destroyLater(c.Sandbox, c.Session)
-			return
-		}
-		p.bg.Go(func() {
-			if err := p.giveBack(c, rs); err != nil {
-				p.o.Logger.Warn("pool: a used sandbox could not go back to the pool; removing it", "pool", p.o.Name, "sandbox", c.raw.ID(), "err", err)
-				p.destroyNow(c.Sandbox, "")
-			}
-		})
+	p := c.pool
+	rs, ok := backend.As[backend.Resetter](c.raw)
+	p.mu.Lock()
+	delete(p.out, c.raw.ID())
+	back := p.reuse && p.keeping && ok && c.Session == ""
+	p.mu.Unlock()
+	if !back {
+		p.destroyLater(c.Sandbox, c.Session)
+		return
 	}
+	p.bg.Go(func() {
+		if err := p.giveBack(c, rs); err != nil {
+			p.o.Logger.Warn("pool: a used sandbox could not go back to the pool; removing it", "pool", p.o.Name, "sandbox", c.raw.ID(), "err", err)
+			p.destroyNow(c.Sandbox, "")
+		}
+	})
 }
 
 // giveBack resets a used sandbox and makes it a ready member again.
@@ -632,19 +628,13 @@ func (p *Pool) giveBack(c *Claimed, rs backend.Resetter) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.keeping {
-		p.bg.Go(func() {
-			rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			p.retire(rctx, w, nil)
-		})
+		p.retireLater(w)
 		return nil
 	}
 	p.st.returned++
 	// First in line: a reused sandbox is as good as a new one, and the
 	// keeper trims the pool back to its size from the other end.
-	p.ready = append([]*warm{w}, p.ready...)
-	close(p.changed)
-	p.changed = make(chan struct{})
+	p.addReady(w, true)
 	return nil
 }
 
@@ -817,24 +807,35 @@ func (p *Pool) addMember(ctx context.Context) error {
 	if ctx.Err() != nil {
 		// Ready already: another process may be claiming it, so it is
 		// claimed back before it is removed.
-		p.bg.Go(func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			defer cancel()
-			p.retire(rctx, w, nil)
-		})
+		p.retireLater(w)
 		return ctx.Err()
 	}
-	p.addReady(w)
+	p.addReady(w, false)
 	p.st.created++
 	p.st.made = append(pruneMinute(p.st.made, now), now)
 	return nil
 }
 
-// addReady appends w to the ready members; p.mu is held.
-func (p *Pool) addReady(w *warm) {
-	p.ready = append(p.ready, w)
+// addReady adds w to the ready members, first in line or last, and wakes
+// Ready's waiters; p.mu is held.
+func (p *Pool) addReady(w *warm, first bool) {
+	if first {
+		p.ready = slices.Insert(p.ready, 0, w)
+	} else {
+		p.ready = append(p.ready, w)
+	}
 	close(p.changed)
 	p.changed = make(chan struct{})
+}
+
+// retireLater retires w in the background, whatever context its caller
+// had.
+func (p *Pool) retireLater(w *warm) {
+	p.bg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		p.retire(ctx, w, nil)
+	})
 }
 
 func pruneMinute(ts []time.Time, now time.Time) []time.Time {

@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
+	"github.com/sandboxkit/sandboxkit/internal/statedir"
 	"github.com/sandboxkit/sandboxkit/session"
 )
 
@@ -189,7 +190,7 @@ func (a *app) poolKeep(ctx context.Context, names []string, sessions bool) error
 			r.Pools = append(r.Pools, p.Stats())
 		}
 		data, _ := json.MarshalIndent(r, "", "  ")
-		if err := writeFileAtomic(rec, data); err != nil {
+		if err := statedir.WriteFileAtomic(rec, data); err != nil {
 			a.logger.Warn("writing the keeper's record", "path", rec, "err", err)
 		}
 	}
@@ -214,14 +215,6 @@ func (a *app) poolKeep(ctx context.Context, names []string, sessions bool) error
 		}
 	}
 	return nil // stopping is how a keeper ends
-}
-
-func writeFileAtomic(p string, data []byte) error {
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p)
 }
 
 // liveKeepers reads the records of keepers that still run.
