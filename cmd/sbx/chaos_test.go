@@ -219,13 +219,17 @@ size = 2
 
 func chaosLocal(t *testing.T) chaosTarget {
 	state := t.TempDir()
+	config := writeChaosConfig(t, fmt.Sprintf("[sandbox]\nbackend = \"local\"\n[sandbox.local]\nstate_dir = %q\n", state), "")
 	return chaosTarget{
-		config:   writeChaosConfig(t, fmt.Sprintf("[sandbox]\nbackend = \"local\"\n[sandbox.local]\nstate_dir = %q\n", state), ""),
+		config:   config,
 		kills:    50,
 		maxDelay: 600 * time.Millisecond,
 		inventory: func(t *testing.T) []string {
 			inv := dirEntries(t, state, "state")
-			inv = append(inv, processesWithEnv(t, local.EnvSandboxID)...)
+			// Sandbox processes inherit the environment of the sbx that
+			// made them, so this test's carry its SBX_CONFIG; other test
+			// binaries running at the same time have local sandboxes too.
+			inv = append(inv, processesWithEnv(t, local.EnvSandboxID, "SBX_CONFIG="+config)...)
 			return append(inv, dirEntries(t, "/tmp/.sbxd", "agent")...)
 		},
 	}
@@ -376,8 +380,9 @@ func dirEntries(t *testing.T, dir, kind string) []string {
 	return out
 }
 
-// processesWithEnv names the live processes whose environment sets key.
-func processesWithEnv(t *testing.T, key string) []string {
+// processesWithEnv names the live processes whose environment sets key
+// and holds the entry also.
+func processesWithEnv(t *testing.T, key, also string) []string {
 	t.Helper()
 	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
 	var out []string
@@ -386,12 +391,10 @@ func processesWithEnv(t *testing.T, key string) []string {
 		if err != nil {
 			continue
 		}
-		for kv := range strings.SplitSeq(string(data), "\x00") {
-			if strings.HasPrefix(kv, key+"=") {
-				cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
-				out = append(out, "process "+filepath.Base(filepath.Dir(p))+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
-				break
-			}
+		env := strings.Split(string(data), "\x00")
+		if slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, key+"=") }) && slices.Contains(env, also) {
+			cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
+			out = append(out, "process "+filepath.Base(filepath.Dir(p))+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
 		}
 	}
 	return out
