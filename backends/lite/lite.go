@@ -2,8 +2,6 @@ package lite
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -178,16 +176,20 @@ func (b *Backend) lookRuntime(nameOrPath, root string) (*ociRuntime, error) {
 }
 
 // installSbxd writes the sbxd binary once under dir/bin, named by its
-// hash, and returns its path.
+// hash, and returns its path. The embedded binary's hash was recorded at
+// build time, so an installed copy costs a stat, not an unpacking.
 func installSbxd(dir, override string) (string, error) {
-	bin, err := sbxdbin.Find(override, goruntime.GOARCH)
+	id, err := sbxdbin.Lookup(override, goruntime.GOARCH)
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(bin)
-	p := filepath.Join(dir, "bin", "sbxd-"+hex.EncodeToString(sum[:8]))
-	if fi, err := os.Stat(p); err == nil && fi.Size() == int64(len(bin)) {
+	p := filepath.Join(dir, "bin", "sbxd-"+id.Sum[:16])
+	if fi, err := os.Stat(p); err == nil && fi.Size() == id.Size {
 		return p, nil
+	}
+	bin, err := id.Bytes()
+	if err != nil {
+		return "", err
 	}
 	if err := statedir.WriteFileAtomic(p, bin); err != nil {
 		return "", fmt.Errorf("installing sbxd: %w", err)

@@ -34,7 +34,7 @@ func TestPruneCaches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin, err := sbxdbin.Find("", facts.arch)
+	bin, err := sbxdbin.Lookup("", facts.arch)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,11 +84,15 @@ func (b *Backend) ensureSbxd(ctx context.Context, s *Sandbox) error {
 		if err != nil {
 			return err
 		}
-		bin, err := sbxdbin.Find(b.cfg.SbxdPath, facts.arch)
+		bin, err := sbxdbin.Lookup(b.cfg.SbxdPath, facts.arch)
 		if err != nil {
 			return err
 		}
-		if err := b.cli.CopyToContainer(ctx, s.cid, "/", sbxdTar(bin, ".sbx/"), container.CopyToContainerOptions{}); err != nil {
+		tr, err := sbxdTar(bin, ".sbx/")
+		if err != nil {
+			return err
+		}
+		if err := b.cli.CopyToContainer(ctx, s.cid, "/", tr, container.CopyToContainerOptions{}); err != nil {
 			return fmt.Errorf("copying sbxd into the container: %w", b.translate(err))
 		}
 	}

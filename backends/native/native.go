@@ -30,6 +30,7 @@ import (
 	"github.com/docker/go-connections/nat"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/embedbin"
 	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
 )
 
@@ -347,7 +348,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err != nil {
 		return fail(err)
 	}
-	bin, err := sbxdbin.Find(b.cfg.SbxdPath, facts.arch)
+	bin, err := sbxdbin.Lookup(b.cfg.SbxdPath, facts.arch)
 	if err != nil {
 		return fail(fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err))
 	}
@@ -387,7 +388,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		if hc.ReadonlyRootfs {
 			dir, prefix = sbxdDir, ""
 		}
-		if err := b.cli.CopyToContainer(ctx, cid, dir, sbxdTar(bin, prefix), container.CopyToContainerOptions{}); err != nil {
+		tr, err := sbxdTar(bin, prefix)
+		if err != nil {
+			return cleanup(err)
+		}
+		if err := b.cli.CopyToContainer(ctx, cid, dir, tr, container.CopyToContainerOptions{}); err != nil {
 			return cleanup(fmt.Errorf("injecting sbxd: %w", b.translate(err)))
 		}
 	}
@@ -420,7 +425,7 @@ func (b *Backend) specImage(ctx context.Context, spec backend.Spec) (image.Inspe
 // one it returns why: then Create copies sbxd into the container, into an
 // anonymous volume (labelled with labels) that it mounts here when the root
 // is read-only, as the engine does not copy into a read-only root.
-func (b *Backend) mountSbxd(ctx context.Context, hc *container.HostConfig, bin []byte, image string, labels map[string]string) error {
+func (b *Backend) mountSbxd(ctx context.Context, hc *container.HostConfig, bin embedbin.Binary, image string, labels map[string]string) error {
 	vol, verr := "", errSbxdCopyForced
 	if !b.sbxdCopy {
 		vol, verr = b.sbxdVolume(ctx, bin, image)

@@ -4,8 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/embedbin"
 	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
 )
 
@@ -42,7 +41,7 @@ var sbxdLockPath = filepath.Join(os.TempDir(), "sandboxkit-native-sbxd.lock")
 // and filling it on first use. image is any image present on the engine
 // (the sandbox's), used for a container that is created, never started,
 // to reach the volume through the archive API.
-func (b *Backend) sbxdVolume(ctx context.Context, bin []byte, image string) (string, error) {
+func (b *Backend) sbxdVolume(ctx context.Context, bin embedbin.Binary, image string) (string, error) {
 	hash := sbxdHash(bin)
 	name := "sandboxkit-sbxd-" + hash
 	if _, ok := b.sbxdVols.Load(name); ok {
@@ -66,8 +65,12 @@ func (b *Backend) sbxdVolume(ctx context.Context, bin []byte, image string) (str
 		return "", fmt.Errorf("creating a container to fill volume %s: %w", name, err)
 	}
 	defer b.removeHelper(ctx, helper)
-	if st, err := b.cli.ContainerStatPath(ctx, helper, sbxdPath); err != nil || st.Size != int64(len(bin)) {
-		if err := b.cli.CopyToContainer(ctx, helper, sbxdDir, sbxdTar(bin, ""), container.CopyToContainerOptions{}); err != nil {
+	if st, err := b.cli.ContainerStatPath(ctx, helper, sbxdPath); err != nil || st.Size != bin.Size {
+		tr, err := sbxdTar(bin, "")
+		if err != nil {
+			return "", err
+		}
+		if err := b.cli.CopyToContainer(ctx, helper, sbxdDir, tr, container.CopyToContainerOptions{}); err != nil {
 			return "", fmt.Errorf("filling volume %s: %w", name, b.translate(err))
 		}
 	}
@@ -77,14 +80,15 @@ func (b *Backend) sbxdVolume(ctx context.Context, bin []byte, image string) (str
 
 // sbxdHash names a build of sbxd in the names of the volume and image
 // that hold it.
-func sbxdHash(bin []byte) string {
-	sum := sha256.Sum256(bin)
-	return hex.EncodeToString(sum[:6])
-}
+func sbxdHash(bin embedbin.Binary) string { return bin.Sum[:12] }
 
 // sbxdTar is a tar stream holding prefix+"sbxd" (and the directory prefix
 // names, if any).
-func sbxdTar(bin []byte, prefix string) io.Reader {
+func sbxdTar(id embedbin.Binary, prefix string) (io.Reader, error) {
+	bin, err := id.Bytes()
+	if err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	if prefix != "" {
@@ -93,7 +97,7 @@ func sbxdTar(bin []byte, prefix string) io.Reader {
 	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: prefix + "sbxd", Mode: 0o755, Size: int64(len(bin)), ModTime: time.Unix(0, 0)})
 	tw.Write(bin)
 	tw.Close()
-	return &buf
+	return &buf, nil
 }
 
 var _ backend.CachePruner = (*Backend)(nil)
@@ -118,7 +122,7 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 func (b *Backend) pruneSbxdVolumes(ctx context.Context, dryRun bool) ([]string, error) {
 	keep := ""
 	if facts, err := b.facts(ctx); err == nil {
-		if bin, err := sbxdbin.Find(b.cfg.SbxdPath, facts.arch); err == nil {
+		if bin, err := sbxdbin.Lookup(b.cfg.SbxdPath, facts.arch); err == nil {
 			keep = sbxdHash(bin)
 		}
 	}

@@ -162,7 +162,7 @@ func (b *Backend) helperImage(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	bin, err := sbxdbin.Find(b.cfg.SbxdPath, facts.arch)
+	bin, err := sbxdbin.Lookup(b.cfg.SbxdPath, facts.arch)
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err)
 	}
@@ -180,7 +180,11 @@ func (b *Backend) helperImage(ctx context.Context) (string, error) {
 	if _, err := b.cli.ImageInspect(ctx, ref); err == nil {
 		return ref, nil
 	}
-	rc, err := b.cli.ImageImport(ctx, image.ImportSource{Source: sbxdTar(bin, ".sbx/"), SourceName: "-"}, ref,
+	tr, err := sbxdTar(bin, ".sbx/")
+	if err != nil {
+		return "", err
+	}
+	rc, err := b.cli.ImageImport(ctx, image.ImportSource{Source: tr, SourceName: "-"}, ref,
 		image.ImportOptions{Changes: []string{
 			"LABEL " + backend.LabelBackend + "=" + Name,
 			"LABEL " + labelHelper + "=image",

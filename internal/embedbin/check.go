@@ -35,8 +35,7 @@ func CheckFresh(t *testing.T, s *Set) {
 	if err := Build(s.Name, out); err != nil {
 		t.Fatal(err)
 	}
-	for _, arch := range Arches() {
-		name := s.FileName(arch)
+	for _, name := range append(s.fileNames(), SumsFile) {
 		fresh, err := os.ReadFile(filepath.Join(out, name))
 		if err != nil {
 			t.Fatal(err)
@@ -51,6 +50,14 @@ func CheckFresh(t *testing.T, s *Set) {
 	}
 }
 
+func (s *Set) fileNames() []string {
+	var names []string
+	for _, arch := range Arches() {
+		names = append(names, s.FileName(arch))
+	}
+	return names
+}
+
 // CheckFind tests s's lookup order (config path, then its variable, then the
 // embedded ELF binary) and its error for an architecture it lacks.
 func CheckFind(t *testing.T, s *Set) {
@@ -63,6 +70,23 @@ func CheckFind(t *testing.T, s *Set) {
 		if !bytes.HasPrefix(b, []byte("\x7fELF")) {
 			t.Errorf("%s: not an ELF binary", arch)
 		}
+	}
+	for _, arch := range Arches() {
+		// The identity recorded at build time is the embedded bytes'.
+		id, err := s.Lookup("", arch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := id.Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := binaryOf(b); got.Sum != id.Sum || got.Size != id.Size {
+			t.Errorf("%s: %s records %s %d, the bytes are %s %d", arch, SumsFile, id.Sum, id.Size, got.Sum, got.Size)
+		}
+	}
+	if _, err := s.Lookup("", "mips"); err == nil || !strings.Contains(err.Error(), s.EnvPath) {
+		t.Errorf("Lookup(mips): got %v, want an error naming %s", err, s.EnvPath)
 	}
 	if _, err := s.Embedded("mips"); err == nil || !strings.Contains(err.Error(), s.EnvPath) {
 		t.Errorf("unknown arch: got %v, want an error naming %s", err, s.EnvPath)
@@ -79,6 +103,9 @@ func CheckFind(t *testing.T, s *Set) {
 	got, err = s.Find("", "amd64")
 	if err != nil || string(got) != "from-env" {
 		t.Errorf("Find(env) = %q, %v", got, err)
+	}
+	if id, err := s.Lookup(a, "amd64"); err != nil || id.Sum != binaryOf([]byte("from-config")).Sum || id.Size != int64(len("from-config")) {
+		t.Errorf("Lookup(path) = %+v, %v", id, err)
 	}
 	t.Setenv(s.EnvPath, "")
 	got, err = s.Find("", "amd64")

@@ -25,7 +25,7 @@ import (
 // EnvPath overrides the embedded binary with a file.
 const EnvPath = "SBX_GDBMCP_PATH"
 
-//go:embed gdbmcp-linux-amd64.gz gdbmcp-linux-arm64.gz GOVERSION
+//go:embed gdbmcp-linux-amd64.gz gdbmcp-linux-arm64.gz SUMS GOVERSION
 var files embed.FS
 
 // Set is the embedded gdbmcp binaries. (A function, not a variable: a
@@ -41,6 +41,10 @@ func Arches() []string { return embedbin.Arches() }
 
 // GoVersion is the Go release the embedded binaries were built with.
 func GoVersion() string { return Set().GoVersion() }
+
+// Lookup finds the binary as Find does, with its identity known without
+// unpacking it when it is the embedded one (recorded at build time).
+func Lookup(path, arch string) (embedbin.Binary, error) { return Set().Lookup(path, arch) }
 
 // Embedded returns the embedded binary for linux/arch (a GOARCH name).
 func Embedded(arch string) ([]byte, error) { return Set().Embedded(arch) }

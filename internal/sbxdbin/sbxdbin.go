@@ -26,7 +26,7 @@ import (
 // EnvPath overrides the embedded binary with a file.
 const EnvPath = "SBX_SBXD_PATH"
 
-//go:embed sbxd-linux-amd64.gz sbxd-linux-arm64.gz GOVERSION
+//go:embed sbxd-linux-amd64.gz sbxd-linux-arm64.gz SUMS GOVERSION
 var files embed.FS
 
 // Set is the embedded sbxd binaries. (A function, not a variable: a
@@ -42,6 +42,10 @@ func Arches() []string { return embedbin.Arches() }
 
 // GoVersion is the Go release the embedded binaries were built with.
 func GoVersion() string { return Set().GoVersion() }
+
+// Lookup finds the binary as Find does, with its identity known without
+// unpacking it when it is the embedded one (recorded at build time).
+func Lookup(path, arch string) (embedbin.Binary, error) { return Set().Lookup(path, arch) }
 
 // Embedded returns the embedded binary for linux/arch (a GOARCH name).
 func Embedded(arch string) ([]byte, error) { return Set().Embedded(arch) }
