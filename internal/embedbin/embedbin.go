@@ -15,8 +15,8 @@
 package embedbin
 
 import (
-	"bytes"
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
 	"embed"
