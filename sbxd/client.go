@@ -73,6 +73,7 @@ type options struct {
 	inject    bool
 	injectDir string
 	lazy      bool
+	dialOnly  bool
 	stateDir  string
 	bulk      int64
 }
@@ -119,6 +120,12 @@ const DefaultBulkThreshold = 8 << 20
 // WithBulkThreshold sets the size from which file contents bypass the
 // agent's stream (see DefaultBulkThreshold); negative: never.
 func WithBulkThreshold(n int64) Option { return func(o *options) { o.bulk = n } }
+
+// WithDialOnly uses only an agent the sandbox serves itself
+// (backend.AgentDialer), never starting one: for a few commands in a
+// process of their own (a CLI), starting an agent would cost more than it
+// saves. Without such an agent the client uses the sandbox's own paths.
+func WithDialOnly() Option { return func(o *options) { o.dialOnly = true } }
 
 // WithLazyStart starts the agent on first use instead of in Wrap.
 func WithLazyStart() Option { return func(o *options) { o.lazy = true } }
@@ -315,7 +322,7 @@ func (c *Client) start(ctx context.Context) (*agentConn, error) {
 		c.opts.log.Debug("the sandbox's own agent did not answer; starting one", "sandbox", c.sb.ID(), "err", err)
 	}
 	att, ok := backend.As[backend.Attacher](c.sb)
-	if !ok {
+	if !ok || c.opts.dialOnly {
 		return nil, fmt.Errorf("%w: sandbox %s: %w", errors.ErrUnsupported, c.sb.ID(), errNoAttacher)
 	}
 	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)

@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
+	"github.com/sandboxkit/sandboxkit/sbxd"
 	"github.com/sandboxkit/sandboxkit/session"
 )
 
@@ -141,10 +142,21 @@ func (a *app) runPooled(ctx context.Context, cfg *sandboxkit.Config, b backend.B
 
 // execute runs argv in sb with the terminal's streams and turns its end into
 // sbx's exit code.
+// The command goes through the agent the sandbox serves itself when it has
+// one (a connect instead of the backend's exec: lite's runc exec costs
+// ~50 ms); sbx starts no agent for one command.
 func (a *app) execute(ctx context.Context, sb backend.Sandbox, argv []string, timeout time.Duration, stdin bool) error {
 	req := backend.ExecRequest{Cmd: argv, Stdout: a.stdout, Stderr: a.stderr, Timeout: timeout}
 	if stdin {
 		req.Stdin = a.stdin
+	}
+	if _, ok := backend.As[backend.AgentDialer](sb); ok {
+		c, err := sbxd.Wrap(ctx, sb, sbxd.WithDialOnly(), sbxd.WithLogger(a.logger))
+		if err != nil {
+			return &exitCode{stoppedStatus(ctx)}
+		}
+		defer c.Close()
+		sb = c
 	}
 	res, err := sb.Exec(ctx, req)
 	switch {
