@@ -486,6 +486,12 @@ func (c *Client) dial(ctx context.Context, d backend.AgentDialer) (*agentConn, e
 		conn.close()
 		return nil, err
 	}
+	// The socket is in a folder the sandbox can write: it could have put
+	// a link to another sandbox's agent there.
+	if conn.hello.Sandbox != c.sb.ID() {
+		conn.close()
+		return nil, fmt.Errorf("the agent at the sandbox's socket serves sandbox %q, not %q", conn.hello.Sandbox, c.sb.ID())
+	}
 	return conn, nil
 }
 

@@ -56,7 +56,8 @@ func TestConformanceNative(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) backend.Backend {
 		return sbxd.WrapBackend(b, sbxd.WithLogger(log))
 	}, backendtest.WithImage(dockertest.BusyboxImage), backendtest.WithoutCapabilityRerun(),
-		backendtest.WithImageRemover(dockertest.ImageRemover(dockertest.Client(t))))
+		backendtest.WithImageRemover(dockertest.ImageRemover(dockertest.Client(t))),
+		backendtest.WithAgentCheck(sbxd.CheckAgent))
 }
 
 func TestFileopsNative(t *testing.T) {

@@ -88,6 +88,9 @@ type hello struct {
 	OS       string `json:"os"`
 	Arch     string `json:"arch"`
 	WorkDir  string `json:"workdir"`
+	// Sandbox is the ID of the sandbox an agent started with its sandbox
+	// serves (sbxd init --sandbox); empty for agents started by a client.
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 // execRequest is one command on the wire.

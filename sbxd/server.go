@@ -31,6 +31,9 @@ type ServerOptions struct {
 	// Logger receives the agent's own diagnostics (default: discard). The
 	// agent's stderr goes to the client, which logs it.
 	Logger *slog.Logger
+	// Sandbox is the ID of the sandbox the agent serves, told in its hello
+	// (see Client: a dialled agent must name the sandbox it was dialled for).
+	Sandbox string
 }
 
 // DefaultJobOutputLimit is how many bytes of a background job's most recent
@@ -181,6 +184,7 @@ func (s *Server) handleHello(w http.ResponseWriter, r *http.Request) {
 		OS:       runtime.GOOS,
 		Arch:     runtime.GOARCH,
 		WorkDir:  wd,
+		Sandbox:  s.opts.Sandbox,
 	})
 }
 

@@ -12,7 +12,7 @@ import (
 
 // testAgentDialer dials the sandbox's agent twice at once and checks that
 // it answers on both connections (with WithAgentCheck's function).
-func testAgentDialer(check func(context.Context, net.Conn) error) func(*testing.T, backend.Sandbox) {
+func testAgentDialer(check func(context.Context, string, net.Conn) error) func(*testing.T, backend.Sandbox) {
 	return func(t *testing.T, sb backend.Sandbox) {
 		d, ok := backend.As[backend.AgentDialer](sb)
 		if !ok {
@@ -38,7 +38,7 @@ func testAgentDialer(check func(context.Context, net.Conn) error) func(*testing.
 		}
 		errs := make(chan error, 2)
 		for _, conn := range []net.Conn{first, second} {
-			go func() { errs <- check(ctx, conn) }()
+			go func() { errs <- check(ctx, sb.ID(), conn) }()
 		}
 		for range 2 {
 			if err := <-errs; err != nil {

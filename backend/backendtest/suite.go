@@ -66,7 +66,7 @@ type config struct {
 	image        string
 	rerunsHidden bool
 	removeImage  func(ctx context.Context, ref string) error
-	agentCheck   func(ctx context.Context, conn net.Conn) error
+	agentCheck   func(ctx context.Context, id string, conn net.Conn) error
 }
 
 // WithSpec sets the base Spec of every sandbox the suite creates. The suite
@@ -98,10 +98,11 @@ func WithImageRemover(remove func(ctx context.Context, ref string) error) Option
 
 // WithAgentCheck tells the suite how to check that an agent answers on a
 // connection from backend.AgentDialer: the suite dials, check speaks the
-// agent's protocol (sbxd's handshake, for instance through sbxd's client)
-// and returns an error if the agent does not answer as one. A sandbox that
-// is an AgentDialer fails the suite when Run has no check.
-func WithAgentCheck(check func(ctx context.Context, conn net.Conn) error) Option {
+// agent's protocol (sbxd's handshake, for instance sbxd.CheckAgent) and
+// returns an error if the agent does not answer as the agent of sandbox
+// id. A sandbox that is an AgentDialer fails the suite when Run has no
+// check.
+func WithAgentCheck(check func(ctx context.Context, id string, conn net.Conn) error) Option {
 	return func(c *config) { c.agentCheck = check }
 }
 

@@ -2,11 +2,9 @@ package lite
 
 import (
 	"context"
-	"errors"
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,52 +19,8 @@ import (
 func TestConformance(t *testing.T) {
 	e := newTestEnv(t)
 	backendtest.Run(t, func(t *testing.T) backend.Backend { return e.open(t) },
-		backendtest.WithImage(e.image), backendtest.WithAgentCheck(agentAnswers))
+		backendtest.WithImage(e.image), backendtest.WithAgentCheck(sbxd.CheckAgent))
 }
-
-// agentAnswers is the suite's check of a DialAgent connection: sbxd's
-// client shakes hands with the agent over it, as it does with the
-// connection it dials itself.
-func agentAnswers(ctx context.Context, conn net.Conn) error {
-	c, err := sbxd.Wrap(ctx, &dialledAgent{conn: conn}, sbxd.WithoutInjection())
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	info, err := c.Agent(ctx)
-	if err != nil {
-		return err
-	}
-	if !info.Dialled || info.Version == "" {
-		return errors.New("sbxd's client did not use the dialled connection")
-	}
-	return nil
-}
-
-// dialledAgent is a sandbox that offers nothing but one connection to an
-// agent, through DialAgent.
-type dialledAgent struct {
-	conn  net.Conn
-	taken sync.Once
-}
-
-func (d *dialledAgent) DialAgent(context.Context) (net.Conn, error) {
-	conn := net.Conn(nil)
-	d.taken.Do(func() { conn = d.conn })
-	if conn == nil {
-		return nil, errors.New("the connection was dialled already")
-	}
-	return conn, nil
-}
-
-func (d *dialledAgent) ID() string { return "dialled-agent" }
-func (d *dialledAgent) Info(context.Context) (backend.Info, error) {
-	return backend.Info{}, errors.ErrUnsupported
-}
-func (d *dialledAgent) Exec(context.Context, backend.ExecRequest) (backend.ExecResult, error) {
-	return backend.ExecResult{}, errors.ErrUnsupported
-}
-func (d *dialledAgent) Destroy(context.Context) error { return nil }
 
 // TestFileops runs the fileops table on a busybox sandbox, through the
 // native FileSystem and through the generic Exec path.
@@ -109,7 +63,7 @@ func TestConformanceThroughAgent(t *testing.T) {
 			t.Fatalf("agent %+v: want the sandbox's own, dialled", info)
 		}
 		res, err := c.Exec(t.Context(), backend.ExecRequest{Shell: "cat /proc/$PPID/cmdline | tr '\\0' ' '; echo; echo $PPID"})
-		if err != nil || res.ExitCode != 0 || string(res.Stdout) != "/.sbx/sbxd init --agent /.sbx-run/agent.sock \n1\n" {
+		if err != nil || res.ExitCode != 0 || string(res.Stdout) != "/.sbx/sbxd init --agent /.sbx-run/agent.sock --sandbox "+sb.ID()+" \n1\n" {
 			t.Fatalf("a command's parent: %q (exit %d, %v), want the sandbox's first process, which is the agent", res.Stdout, res.ExitCode, err)
 		}
 		// The agent is the first process, so orphans come to it: it reaps
@@ -147,7 +101,7 @@ func TestConformanceThroughAgent(t *testing.T) {
 			t.Fatalf("without the socket: agent %+v, %v; want one started through Attach", info, err)
 		}
 	})
-	backendtest.Run(t, open, backendtest.WithImage(e.image), backendtest.WithAgentCheck(agentAnswers))
+	backendtest.Run(t, open, backendtest.WithImage(e.image), backendtest.WithAgentCheck(sbxd.CheckAgent))
 	t.Run("fileops", func(t *testing.T) {
 		spec := e.spec("fileops-agent")
 		spec.WorkingDir = "/work"

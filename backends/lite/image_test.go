@@ -190,7 +190,7 @@ func TestImages(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		if out := mustExec(t, sb, `cat /proc/1/cmdline | tr '\0' ' '`); !strings.HasPrefix(out, "/.sbx/sbxd init --agent /.sbx-run/agent.sock -- sh -c") {
+		if out := mustExec(t, sb, `cat /proc/1/cmdline | tr '\0' ' '`); !strings.HasPrefix(out, "/.sbx/sbxd init --agent /.sbx-run/agent.sock --sandbox "+sb.ID()+" -- sh -c") {
 			t.Errorf("PID 1 = %q, want sbxd init running the image's command", out)
 		}
 	})

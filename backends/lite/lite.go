@@ -565,7 +565,7 @@ func initArgs(m *meta, spec backend.Spec, img *image) []string {
 	}
 	args := []string{sbxdPath, "init"}
 	if m.Agent {
-		args = append(args, "--agent", agentDir+"/"+agentSocket)
+		args = append(args, "--agent", agentDir+"/"+agentSocket, "--sandbox", m.ID)
 	}
 	if len(cmd) > 0 {
 		args = append(append(args, "--"), cmd...)

@@ -227,7 +227,7 @@ func TestRootlessHelper(t *testing.T) {
 
 	t.Run("conformance", func(t *testing.T) {
 		backendtest.Run(t, func(t *testing.T) backend.Backend { return open(t) },
-			backendtest.WithImage(image), backendtest.WithAgentCheck(agentAnswers))
+			backendtest.WithImage(image), backendtest.WithAgentCheck(sbxd.CheckAgent))
 	})
 	t.Run("fileops", func(t *testing.T) {
 		fsb, err := b.Create(ctx, backend.Spec{Name: "rootless-fileops", Image: image, WorkingDir: "/work"})

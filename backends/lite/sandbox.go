@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"net"
 	"os"
@@ -22,9 +21,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/agentsock"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
 	"github.com/sandboxkit/sandboxkit/internal/stdinpipe"
@@ -780,29 +778,8 @@ var _ backend.AgentDialer = (*Sandbox)(nil)
 // needed, so the first command after Create costs a connection, not a
 // process start. It waits within ctx (at most 5 s) for an agent that is
 // still starting. Sandboxes whose user is not root have no such agent
-// (errors.ErrUnsupported); sbxd then starts one through Attach.
-// dialNoFollow connects to the Unix socket at p, which the sandbox can
-// write (the agent's folder is mounted into it): a symlink put there is
-// refused (ELOOP) instead of followed to some other socket of the host,
-// and so is anything but a socket. The socket is opened with O_PATH and
-// dialled through /proc/self/fd, so what was checked is what is dialled.
-func dialNoFollow(ctx context.Context, p string) (net.Conn, error) {
-	fd, err := unix.Open(p, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, &fs.PathError{Op: "stat", Path: p, Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return nil, fmt.Errorf("%s is not a socket: the sandbox replaced its agent's socket", p)
-	}
-	var d net.Dialer
-	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
-}
-
+// (errors.ErrUnsupported); sbxd then starts one through Attach. A link
+// put where the socket belongs is refused (agentsock.DialNoFollow).
 func (s *Sandbox) DialAgent(ctx context.Context) (net.Conn, error) {
 	m, err := s.meta()
 	if err != nil {
@@ -812,21 +789,9 @@ func (s *Sandbox) DialAgent(ctx context.Context) (net.Conn, error) {
 		return nil, s.opErr("dial agent", fmt.Errorf("%w: this sandbox has no agent of its own", errors.ErrUnsupported))
 	}
 	p := filepath.Join(agentHostDir(s.dir), agentSocket)
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	for delay := 200 * time.Microsecond; ; delay = min(2*delay, time.Millisecond) {
-		conn, err := dialNoFollow(ctx, p)
-		if err == nil {
-			return conn, nil
-		}
-		// Not there yet (ENOENT), or being replaced (ECONNREFUSED).
-		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, s.opErr("dial agent", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, s.opErr("dial agent", fmt.Errorf("the agent did not listen on %s: %w", p, context.Cause(ctx)))
-		case <-time.After(delay):
-		}
+	conn, err := agentsock.Wait(ctx, 5*time.Second, func(ctx context.Context) (net.Conn, error) { return agentsock.DialNoFollow(ctx, p) }, nil)
+	if err != nil {
+		return nil, s.opErr("dial agent", fmt.Errorf("%s: %w", p, err))
 	}
+	return conn, nil
 }

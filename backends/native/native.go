@@ -53,6 +53,8 @@ type Backend struct {
 	cli  *client.Client
 	log  *slog.Logger
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// agentDial reaches a path on the engine's host (WithAgentDialer).
+	agentDial func(ctx context.Context, path string) (net.Conn, error)
 
 	probe    factsProbe
 	pullLock sync.Map   // image ref -> *sync.Mutex: one pull per image at a time
@@ -517,6 +519,7 @@ func (b *Backend) containerConfig(spec backend.Spec, img image.InspectResponse, 
 	if cfg.ExposedPorts, hc.PortBindings, err = portBindings(spec.Ports); err != nil {
 		return nil, nil, err
 	}
+	withAgent(spec, img, id, cfg, hc)
 	return cfg, hc, nil
 }
 
@@ -740,6 +743,7 @@ func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
 	}
 	s := &Sandbox{b: b, id: id, cid: c.ID, workDir: workDirOf(c)}
 	s.pool = c.Config != nil && c.Config.Labels[backend.LabelPool] != ""
+	s.setAgent(c)
 	return s, nil
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backends/native"
 	"github.com/sandboxkit/sandboxkit/fileops/fileopstest"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
+	"github.com/sandboxkit/sandboxkit/sbxd"
 )
 
 // labelTestRun marks everything this test binary makes; TestMain checks
@@ -105,7 +106,8 @@ func conformance(t *testing.T, image string) {
 	newB := func(t *testing.T) backend.Backend { return newBackend(t, image) }
 	backendtest.Run(t, newB, backendtest.WithSpec(func(name string) backend.Spec {
 		return spec(name, image)
-	}), backendtest.WithImageRemover(dockertest.ImageRemover(dockertest.Client(t))))
+	}), backendtest.WithImageRemover(dockertest.ImageRemover(dockertest.Client(t))),
+		backendtest.WithAgentCheck(sbxd.CheckAgent))
 }
 
 // fileops runs the fileops table on image, through the sandbox's own file

@@ -38,6 +38,12 @@ type Sandbox struct {
 	plain bool
 	// pool: a pool member, which may have a claim record (claim.go).
 	pool bool
+
+	// The host folder of the sandbox's agent socket (agent.go), once
+	// known; "" when it has none.
+	agentMu    sync.Mutex
+	agentKnown bool
+	agentHost  string
 }
 
 var (

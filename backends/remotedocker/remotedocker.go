@@ -84,7 +84,7 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 			}
 		}
 		host := "unix://" + b.ssh.socket
-		nopts = append(nopts, native.WithDialContext(b.ssh.dialSocket))
+		nopts = append(nopts, native.WithDialContext(b.ssh.dialSocket), native.WithAgentDialer(b.ssh.dialPath))
 		copts = []client.Opt{client.WithHost(host), client.WithDialContext(b.ssh.dialSocket)}
 		b.nat, err = native.New(cfg.nativeConfig(host), nopts...)
 		if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/fileops/fileopstest"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
 	"github.com/sandboxkit/sandboxkit/internal/remotetest"
+	"github.com/sandboxkit/sandboxkit/sbxd"
 )
 
 // labelTestRun marks everything this test binary makes; TestMain checks
@@ -115,7 +116,8 @@ func TestConformance(t *testing.T) {
 	h := remotetest.Get(t)
 	backendtest.Run(t, func(t *testing.T) backend.Backend { return open(t, config(h)) },
 		backendtest.WithSpec(func(name string) backend.Spec { return spec(name, dockertest.BusyboxImage) }),
-		backendtest.WithImageRemover(dockertest.ImageRemover(h.DockerClient(t))))
+		backendtest.WithImageRemover(dockertest.ImageRemover(h.DockerClient(t))),
+		backendtest.WithAgentCheck(sbxd.CheckAgent))
 }
 
 func TestFileops(t *testing.T) {

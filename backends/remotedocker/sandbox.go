@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
@@ -27,7 +28,23 @@ var (
 	_ backend.Endpointer   = (*Sandbox)(nil)
 	_ backend.Pauser       = (*Sandbox)(nil)
 	_ backend.Checkpointer = (*Sandbox)(nil)
+	_ backend.AgentDialer  = (*Sandbox)(nil)
 )
+
+// DialAgent connects to the agent the sandbox's init serves, through the
+// SSH connection (native's DialAgent with remotedocker's dialer).
+func (s *Sandbox) DialAgent(ctx context.Context) (net.Conn, error) {
+	var conn net.Conn
+	err := s.call(ctx, "dial agent", func() error {
+		d, err := capability[backend.AgentDialer](s, "dial agent")
+		if err != nil {
+			return err
+		}
+		conn, err = d.DialAgent(ctx)
+		return err
+	})
+	return conn, err
+}
 
 func (s *Sandbox) ID() string { return s.in.ID() }
 

@@ -318,6 +318,12 @@ func (c *sshConn) dialSocket(ctx context.Context, _, _ string) (net.Conn, error)
 	return c.dial(ctx, "unix", c.socket)
 }
 
+// dialPath opens a stream to the Unix socket at path on the remote host
+// (a sandbox's agent; see native.WithAgentDialer).
+func (c *sshConn) dialPath(ctx context.Context, path string) (net.Conn, error) {
+	return c.dial(ctx, "unix", path)
+}
+
 // dialTCP opens a stream to addr as seen from the remote host (tunnels).
 func (c *sshConn) dialTCP(ctx context.Context, addr string) (net.Conn, error) {
 	return c.dial(ctx, "tcp", addr)

@@ -7,7 +7,7 @@
 // The native backend puts it at /.sbx/sbxd (see internal/sbxdbin for how
 // the library finds the binary without a Go toolchain). It has three modes:
 //
-//	sbxd init [--agent SOCKET] [-- ARGV...]
+//	sbxd init [--agent SOCKET [--sandbox ID]] [-- ARGV...]
 //	    The container's PID 1. Without ARGV it keeps the sandbox alive until
 //	    SIGTERM or SIGINT. With ARGV it runs that command, forwards signals to
 //	    it and exits with its status. Either way it reaps every orphan that
@@ -15,7 +15,9 @@
 //	    --agent it is also the agent, listening on SOCKET from its first
 //	    moment (as `sbxd serve --listen SOCKET` would, in the same
 //	    process), so clients on the host can dial it instead of starting
-//	    one.
+//	    one. --sandbox names the sandbox in the agent's hello, so a client
+//	    that dialled a socket the sandbox could have replaced (with a link
+//	    to another sandbox's) sees whose agent answered.
 //
 //	sbxd exec [--id ID] [--timeout DURATION] [--grace DURATION] [--user USER] -- ARGV...
 //	    Runs ARGV in a process group of its own with SBX_EXEC_ID=ID in its
@@ -101,15 +103,18 @@ const (
 
 func main() {
 	if len(os.Args) < 2 {
-		os.Exit(initMain(nil, ""))
+		os.Exit(initMain(nil, "", ""))
 	}
 	switch os.Args[1] {
 	case "init":
-		args, agent := os.Args[2:], ""
+		args, agent, sandbox := os.Args[2:], "", ""
 		if len(args) >= 2 && args[0] == "--agent" {
 			agent, args = args[1], args[2:]
 		}
-		os.Exit(initMain(afterDashes(args), agent))
+		if len(args) >= 2 && args[0] == "--sandbox" {
+			sandbox, args = args[1], args[2:]
+		}
+		os.Exit(initMain(afterDashes(args), agent, sandbox))
 	case "exec":
 		os.Exit(execMain(os.Args[2:]))
 	case "serve":
@@ -152,11 +157,11 @@ var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, sys
 
 // initMain is PID 1: reap orphans, and either wait for a stop signal or run
 // argv and exit with its status.
-func initMain(argv []string, agentSocket string) int {
+func initMain(argv []string, agentSocket, sandbox string) int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, append([]os.Signal{syscall.SIGCHLD}, forwarded...)...)
 	if agentSocket != "" {
-		return initAgentMain(argv, agentSocket, sigs)
+		return initAgentMain(argv, agentSocket, sandbox, sigs)
 	}
 	mainPID := 0
 	if len(argv) > 0 {
@@ -197,12 +202,12 @@ func initMain(argv []string, agentSocket string) int {
 // process would cost a second program start), runs argv if given, and
 // reaps orphans: only those, since the agent waits for its own commands
 // (see sbxd.ReapOrphans).
-func initAgentMain(argv []string, socket string, sigs chan os.Signal) int {
+func initAgentMain(argv []string, socket, sandbox string, sigs chan os.Signal) int {
 	sbxd.EnableReaping()
 	if l, err := listenSocket(socket); err != nil {
 		fmt.Fprintf(os.Stderr, "sbxd init: the agent: %v\n", err)
 	} else {
-		srv := newAgent("")
+		srv := newAgent("", sandbox)
 		go func() {
 			if err := srv.ServeListener(context.Background(), l); err != nil {
 				fmt.Fprintf(os.Stderr, "sbxd init: the agent: %v\n", err)

@@ -29,7 +29,7 @@ func serveMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: sbxd serve [--state-dir DIR] [--listen SOCKET]")
 		return exitUsageError
 	}
-	srv := newAgent(*stateDir)
+	srv := newAgent(*stateDir, "")
 	// Its client ends it by closing stdin, not with SIGHUP; a broken
 	// stdout ends the session, not the process. Notify (rather than
 	// Ignore) leaves the commands it starts the default dispositions.
@@ -88,11 +88,11 @@ func listenMain(srv *sbxd.Server, path string) int {
 // newAgent is the agent's server. The agent shares the sandbox's memory
 // with the commands it runs: its heap is kept small even while large files
 // stream through it.
-func newAgent(stateDir string) *sbxd.Server {
+func newAgent(stateDir, sandbox string) *sbxd.Server {
 	debug.SetMemoryLimit(12 << 20)
 	debug.SetGCPercent(50)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return sbxd.NewServer(sbxd.ServerOptions{StateDir: stateDir, Logger: log})
+	return sbxd.NewServer(sbxd.ServerOptions{StateDir: stateDir, Logger: log, Sandbox: sandbox})
 }
 
 // listenSocket listens on the Unix socket path (mode 0600), replacing one

@@ -1,0 +1,62 @@
+package native_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/dockertest"
+	"github.com/sandboxkit/sandboxkit/sbxd"
+)
+
+// A sandbox's own agent is reached through its socket, and a sandbox that
+// swaps its socket for a link to another sandbox's agent gets its own
+// commands run in itself still: the link is not followed, the client falls
+// back to an agent it starts.
+func TestAgentSocketSwapIsRefused(t *testing.T) {
+	b := newBackend(t, dockertest.BusyboxImage)
+	victim := create(t, b, spec("victim", dockertest.BusyboxImage))
+	attacker := create(t, b, spec("attacker", dockertest.BusyboxImage))
+
+	c, err := sbxd.Wrap(t.Context(), victim)
+	require.NoError(t, err)
+	info, err := c.Agent(t.Context())
+	require.NoError(t, err)
+	require.True(t, info.Dialled, "the victim's client should use the agent sbxd init serves")
+	require.Equal(t, 1, info.PID, "the dialled agent is the sandbox's init")
+	c.Close()
+
+	victimSock := dockertest.AgentSocket(t, dockertest.Client(t), victim.(interface{ ContainerID() string }))
+	res, err := attacker.Exec(t.Context(), backend.ExecRequest{Shell: "rm /.sbx-run/agent.sock && ln -s " + victimSock + " /.sbx-run/agent.sock && hostname"})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+	attackerHost := string(res.Stdout)
+
+	ac, err := sbxd.Wrap(t.Context(), attacker)
+	require.NoError(t, err)
+	defer ac.Close()
+	out, err := ac.Exec(t.Context(), backend.ExecRequest{Cmd: []string{"hostname"}})
+	require.NoError(t, err)
+	require.Equal(t, attackerHost, string(out.Stdout), "the attacker's command ran in another sandbox")
+	ai, err := ac.Agent(t.Context())
+	require.NoError(t, err)
+	require.False(t, ai.Dialled, "the client dialled a link the sandbox put in place of its socket")
+}
+
+// A sandbox whose user is not root has no agent of its own: the socket
+// would hand root to its user.
+func TestNoAgentForOtherUsers(t *testing.T) {
+	b := newBackend(t, dockertest.BusyboxImage)
+	s := spec("nobody", dockertest.BusyboxImage)
+	s.User = "65534"
+	sb := create(t, b, s)
+	d, ok := backend.As[backend.AgentDialer](sb)
+	require.True(t, ok)
+	_, err := d.DialAgent(t.Context())
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+	res, err := sb.Exec(t.Context(), backend.ExecRequest{Shell: "test -e /.sbx-run && echo present || echo absent"})
+	require.NoError(t, err)
+	require.Equal(t, "absent\n", string(res.Stdout))
+}
