@@ -55,7 +55,7 @@ It exits 1 when any sandbox failed or leaked.`,
 	f.StringVar(&o.image, "image", "", "image to use instead of the entry's")
 	f.StringVar(&o.entry, "sandbox", "", `config entry to make the sandboxes from (default "main", or the only entry)`)
 	f.StringSliceVar(&o.cmd, "cmd", []string{"echo", "ok"}, "command run once in each sandbox (comma-separated argv)")
-	cmd.AddCommand(scale)
+	cmd.AddCommand(scale, a.benchCLICmd())
 	return cmd
 }
 
