@@ -130,6 +130,16 @@ type Resetter interface {
 	Reset(ctx context.Context) error
 }
 
+// Discarder is a sandbox whose platform finishes removing it alone:
+// Discard ends it and returns once its removal is certain, not done (the
+// Docker backends: a kill of a container made with Spec.AutoRemove, which
+// the engine then removes with its anonymous volumes). A caller that only
+// needs the sandbox gone, such as sbx run, does not wait for the removal.
+// A sandbox made without AutoRemove is destroyed as by Destroy.
+type Discarder interface {
+	Discard(ctx context.Context) error
+}
+
 // Renewer extends a sandbox's time to live.
 type Renewer interface {
 	// Renew sets the sandbox to expire ttl from now and returns the new

@@ -51,6 +51,12 @@ type Spec struct {
 	TTL time.Duration
 	// Owner is the owning process, see LabelOwner.
 	Owner string
+	// AutoRemove asks for a sandbox of one use that the platform removes
+	// once it stops, where it can (the Docker backends: the engine's
+	// auto-remove), so that Discarder.Discard need not wait for the
+	// removal. Backends without such a feature remove it on Destroy as
+	// always.
+	AutoRemove bool
 
 	// Build, when set, builds Image from a Dockerfile before the sandbox
 	// is created (OpenSage's *_dockerfile_path and build_args); Image

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backends/native"
+	"github.com/sandboxkit/sandboxkit/internal/dockertest"
 	"github.com/sandboxkit/sandboxkit/sbxd"
 )
 
@@ -77,8 +78,22 @@ func TestAgentKilledMidExecLocal(t *testing.T) {
 	testAgentKilledMidExec(t, c, func(pid int) { syscall.Kill(pid, syscall.SIGKILL) })
 }
 
+// attachOnly hides a sandbox's own agent (backend.AgentDialer), so the
+// client starts one through Attach: one that can be killed (a container's
+// init, which serves its own agent, cannot be, from inside).
+type attachOnly struct {
+	backend.Sandbox
+	backend.Attacher
+}
+
 func TestAgentKilledMidExecNative(t *testing.T) {
-	c := createNative(t, newNative(t, native.Config{}))
+	b := newNative(t, native.Config{})
+	sb, err := b.Create(t.Context(), backend.Spec{Name: "sbxd-test", Image: dockertest.BusyboxImage, TTL: 30 * time.Minute})
+	require.NoError(t, err)
+	t.Cleanup(func() { sb.Destroy(context.Background()) })
+	c, err := sbxd.Wrap(t.Context(), attachOnly{sb, sb.(backend.Attacher)})
+	require.NoError(t, err)
+	defer c.Close()
 	testAgentKilledMidExec(t, c, func(pid int) {
 		res, err := c.Unwrap().Exec(t.Context(), backend.ExecRequest{Cmd: []string{"kill", "-KILL", strconv.Itoa(pid)}})
 		require.NoError(t, err)

@@ -3,6 +3,7 @@ package native_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -59,4 +60,35 @@ func TestNoAgentForOtherUsers(t *testing.T) {
 	res, err := sb.Exec(t.Context(), backend.ExecRequest{Shell: "test -e /.sbx-run && echo present || echo absent"})
 	require.NoError(t, err)
 	require.Equal(t, "absent\n", string(res.Stdout))
+}
+
+// Discard of a sandbox made with AutoRemove returns after a kill; the
+// engine removes the container and everything of it. Without AutoRemove
+// it is Destroy: gone when Discard returns.
+func TestDiscard(t *testing.T) {
+	b := newBackend(t, dockertest.BusyboxImage)
+	cli := dockertest.Client(t)
+	for _, auto := range []bool{true, false} {
+		s := spec("discard", dockertest.BusyboxImage)
+		s.AutoRemove = auto
+		sb, err := b.Create(t.Context(), s)
+		require.NoError(t, err)
+		cid := sb.(interface{ ContainerID() string }).ContainerID()
+		require.NoError(t, sb.(backend.Discarder).Discard(t.Context()))
+		if !auto {
+			_, err := cli.ContainerInspect(t.Context(), cid)
+			require.Error(t, err, "Discard without AutoRemove left the container")
+			continue
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if _, err := cli.ContainerInspect(t.Context(), cid); err != nil {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "the engine did not remove the discarded container in 30 s")
+			time.Sleep(20 * time.Millisecond) // polls a condition
+		}
+		_, err = b.Get(t.Context(), sb.ID())
+		require.ErrorIs(t, err, backend.ErrNotFound)
+	}
 }

@@ -406,7 +406,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		wd = "/"
 	}
 	b.log.Debug("created sandbox", "id", id, "container", cid, "name", name, "image", spec.Image)
-	return &Sandbox{b: b, id: id, cid: cid, workDir: wd, pool: spec.Labels[backend.LabelPool] != ""}, nil
+	return &Sandbox{b: b, id: id, cid: cid, workDir: wd, pool: spec.Labels[backend.LabelPool] != "", autoRemove: hc.AutoRemove}, nil
 }
 
 // specImage builds spec's image, or makes sure the engine has it, and
@@ -557,6 +557,7 @@ func (b *Backend) hostConfig(spec backend.Spec) (*container.HostConfig, error) {
 		ReadonlyRootfs: spec.ReadOnlyRootfs,
 		Runtime:        cmp(spec.Runtime, b.cfg.Runtime),
 		ShmSize:        spec.Resources.ShmBytes,
+		AutoRemove:     spec.AutoRemove,
 	}
 	hc.SecurityOpt = slices.Clone(spec.SecurityOpt)
 	if !b.cfg.AllowNewPrivileges && !slices.ContainsFunc(hc.SecurityOpt, func(s string) bool {
@@ -743,6 +744,7 @@ func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
 	}
 	s := &Sandbox{b: b, id: id, cid: c.ID, workDir: workDirOf(c)}
 	s.pool = c.Config != nil && c.Config.Labels[backend.LabelPool] != ""
+	s.autoRemove = c.HostConfig != nil && c.HostConfig.AutoRemove
 	s.setAgent(c)
 	return s, nil
 }

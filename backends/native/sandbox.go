@@ -38,6 +38,9 @@ type Sandbox struct {
 	plain bool
 	// pool: a pool member, which may have a claim record (claim.go).
 	pool bool
+	// autoRemove: the engine removes the container once it stops
+	// (Spec.AutoRemove; see Discard).
+	autoRemove bool
 
 	// The host folder of the sandbox's agent socket (agent.go), once
 	// known; "" when it has none.
@@ -324,6 +327,26 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+var _ backend.Discarder = (*Sandbox)(nil)
+
+// Discard kills a container made with Spec.AutoRemove and returns: the
+// engine removes it and its anonymous volumes once it has stopped, which
+// the caller does not wait for. Any other sandbox is destroyed.
+func (s *Sandbox) Discard(ctx context.Context) error {
+	if !s.autoRemove || s.adopted || s.pool {
+		return s.Destroy(ctx)
+	}
+	err := s.b.translate(s.b.cli.ContainerKill(ctx, s.cid, "KILL"))
+	switch {
+	case err == nil, errors.Is(err, backend.ErrNotFound):
+		return nil
+	case strings.Contains(err.Error(), "is not running"):
+		// Stopped already, perhaps still being removed: make sure.
+		return s.Destroy(ctx)
+	}
+	return s.opErr("discard", err)
 }
 
 // Endpoint returns the host address of a published TCP port.

@@ -29,7 +29,19 @@ var (
 	_ backend.Pauser       = (*Sandbox)(nil)
 	_ backend.Checkpointer = (*Sandbox)(nil)
 	_ backend.AgentDialer  = (*Sandbox)(nil)
+	_ backend.Discarder    = (*Sandbox)(nil)
 )
+
+// Discard is native's: a kill the remote engine's auto-remove follows.
+func (s *Sandbox) Discard(ctx context.Context) error {
+	return s.call(ctx, "discard", func() error {
+		d, err := capability[backend.Discarder](s, "discard")
+		if err != nil {
+			return err
+		}
+		return d.Discard(ctx)
+	})
+}
 
 // DialAgent connects to the agent the sandbox's init serves, through the
 // SSH connection (native's DialAgent with remotedocker's dialer).

@@ -268,6 +268,18 @@ func destroy(ctx context.Context, sb backend.Sandbox) error {
 	return sb.Destroy(ctx)
 }
 
+// discard removes sb as destroy does, or has its platform remove it
+// (backend.Discarder) without waiting for the removal.
+func discard(ctx context.Context, sb backend.Sandbox) error {
+	d, ok := backend.As[backend.Discarder](sb)
+	if !ok {
+		return destroy(ctx, sb)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	return d.Discard(ctx)
+}
+
 // splitCommand returns the command after a sandbox reference, dropping the
 // "--" that separates them (flag parsing stops at the reference, so the
 // "--" reaches the arguments).

@@ -279,6 +279,9 @@ func chaosNative(t *testing.T) chaosTarget {
 		inventory: func(t *testing.T) []string {
 			ctx := context.Background()
 			f := filters.NewArgs(filters.Arg("label", backend.LabelBackend))
+			if err := dockertest.SettleAutoRemove(ctx, cli, f); err != nil {
+				t.Fatal(err)
+			}
 			var inv []string
 			cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
 			if err != nil {

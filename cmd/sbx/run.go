@@ -96,6 +96,9 @@ func (a *app) runSandbox(ctx context.Context, o runOptions) error {
 		spec.Image = o.image
 	}
 	spec.Owner = self
+	// The engine removes it once it is killed (where the backend can
+	// arrange that), so sbx exits without waiting for the removal.
+	spec.AutoRemove = !o.keep
 	sb, err := a.create(ctx, b, spec)
 	if err != nil {
 		return err
@@ -105,7 +108,7 @@ func (a *app) runSandbox(ctx context.Context, o runOptions) error {
 		defer fmt.Fprintln(a.stderr, sb.ID())
 	} else {
 		defer func() {
-			if err := destroy(ctx, sb); err != nil {
+			if err := discard(ctx, sb); err != nil {
 				a.printError(fmt.Errorf("removing sandbox %s: %w", sb.ID(), err))
 			}
 		}()
@@ -156,6 +159,9 @@ func (a *app) execute(ctx context.Context, sb backend.Sandbox, argv []string, ti
 			return &exitCode{stoppedStatus(ctx)}
 		}
 		defer c.Close()
+		if info, err := c.Agent(ctx); err == nil {
+			a.logger.Debug("the command goes through the sandbox's own agent", "sandbox", sb.ID(), "agent_pid", info.PID)
+		}
 		sb = c
 	}
 	res, err := sb.Exec(ctx, req)

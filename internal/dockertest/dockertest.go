@@ -78,6 +78,9 @@ func RequireImage(t testing.TB, cli *client.Client, ref string) {
 // label key=value, as "kind name" strings.
 func Leftovers(ctx context.Context, cli *client.Client, key, value string) ([]string, error) {
 	f := filters.NewArgs(filters.Arg("label", key+"="+value))
+	if err := SettleAutoRemove(ctx, cli, f); err != nil {
+		return nil, err
+	}
 	var out []string
 	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
 	if err != nil {
@@ -108,6 +111,37 @@ func Leftovers(ctx context.Context, cli *client.Client, key, value string) ([]st
 		out = append(out, "image "+strings.Join(append(i.RepoTags, i.ID), ","))
 	}
 	return out, nil
+}
+
+// SettleAutoRemove waits (within ctx, at most 30 s) until no container
+// matching f has stopped with an auto-remove the engine has yet to finish
+// (sbx run's sandboxes: backend.Discarder returns before the removal).
+func SettleAutoRemove(ctx context.Context, cli *client.Client, f filters.Args) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+		if err != nil {
+			return err
+		}
+		pending := false
+		for _, c := range cs {
+			if c.State == container.StateRunning || c.State == container.StateCreated || c.State == container.StatePaused {
+				continue
+			}
+			if in, err := cli.ContainerInspect(ctx, c.ID); err == nil && in.HostConfig != nil && in.HostConfig.AutoRemove {
+				pending = true
+			}
+		}
+		if !pending {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil // what is left is reported as left
+		case <-time.After(20 * time.Millisecond): // polls a condition
+		}
+	}
 }
 
 // ImageRemover returns a function removing an image from cli's engine (an
