@@ -60,6 +60,19 @@ func TestClaimRecordLost(t *testing.T) {
 	sb, pool := member(t, b)
 	_, err := b.Claim(ctx, sb.ID(), backend.Claim{Session: "task", TTL: time.Hour})
 	require.NoError(t, err)
+	// The rename follows the record in the background: the record is lost
+	// after it.
+	cid := sb.(interface{ ContainerID() string }).ContainerID()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := cli.ContainerInspect(ctx, cid)
+		require.NoError(t, err)
+		if strings.HasSuffix(c.Name, "-claimed") {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the claim's rename did not happen in 30 s")
+		time.Sleep(10 * time.Millisecond) // polls a condition
+	}
 	require.NoError(t, cli.VolumeRemove(ctx, claimPrefix+sb.ID(), false))
 
 	info, err := sb.Info(ctx)
