@@ -68,9 +68,14 @@ func TestNoAgentForOtherUsers(t *testing.T) {
 func TestDiscard(t *testing.T) {
 	b := newBackend(t, dockertest.BusyboxImage)
 	cli := dockertest.Client(t)
-	for _, auto := range []bool{true, false} {
+	// The entry's command ignores SIGTERM: Discard must still end it.
+	for _, tc := range []struct {
+		auto bool
+		cmd  []string
+	}{{true, nil}, {true, []string{"sh", "-c", "trap '' TERM; while :; do sleep 1; done"}}, {false, nil}} {
+		auto := tc.auto
 		s := spec("discard", dockertest.BusyboxImage)
-		s.AutoRemove = auto
+		s.AutoRemove, s.Command = auto, tc.cmd
 		sb, err := b.Create(t.Context(), s)
 		require.NoError(t, err)
 		cid := sb.(interface{ ContainerID() string }).ContainerID()

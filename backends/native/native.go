@@ -406,7 +406,8 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		wd = "/"
 	}
 	b.log.Debug("created sandbox", "id", id, "container", cid, "name", name, "image", spec.Image)
-	return &Sandbox{b: b, id: id, cid: cid, workDir: wd, pool: spec.Labels[backend.LabelPool] != "", autoRemove: hc.AutoRemove}, nil
+	return &Sandbox{b: b, id: id, cid: cid, workDir: wd, pool: spec.Labels[backend.LabelPool] != "",
+		autoRemove: hc.AutoRemove, bareInit: !slices.Contains(cfg.Entrypoint, "--")}, nil
 }
 
 // specImage builds spec's image, or makes sure the engine has it, and
@@ -745,6 +746,7 @@ func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
 	s := &Sandbox{b: b, id: id, cid: c.ID, workDir: workDirOf(c)}
 	s.pool = c.Config != nil && c.Config.Labels[backend.LabelPool] != ""
 	s.autoRemove = c.HostConfig != nil && c.HostConfig.AutoRemove
+	s.bareInit = c.Config != nil && !slices.Contains(c.Config.Entrypoint, "--")
 	s.setAgent(c)
 	return s, nil
 }

@@ -39,8 +39,9 @@ type Sandbox struct {
 	// pool: a pool member, which may have a claim record (claim.go).
 	pool bool
 	// autoRemove: the engine removes the container once it stops
-	// (Spec.AutoRemove; see Discard).
-	autoRemove bool
+	// (Spec.AutoRemove; see Discard). bareInit: its first process is sbxd
+	// init keeping it alive, with no command of the entry's.
+	autoRemove, bareInit bool
 
 	// The host folder of the sandbox's agent socket (agent.go), once
 	// known; "" when it has none.
@@ -333,12 +334,20 @@ var _ backend.Discarder = (*Sandbox)(nil)
 
 // Discard kills a container made with Spec.AutoRemove and returns: the
 // engine removes it and its anonymous volumes once it has stopped, which
-// the caller does not wait for. Any other sandbox is destroyed.
+// the caller does not wait for. A bare sbxd init ends on SIGTERM, at once
+// and always (the kernel ends the rest of the sandbox with it), and the
+// engine returns from sending that without waiting for the container to
+// stop (~100 ms here for SIGKILL); a command of the entry's might ignore
+// SIGTERM, so it gets SIGKILL. Any other sandbox is destroyed.
 func (s *Sandbox) Discard(ctx context.Context) error {
 	if !s.autoRemove || s.adopted || s.pool {
 		return s.Destroy(ctx)
 	}
-	err := s.b.translate(s.b.cli.ContainerKill(ctx, s.cid, "KILL"))
+	sig := "KILL"
+	if s.bareInit {
+		sig = "TERM"
+	}
+	err := s.b.translate(s.b.cli.ContainerKill(ctx, s.cid, sig))
 	switch {
 	case err == nil, errors.Is(err, backend.ErrNotFound):
 		return nil
