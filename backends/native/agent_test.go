@@ -9,7 +9,6 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
-	"github.com/sandboxkit/sandboxkit/sbxd"
 )
 
 // A sandbox's own agent is reached through its socket, and a sandbox that
@@ -21,29 +20,7 @@ func TestAgentSocketSwapIsRefused(t *testing.T) {
 	victim := create(t, b, spec("victim", dockertest.BusyboxImage))
 	attacker := create(t, b, spec("attacker", dockertest.BusyboxImage))
 
-	c, err := sbxd.Wrap(t.Context(), victim)
-	require.NoError(t, err)
-	info, err := c.Agent(t.Context())
-	require.NoError(t, err)
-	require.True(t, info.Dialled, "the victim's client should use the agent sbxd init serves")
-	require.Equal(t, 1, info.PID, "the dialled agent is the sandbox's init")
-	c.Close()
-
-	victimSock := dockertest.AgentSocket(t, dockertest.Client(t), victim.(interface{ ContainerID() string }))
-	res, err := attacker.Exec(t.Context(), backend.ExecRequest{Shell: "rm /.sbx-run/agent.sock && ln -s " + victimSock + " /.sbx-run/agent.sock && hostname"})
-	require.NoError(t, err)
-	require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
-	attackerHost := string(res.Stdout)
-
-	ac, err := sbxd.Wrap(t.Context(), attacker)
-	require.NoError(t, err)
-	defer ac.Close()
-	out, err := ac.Exec(t.Context(), backend.ExecRequest{Cmd: []string{"hostname"}})
-	require.NoError(t, err)
-	require.Equal(t, attackerHost, string(out.Stdout), "the attacker's command ran in another sandbox")
-	ai, err := ac.Agent(t.Context())
-	require.NoError(t, err)
-	require.False(t, ai.Dialled, "the client dialled a link the sandbox put in place of its socket")
+	dockertest.CheckAgentSocketSwap(t, dockertest.Client(t), victim, attacker)
 }
 
 // A sandbox whose user is not root has no agent of its own: the socket

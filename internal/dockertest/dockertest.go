@@ -7,7 +7,6 @@ package dockertest
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -173,18 +172,4 @@ func AssertNoLeftovers(t testing.TB, cli *client.Client, key, value string) {
 			t.Errorf("left behind: %s (label %s=%s)", l, key, value)
 		}
 	})
-}
-
-// AgentSocket returns the engine-host path of the agent socket of sb (a
-// native or remotedocker sandbox), through its init's root.
-func AgentSocket(t testing.TB, cli *client.Client, sb interface{ ContainerID() string }) string {
-	t.Helper()
-	c, err := cli.ContainerInspect(context.Background(), sb.ContainerID())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.State == nil || c.State.Pid <= 0 {
-		t.Fatalf("container %s is not running", sb.ContainerID())
-	}
-	return fmt.Sprintf("/proc/%d/root/.sbx-run/agent.sock", c.State.Pid)
 }
