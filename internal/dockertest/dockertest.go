@@ -113,8 +113,10 @@ func Leftovers(ctx context.Context, cli *client.Client, key, value string) ([]st
 }
 
 // SettleAutoRemove waits (within ctx, at most 30 s) until no container
-// matching f has stopped with an auto-remove the engine has yet to finish
-// (sbx run's sandboxes: backend.Discarder returns before the removal).
+// matching f has an auto-remove the engine has yet to finish (sbx run's
+// sandboxes: backend.Discarder returns once the signal is sent, before the
+// container has stopped, let alone been removed). What is left after that
+// is left.
 func SettleAutoRemove(ctx context.Context, cli *client.Client, f filters.Args) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -125,9 +127,6 @@ func SettleAutoRemove(ctx context.Context, cli *client.Client, f filters.Args) e
 		}
 		pending := false
 		for _, c := range cs {
-			if c.State == container.StateRunning || c.State == container.StateCreated || c.State == container.StatePaused {
-				continue
-			}
 			if in, err := cli.ContainerInspect(ctx, c.ID); err == nil && in.HostConfig != nil && in.HostConfig.AutoRemove {
 				pending = true
 			}
