@@ -433,7 +433,7 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest) (backend.
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	p := &process{s: s, hr: hr, execID: execID, stdout: pr, done: make(chan struct{})}
+	p := &process{s: s, hr: hr, execID: execID, stdout: pr, done: make(chan struct{}), closeStdin: sync.OnceValue(hr.CloseWrite)}
 	go func() {
 		_, err := stdcopy.StdCopy(pw, stderr, hr.Reader)
 		pw.CloseWithError(err)
@@ -460,9 +460,13 @@ type process struct {
 	code     int
 	err      error
 	killOnce sync.Once
+	// closeStdin sends EOF once: callers may close stdin more than once,
+	// even at once, and an SSH channel's CloseWrite (remotedocker) must
+	// not run twice concurrently.
+	closeStdin func() error
 }
 
-func (p *process) Stdin() io.WriteCloser { return stdinWriter{p.hr} }
+func (p *process) Stdin() io.WriteCloser { return stdinWriter{p} }
 func (p *process) Stdout() io.Reader     { return p.stdout }
 
 func (p *process) Wait() (int, error) {
@@ -476,10 +480,10 @@ func (p *process) Kill() error {
 }
 
 // stdinWriter writes to the exec's stdin; Close sends EOF.
-type stdinWriter struct{ hr types.HijackedResponse }
+type stdinWriter struct{ p *process }
 
-func (w stdinWriter) Write(b []byte) (int, error) { return w.hr.Conn.Write(b) }
-func (w stdinWriter) Close() error                { return w.hr.CloseWrite() }
+func (w stdinWriter) Write(b []byte) (int, error) { return w.p.hr.Conn.Write(b) }
+func (w stdinWriter) Close() error                { return w.p.closeStdin() }
 
 // MemoryUsage reports the memory the sandbox's processes use now, as docker
 // stats counts it: the container cgroup's usage less its inactive page
