@@ -54,6 +54,45 @@ type Pool struct {
 	out     map[string]bool // sandboxes this process handed to tasks
 	st      counters
 	bg      sync.WaitGroup
+	firsts  firstRuns // tasks' first commands running now
+}
+
+// firstRuns counts the first commands of tasks running now, so that
+// bookkeeping (recording private claims) waits until the machine is theirs
+// no more.
+type firstRuns struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed while n == 0 (nil: never busy yet)
+}
+
+func (f *firstRuns) start() {
+	f.mu.Lock()
+	if f.n == 0 {
+		f.idle = make(chan struct{})
+	}
+	f.n++
+	f.mu.Unlock()
+}
+
+func (f *firstRuns) end() {
+	f.mu.Lock()
+	if f.n--; f.n == 0 {
+		close(f.idle)
+	}
+	f.mu.Unlock()
+}
+
+// quiet returns a channel that is closed once no first command runs.
+func (f *firstRuns) quiet() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return f.idle
 }
 
 // PoolOptions configure a Pool. Backend, Name, Spec and Settings are
@@ -77,8 +116,11 @@ type PoolOptions struct {
 	// Private keeps the members for this process: they stay in state
 	// backend.PoolMaking, which no other process claims, so that handing
 	// one out needs no claim first; the task's binding (owner, session,
-	// TTL, labels) is recorded in the background while its first command
-	// runs (Claimed's Info and Release wait for it). A process that dies
+	// TTL, labels) is recorded in the background once its first command
+	// and those of the tasks claimed with it have run (a burst), or
+	// recordDelay after the claim, whichever comes first, so that the
+	// bookkeeping does not compete with first commands for the machine
+	// (Claimed's Info and Release wait for it). A process that dies
 	// before the record lands leaves a member of a dead keeper, which sbx
 	// gc reaps. sbx serve's pools are private; sbx pool keep's are not
 	// (sbx run in other processes claims from them).
@@ -502,14 +544,36 @@ type Claimed struct {
 	labels   []string
 	released sync.Once
 	recorded chan struct{} // closed when a private claim is recorded (nil: it was at once)
+	// A private claim is recorded once firstDone is closed (by the first
+	// Exec's end) and the pool's first commands are over, or at once when
+	// recordNow is closed (by kick), or after recordDelay.
+	recordNow, firstDone chan struct{}
+	kickOnce, firstOnce  sync.Once
 }
 
-// recordLater records a private pool's claim in the background.
+// recordDelay bounds how long a private claim waits for first commands
+// before it is recorded anyway.
+const recordDelay = 250 * time.Millisecond
+
+// recordLater records a private pool's claim in the background, once the
+// first commands are over (see PoolOptions.Private) or kick asks.
 func (c *Claimed) recordLater(claim backend.Claim) {
 	p := c.pool
-	c.recorded = make(chan struct{})
+	c.recorded, c.recordNow, c.firstDone = make(chan struct{}), make(chan struct{}), make(chan struct{})
 	p.bg.Go(func() {
 		defer close(c.recorded)
+		t := time.NewTimer(recordDelay)
+		defer t.Stop()
+		select {
+		case <-c.recordNow:
+		case <-t.C:
+		case <-c.firstDone:
+			select {
+			case <-c.recordNow:
+			case <-t.C:
+			case <-p.firsts.quiet():
+			}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if _, err := p.claimer.Claim(ctx, c.raw.ID(), claim); err != nil {
@@ -519,11 +583,19 @@ func (c *Claimed) recordLater(claim backend.Claim) {
 	})
 }
 
+// kick lets a private claim be recorded now.
+func (c *Claimed) kick() {
+	if c.recordNow != nil {
+		c.kickOnce.Do(func() { close(c.recordNow) })
+	}
+}
+
 // waitRecorded waits until the claim is recorded (or ctx ends).
 func (c *Claimed) waitRecorded(ctx context.Context) error {
 	if c.recorded == nil {
 		return nil
 	}
+	c.kick()
 	select {
 	case <-c.recorded:
 		return nil
@@ -554,6 +626,17 @@ func (c *Claimed) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	if req.WorkDir == "" {
 		req.WorkDir = c.dir
 	}
+	first := false
+	if c.firstDone != nil {
+		c.firstOnce.Do(func() { first = true })
+	}
+	if first {
+		c.pool.firsts.start()
+		defer func() {
+			c.pool.firsts.end()
+			close(c.firstDone)
+		}()
+	}
 	return c.Sandbox.Exec(ctx, req)
 }
 
@@ -564,6 +647,7 @@ func (c *Claimed) Release() {
 	c.released.Do(func() {
 		p := c.pool
 		if c.recorded != nil {
+			c.kick()
 			// After its claim is recorded, so that the two never race.
 			p.bg.Go(func() {
 				<-c.recorded
