@@ -330,6 +330,25 @@ func TestPrivatePool(t *testing.T) {
 	res, err := c.Exec(ctx, backend.ExecRequest{Cmd: []string{"echo", "ok"}})
 	require.NoError(t, err)
 	assert.Equal(t, "ok\n", string(res.Stdout))
+	// The claim is recorded after the first command, with nobody asking;
+	// and that of a task that runs no command, after a moment.
+	idle, err := p.Acquire(ctx, session.Binding{Session: "idle"})
+	require.NoError(t, err)
+	for _, id := range []string{c.ID(), idle.ID()} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			sb, err := b.Get(ctx, id)
+			require.NoError(t, err)
+			info, err := sb.Info(ctx)
+			require.NoError(t, err)
+			if info.Labels[backend.LabelPoolState] == backend.PoolClaimed {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "the claim of %s was not recorded in 10 s", id)
+			time.Sleep(10 * time.Millisecond) // polls a condition
+		}
+	}
+	idle.Release()
 	info, err := c.Info(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, backend.PoolClaimed, info.Labels[backend.LabelPoolState])

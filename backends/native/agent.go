@@ -38,13 +38,14 @@ var _ backend.AgentDialer = (*Sandbox)(nil)
 // WithAgentDialer makes the backend reach a sandbox's agent socket, a path
 // on the engine's host, through dial (remotedocker: a stream over its SSH
 // connection). Without it the backend dials only when the engine is on
-// this host (a unix:// engine whose volume folders this process can see).
+// this host (a unix:// engine whose containers' processes this process
+// can see).
 func WithAgentDialer(dial func(ctx context.Context, path string) (net.Conn, error)) Option {
 	return func(b *Backend) { b.agentDial = dial }
 }
 
-// withAgent adds the agent's socket volume and flags to a new sandbox's
-// config, when the sandbox runs as root.
+// withAgent adds the agent's tmpfs and flags to a new sandbox's config,
+// when the sandbox runs as root.
 func withAgent(spec backend.Spec, img image.InspectResponse, id string, cfg *container.Config, hc *container.HostConfig) {
 	user := spec.User
 	if user == "" && img.Config != nil {
@@ -94,8 +95,9 @@ func (s *Sandbox) setAgent(c container.InspectResponse) {
 }
 
 // DialAgent connects to the agent sbxd init serves, waiting (at most 2 s
-// here, 0.5 s through WithAgentDialer) for one that is still starting. errors.ErrUnsupported: the sandbox has
-// none, or its socket is on another host than this one.
+// here, 0.5 s through WithAgentDialer) for one that is still starting.
+// errors.ErrUnsupported: the sandbox has none, or its socket is on
+// another host than this one.
 func (s *Sandbox) DialAgent(ctx context.Context) (net.Conn, error) {
 	conn, err := s.dialAgent(ctx)
 	if errors.Is(err, errors.ErrUnsupported) && s.forgetAgent() {
