@@ -67,7 +67,7 @@ func volume(source, target string, readOnly bool, hp hostPaths) (v backend.Volum
 	switch {
 	case !path.IsAbs(target):
 		return v, "", fmt.Errorf("sandbox path %q is not absolute", target)
-	case strings.TrimSpace(target) != target:
+	case strings.TrimSpace(path.Clean(target)) != path.Clean(target):
 		return v, "", fmt.Errorf("sandbox path %q starts or ends with white space", target)
 	case path.Clean(target) == "/":
 		return v, "", fmt.Errorf("sandbox path %q is the sandbox's root, which a volume cannot replace", target)
