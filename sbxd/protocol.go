@@ -20,7 +20,8 @@ import (
 //
 // 2: error codes not_regular (a read of a named pipe, socket or device,
 // refused at once) and loop (ELOOP); a write follows a dangling symlink.
-const ProtocolVersion = 2
+// 3: terminals (routeTerminal).
+const ProtocolVersion = 3
 
 // Version is the agent's version string, as `sbxd serve` reports it.
 var Version = fmt.Sprintf("sbxd/%d", ProtocolVersion)
@@ -66,6 +67,10 @@ const (
 	routeEdit    = "/v1/edit"
 	routePrepare = "/v1/prepare-write" // POST prepareRequest: where a bulk write lands
 	routeJobs    = "/v1/jobs"
+	// Terminals: POST starts one (header hdrTerminal; body: input;
+	// response: frames of output, trailer hdrResult once it ends); GET
+	// lists them; {id}/attach, {id}/resize, {id}/kill.
+	routeTerminal = "/v1/terminals"
 )
 
 // Headers and trailers of the exec route.

@@ -51,7 +51,8 @@ type Server struct {
 	mu    sync.Mutex
 	execs map[string]context.CancelCauseFunc // running commands by ID
 
-	jobs *jobTable
+	jobs  *jobTable
+	terms terminalTable
 }
 
 // NewServer returns an agent with opts.
@@ -171,6 +172,11 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+routeJobs+"/{id}/output", s.handleJobOutput)
 	mux.HandleFunc("POST "+routeJobs+"/{id}/wait", s.handleJobWait)
 	mux.HandleFunc("POST "+routeJobs+"/{id}/kill", s.handleJobKill)
+	mux.HandleFunc("POST "+routeTerminal, s.handleTerminalStart)
+	mux.HandleFunc("GET "+routeTerminal, s.handleTerminalList)
+	mux.HandleFunc("POST "+routeTerminal+"/{id}/attach", s.handleTerminalAttach)
+	mux.HandleFunc("POST "+routeTerminal+"/{id}/resize", s.handleTerminalResize)
+	mux.HandleFunc("POST "+routeTerminal+"/{id}/kill", s.handleTerminalKill)
 	return mux
 }
 

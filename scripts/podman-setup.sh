@@ -75,6 +75,13 @@ if answers && ! cmp -s "$dir/containers.conf" "$dir/containers.conf.running"; th
 fi
 if ! answers; then
 	rm -f "$sock"
+	# Podman's locks live in shared memory (/dev/shm/libpod_lock), its
+	# containers and volumes on disk: when the memory was wiped and the disk
+	# was not (a new machine session), a kept volume and a new container get
+	# the same lock ("share lock ID 1: deadlock due to lock mismatch").
+	# Renumbering gives everything on disk a fresh lock; it needs no other
+	# Podman process running, which holds while the service is down.
+	podman system renumber >/dev/null 2>&1 || log "podman system renumber failed (going on)"
 	log "starting podman system service (log: $dir/service.log)"
 	(cd / && exec nohup podman system service --time=0 "unix://$sock" >"$dir/service.log" 2>&1 </dev/null) &
 	echo $! >"$dir/service.pid"

@@ -36,6 +36,7 @@ func (s *suite) testOptional(t *testing.T) {
 		{"Resetter", s.testResetter},
 		{"LogReader", s.testLogReader},
 		{"AgentDialer", testAgentDialer(s.cfg.agentCheck)},
+		{"Terminaler", testTerminaler},
 		{"VolumeManager", func(t *testing.T, _ backend.Sandbox) { s.testVolumeManager(t) }},
 		{"NetworkManager", func(t *testing.T, _ backend.Sandbox) { s.testNetworkManager(t) }},
 		{"Labeler", func(t *testing.T, _ backend.Sandbox) { s.testLabeler(t) }},

@@ -3,6 +3,8 @@ package main
 import (
 	"time"
 
+	"github.com/sandboxkit/sandboxkit/backend"
+
 	"github.com/spf13/cobra"
 )
 
@@ -10,6 +12,8 @@ func (a *app) execCmd() *cobra.Command {
 	var (
 		timeout time.Duration
 		stdin   bool
+		tty     ttyOptions
+		useTTY  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "exec [flags] ID|NAME -- CMD [ARG...]",
@@ -18,7 +22,8 @@ func (a *app) execCmd() *cobra.Command {
 exits with CMD's exit code. NAME selects the one live sandbox made from that
 config entry.`,
 		Example: `  sbx exec main -- ls -la
-  sbx exec --timeout 1m 3f9c2a -- make test`,
+  sbx exec --timeout 1m 3f9c2a -- make test
+  sbx exec -it main -- python3`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageError(cmd, "missing sandbox ID or name and command")
@@ -43,11 +48,19 @@ config entry.`,
 			if err != nil {
 				return err
 			}
+			if useTTY {
+				if timeout > 0 {
+					return usageError(cmd, "--timeout does not combine with -t")
+				}
+				tty.ref = args[0]
+				return a.interactive(ctx, sb, backend.TerminalRequest{Cmd: argv}, "", tty)
+			}
 			return a.execute(ctx, sb, argv, timeout, stdin)
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "kill the command after this long and exit 124 (default: no timeout)")
 	cmd.Flags().BoolVarP(&stdin, "interactive", "i", false, "connect stdin to the command")
+	ttyFlags(cmd, &useTTY, &tty)
 	return cmd
 }

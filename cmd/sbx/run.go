@@ -21,6 +21,8 @@ func (a *app) runCmd() *cobra.Command {
 		image, entry string
 		timeout      time.Duration
 		keep, stdin  bool
+		useTTY       bool
+		tty          ttyOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
@@ -44,9 +46,12 @@ removes the sandbox and exits 130.`,
 			if err := checkTimeout(cmd, timeout); err != nil {
 				return err
 			}
+			if useTTY && timeout > 0 {
+				return usageError(cmd, "--timeout does not combine with -t")
+			}
 			return a.runSandbox(cmd.Context(), runOptions{
 				entry: entry, image: image, timeout: timeout, keep: keep, stdin: stdin,
-				argv: args,
+				argv: args, tty: useTTY, ttyOpts: tty,
 			})
 		},
 	}
@@ -58,6 +63,7 @@ removes the sandbox and exits 130.`,
 	f.BoolVar(&keep, "keep", false, "keep the sandbox and print its ID on stderr")
 	f.StringVar(&entry, "sandbox", "", `config entry to make the sandbox from (default "main", or the only entry)`)
 	f.BoolVarP(&stdin, "interactive", "i", false, "connect stdin to the command")
+	ttyFlags(cmd, &useTTY, &tty)
 	return cmd
 }
 
@@ -66,6 +72,8 @@ type runOptions struct {
 	timeout      time.Duration
 	keep, stdin  bool
 	argv         []string
+	tty          bool
+	ttyOpts      ttyOptions
 }
 
 func (a *app) runSandbox(ctx context.Context, o runOptions) error {
@@ -113,7 +121,7 @@ func (a *app) runSandbox(ctx context.Context, o runOptions) error {
 			}
 		}()
 	}
-	return a.execute(ctx, sb, o.argv, o.timeout, o.stdin)
+	return a.runIn(ctx, sb, o)
 }
 
 // runPooled is sbx run for an entry with a pool: a ready sandbox is claimed
@@ -140,7 +148,21 @@ func (a *app) runPooled(ctx context.Context, cfg *sandboxkit.Config, b backend.B
 			}
 		}()
 	}
-	return a.execute(ctx, c, o.argv, o.timeout, o.stdin)
+	return a.runIn(ctx, c, o)
+}
+
+// runIn runs sbx run's command in sb: on a terminal with -t (detaching
+// only with --keep: otherwise the sandbox goes when sbx does), else as a
+// plain command.
+func (a *app) runIn(ctx context.Context, sb backend.Sandbox, o runOptions) error {
+	if o.tty {
+		if !o.keep {
+			o.ttyOpts.detachKeys = ""
+		}
+		o.ttyOpts.ref = sb.ID()
+		return a.interactive(ctx, sb, backend.TerminalRequest{Cmd: o.argv}, "", o.ttyOpts)
+	}
+	return a.execute(ctx, sb, o.argv, o.timeout, o.stdin)
 }
 
 // execute runs argv in sb with the terminal's streams and turns its end into

@@ -1,0 +1,80 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// TermSize is a terminal's size in character cells.
+type TermSize struct {
+	Rows, Cols int
+}
+
+// TerminalRequest starts a program on a pseudo-terminal in a sandbox.
+type TerminalRequest struct {
+	// ID names the terminal, for attaching again later; empty: one is
+	// chosen.
+	ID  string
+	Cmd []string
+	// Env is added to the sandbox's environment (TERM defaults to xterm).
+	Env     map[string]string
+	WorkDir string
+	User    string
+	// Size is the initial size; zero: 24x80.
+	Size TermSize
+}
+
+// Terminal is a client's view of a program on a pseudo-terminal. Reads
+// return its output (on a terminal, stdout and stderr are one stream),
+// writes are typed input: raw bytes, so "\x03" is Ctrl-C and "\r" is
+// Enter. Read returns io.EOF once the program has ended and all its output
+// was read; ExitCode then says how it ended.
+type Terminal interface {
+	io.ReadWriter
+	// ID names the terminal for Terminaler.AttachTerminal.
+	ID() string
+	// Resize changes the terminal's size (the program gets SIGWINCH).
+	Resize(ctx context.Context, size TermSize) error
+	// ExitCode is the program's exit status once Read returned io.EOF;
+	// ok is false before.
+	ExitCode() (code int, ok bool)
+	// Kill ends the program (its session is hung up and killed).
+	Kill(ctx context.Context) error
+	// Close detaches this client. Where the terminal outlives its client
+	// (Terminaler.Detachable) the program keeps running; elsewhere it is
+	// killed.
+	Close() error
+}
+
+// TerminalInfo describes a terminal a sandbox keeps.
+type TerminalInfo struct {
+	ID       string
+	Cmd      []string
+	Running  bool
+	ExitCode int
+	// Attached is how many clients are attached now.
+	Attached int
+	Started  time.Time
+	Size     TermSize
+}
+
+// Terminaler is implemented by sandboxes that run programs on a
+// pseudo-terminal (sbx shell, exec -it, sbx serve's terminal endpoint).
+type Terminaler interface {
+	Terminal(ctx context.Context, req TerminalRequest) (Terminal, error)
+	// Detachable reports whether terminals outlive their client, so that
+	// AttachTerminal and Terminals work.
+	Detachable() bool
+	// AttachTerminal attaches to terminal id again: its output starts with
+	// the most recent output the sandbox kept. A size > 0 resizes it.
+	// Unknown ids fail with ErrNotFound.
+	AttachTerminal(ctx context.Context, id string, size TermSize) (Terminal, error)
+	// Terminals lists the sandbox's terminals, running and recently ended.
+	Terminals(ctx context.Context) ([]TerminalInfo, error)
+}
+
+// ErrNotDetachable: the sandbox's terminals end with their client, so
+// there is nothing to attach to.
+var ErrNotDetachable = errors.New("terminals here end with their client (detaching needs an agent the sandbox runs itself, as lite sandboxes and native or remotedocker ones running as root have)")
