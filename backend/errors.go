@@ -27,7 +27,7 @@ var (
 // *OpError or *fs.PathError. A backend that translates its SDK's errors
 // passes these on as they are.
 func IsContractError(err error) bool {
-	for _, s := range []error{ErrNotFound, ErrAlreadyExists, ErrUnavailable, ErrInvalidConfig, errors.ErrUnsupported, ErrClaimed} {
+	for _, s := range []error{ErrNotFound, ErrAlreadyExists, ErrUnavailable, ErrInvalidConfig, errors.ErrUnsupported, ErrClaimed, ErrNotDetachable} {
 		if errors.Is(err, s) {
 			return true
 		}

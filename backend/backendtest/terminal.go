@@ -129,8 +129,8 @@ func testTerminaler(t *testing.T, sb backend.Sandbox) {
 		if code, ok := again.ExitCode(); !ok || code != 0 {
 			t.Errorf("ExitCode() = %d, %v; want 0, true", code, ok)
 		}
-		killed(t, ctx, tr)
 	})
+	t.Run("Kill", func(t *testing.T) { killed(t, testCtx(t), tr) })
 }
 
 // killed checks that Kill ends a terminal's program.

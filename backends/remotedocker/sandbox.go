@@ -30,6 +30,7 @@ var (
 	_ backend.Checkpointer = (*Sandbox)(nil)
 	_ backend.AgentDialer  = (*Sandbox)(nil)
 	_ backend.Discarder    = (*Sandbox)(nil)
+	_ backend.Terminaler   = (*Sandbox)(nil)
 )
 
 // Discard is native's: a kill the remote engine's auto-remove follows.
@@ -253,3 +254,30 @@ func (s *Sandbox) Checkpoint(ctx context.Context, ref string) (string, error) {
 // endpointTimeout bounds the inspect behind Endpoint when ctx has no
 // deadline.
 const endpointTimeout = time.Minute
+
+// Terminal is native's: a tty exec on the remote engine (sbxd's
+// terminals, through the agent the init serves, come first where the
+// caller wraps the sandbox with sbxd).
+func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (backend.Terminal, error) {
+	var t backend.Terminal
+	err := s.call(ctx, "terminal", func() error {
+		tr, err := capability[backend.Terminaler](s, "terminal")
+		if err != nil {
+			return err
+		}
+		t, err = tr.Terminal(ctx, req)
+		return err
+	})
+	return t, err
+}
+
+// Detachable: the engine's terminals end with their stream.
+func (s *Sandbox) Detachable() bool { return false }
+
+// AttachTerminal fails: nothing outlives the stream (see Detachable).
+func (s *Sandbox) AttachTerminal(context.Context, string, backend.TermSize) (backend.Terminal, error) {
+	return nil, s.opErr("terminal", backend.ErrNotDetachable)
+}
+
+// Terminals lists nothing: the engine keeps no terminals.
+func (s *Sandbox) Terminals(context.Context) ([]backend.TerminalInfo, error) { return nil, nil }
