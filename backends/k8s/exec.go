@@ -30,12 +30,19 @@ var parameterCodec = scheme.ParameterCodec
 // the command keeps running in the pod. Callers wrap commands in sbxd exec
 // and kill them with sbxd kill (see Sandbox.kill).
 func (b *Backend) stream(ctx context.Context, pod, container string, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	return b.execStream(ctx, pod, container, argv, remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout, Stderr: stderr})
+}
+
+// execStream is stream with every option of the exec subresource's
+// stream (a terminal: Tty and TerminalSizeQueue, stdout only).
+func (b *Backend) execStream(ctx context.Context, pod, container string, argv []string, so remotecommand.StreamOptions) (int, error) {
 	u, err := b.subresourceURL(pod, "exec", &corev1.PodExecOptions{
 		Container: container,
 		Command:   argv,
-		Stdin:     stdin != nil,
-		Stdout:    true,
-		Stderr:    true,
+		Stdin:     so.Stdin != nil,
+		Stdout:    so.Stdout != nil,
+		Stderr:    so.Stderr != nil,
+		TTY:       so.Tty,
 	})
 	if err != nil {
 		return -1, err
@@ -54,7 +61,7 @@ func (b *Backend) stream(ctx context.Context, pod, container string, argv []stri
 	if err != nil {
 		return -1, err
 	}
-	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	err = ex.StreamWithContext(ctx, so)
 	if err == nil {
 		return 0, nil
 	}
