@@ -19,7 +19,7 @@ import (
 // newNative opens the native backend on the test daemon (skipping without
 // one, failing with SBX_REQUIRE_DOCKER=1). Its sbxd is agentBin, through
 // SBX_SBXD_PATH (see TestMain).
-func newNative(t *testing.T, cfg native.Config) *native.Backend {
+func newNative(t testing.TB, cfg native.Config) *native.Backend {
 	t.Helper()
 	cli := dockertest.Client(t)
 	dockertest.RequireImage(t, cli, dockertest.BusyboxImage)
@@ -31,7 +31,7 @@ func newNative(t *testing.T, cfg native.Config) *native.Backend {
 }
 
 // createNative makes a busybox sandbox on b, wrapped in a started client.
-func createNative(t *testing.T, b backend.Backend, opts ...sbxd.Option) *sbxd.Client {
+func createNative(t testing.TB, b backend.Backend, opts ...sbxd.Option) *sbxd.Client {
 	t.Helper()
 	sb, err := b.Create(t.Context(), backend.Spec{
 		Name: "sbxd-test", Image: dockertest.BusyboxImage, WorkingDir: "/root", TTL: 30 * time.Minute,
