@@ -496,9 +496,9 @@ func (s *Sandbox) execProcess(m *meta, argv []string, env map[string]string, wor
 	return &p, nil
 }
 
-// runtimeExec prepares `runtime exec` of process p: the process file and a
-// log file for the runtime's own errors, removed by cleanup.
-func (s *Sandbox) runtimeExec(m *meta, p *specs.Process, execID string) (*exec.Cmd, string, func(), error) {
+// runtimeExec prepares `runtime exec [extra...]` of process p: the process
+// file and a log file for the runtime's own errors, removed by cleanup.
+func (s *Sandbox) runtimeExec(m *meta, p *specs.Process, execID string, extra ...string) (*exec.Cmd, string, func(), error) {
 	dir := filepath.Join(s.dir, "exec")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", nil, err
@@ -522,7 +522,8 @@ func (s *Sandbox) runtimeExec(m *meta, p *specs.Process, execID string) (*exec.C
 		}
 		prefix = s.b.userns.execPrefix(m.InitPID)
 	}
-	cmd := m.runtime().commandIn(context.Background(), prefix, "--log", logFile, "--log-format", "json", "exec", "--process", pfile, m.ContainerID)
+	args := append([]string{"--log", logFile, "--log-format", "json", "exec"}, extra...)
+	cmd := m.runtime().commandIn(context.Background(), prefix, append(args, "--process", pfile, m.ContainerID)...)
 	// Output of background children that outlive the command is passed on
 	// by sbxd for its grace period; then stop waiting for the pipes.
 	cmd.WaitDelay = 2 * time.Second

@@ -1,0 +1,145 @@
+package lite
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/pipeterm"
+	"github.com/sandboxkit/sandboxkit/internal/procfs"
+	"github.com/sandboxkit/sandboxkit/internal/pty"
+)
+
+// Terminal runs req on a pseudo-terminal the runtime opens in the sandbox
+// (runc exec with a terminal). The agent the sandbox's init serves has detachable terminals
+// (sbxd.Client) and comes first; this is the fallback, and its terminals
+// end with their client.
+func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (backend.Terminal, error) {
+	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
+		return nil, s.opErr("terminal", fmt.Errorf("%w: no command", backend.ErrInvalidConfig))
+	}
+	m, err := s.meta()
+	if err != nil {
+		return nil, s.opErr("terminal", err)
+	}
+	execID, err := newExecID(s.id)
+	if err != nil {
+		return nil, s.opErr("terminal", err)
+	}
+	env := map[string]string{"TERM": "xterm"}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	p, err := s.execProcess(m, req.Cmd, env, req.WorkDir, req.User, execID, 0)
+	if err != nil {
+		return nil, s.opErr("terminal", err)
+	}
+	// The program itself, not under sbxd exec: a wrapper would put it in a
+	// process group of its own, outside the terminal's foreground group.
+	// The marker in its environment still finds it for a kill.
+	p.Args = req.Cmd
+	p.Terminal = true
+	rows, cols := req.Size.Rows, req.Size.Cols
+	if rows <= 0 || cols <= 0 {
+		rows, cols = 24, 80
+	}
+	p.ConsoleSize = &specs.Box{Height: uint(rows), Width: uint(cols)}
+	// runc in the foreground with a terminal copies between its own stdio
+	// and the terminal it opens (a console socket is only for --detach):
+	// its stdio is a terminal of ours, so that resizing ours sends runc
+	// the SIGWINCH it passes on, and runc puts ours in raw mode.
+	master, tty, err := pty.Open()
+	if err != nil {
+		return nil, s.opErr("terminal", err)
+	}
+	pty.SetSize(master, rows, cols)
+	cmd, logFile, cleanup, err := s.runtimeExec(m, p, execID)
+	if err != nil {
+		master.Close()
+		tty.Close()
+		return nil, s.opErr("terminal", err)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = false
+	cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
+	err = cmd.Start()
+	tty.Close()
+	if err != nil {
+		master.Close()
+		cleanup()
+		return nil, s.opErr("terminal", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	kill := func(context.Context) error {
+		procfs.KillByEnv(envExecID, execID)
+		return nil
+	}
+	run := func(ctx context.Context, stdin io.Reader, stdout io.Writer) (int, error) {
+		defer cleanup()
+		go io.Copy(master, stdin)
+		copied := make(chan struct{})
+		go func() {
+			io.Copy(stdout, master) // ends with EIO once nothing holds the terminal
+			close(copied)
+		}()
+		select {
+		case <-waited:
+		case <-ctx.Done():
+			killExec(cmd, execID, waited)
+		}
+		select {
+		case <-copied:
+		case <-time.After(time.Second):
+		}
+		master.Close()
+		if rerr := runtimeFailure(logFile); rerr != nil {
+			msg, code := startFailure(req.Cmd[0], rerr)
+			io.WriteString(stdout, msg)
+			return code, nil
+		}
+		return exitCode(cmd.ProcessState), nil
+	}
+	return pipeterm.Start(execID, run, pipeterm.Ops{
+		Resize: func(_ context.Context, size backend.TermSize) error {
+			if err := pty.SetSize(master, size.Rows, size.Cols); err != nil {
+				return s.opErr("terminal", err)
+			}
+			return nil
+		},
+		Kill: kill,
+	}), nil
+}
+
+// startFailure says why the program did not start, with a shell's status:
+// 127 for a missing program, else 126.
+func startFailure(name string, err error) (string, int) {
+	code := 126
+	if msg := err.Error(); strings.Contains(msg, "no such file") || strings.Contains(msg, "not found") {
+		code = 127
+	}
+	return fmt.Sprintf("%s: %v\r\n", name, err), code
+}
+
+// Detachable: these terminals end with their client (the agent's do not).
+func (s *Sandbox) Detachable() bool { return false }
+
+// AttachTerminal fails: nothing outlives the client (see Detachable).
+func (s *Sandbox) AttachTerminal(context.Context, string, backend.TermSize) (backend.Terminal, error) {
+	return nil, s.opErr("terminal", backend.ErrNotDetachable)
+}
+
+// Terminals lists nothing: the runtime keeps no terminals.
+func (s *Sandbox) Terminals(context.Context) ([]backend.TerminalInfo, error) { return nil, nil }
+
+var _ backend.Terminaler = (*Sandbox)(nil)
+
