@@ -142,4 +142,3 @@ func (s *Sandbox) AttachTerminal(context.Context, string, backend.TermSize) (bac
 func (s *Sandbox) Terminals(context.Context) ([]backend.TerminalInfo, error) { return nil, nil }
 
 var _ backend.Terminaler = (*Sandbox)(nil)
-
