@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"time"
 )
 
@@ -78,3 +79,42 @@ type Terminaler interface {
 // ErrNotDetachable: the sandbox's terminals end with their client, so
 // there is nothing to attach to.
 var ErrNotDetachable = errors.New("terminals here end with their client (detaching needs an agent the sandbox runs itself, as lite sandboxes and native or remotedocker ones running as root have)")
+
+// Check refuses a request without a command.
+func (r TerminalRequest) Check() error {
+	if len(r.Cmd) == 0 || r.Cmd[0] == "" {
+		return InvalidConfigf("terminal: no command")
+	}
+	return nil
+}
+
+// EnvWithTerm returns r.Env with TERM=xterm added unless r.Env sets TERM.
+func (r TerminalRequest) EnvWithTerm() map[string]string {
+	env := map[string]string{"TERM": "xterm"}
+	maps.Copy(env, r.Env)
+	return env
+}
+
+// SizeOrDefault returns r.Size, or 24x80 where it is not set.
+func (r TerminalRequest) SizeOrDefault() TermSize {
+	if r.Size.Rows <= 0 || r.Size.Cols <= 0 {
+		return TermSize{Rows: 24, Cols: 80}
+	}
+	return r.Size
+}
+
+// TerminalsEndWithClient is embedded by sandboxes whose own terminals end
+// with their client (a stream of the backend's): they are not detachable,
+// and there are none to list.
+type TerminalsEndWithClient struct{}
+
+// Detachable reports false.
+func (TerminalsEndWithClient) Detachable() bool { return false }
+
+// AttachTerminal fails with ErrNotDetachable.
+func (TerminalsEndWithClient) AttachTerminal(context.Context, string, TermSize) (Terminal, error) {
+	return nil, ErrNotDetachable
+}
+
+// Terminals lists nothing.
+func (TerminalsEndWithClient) Terminals(context.Context) ([]TerminalInfo, error) { return nil, nil }

@@ -20,8 +20,8 @@ import (
 // agent is not root, it takes the wrapped sandbox's terminal where it has
 // one.
 func (c *Client) Terminal(ctx context.Context, req backend.TerminalRequest) (backend.Terminal, error) {
-	if len(req.Cmd) == 0 {
-		return nil, c.opErr("terminal", fmt.Errorf("%w: no command", backend.ErrInvalidConfig))
+	if err := req.Check(); err != nil {
+		return nil, c.opErr("terminal", err)
 	}
 	conn, err := c.agent(ctx)
 	if err != nil {

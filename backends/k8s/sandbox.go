@@ -26,6 +26,9 @@ import (
 
 // Sandbox is one pod. It is safe for concurrent use.
 type Sandbox struct {
+	// Its own terminals end with their client (see Terminal).
+	backend.TerminalsEndWithClient
+
 	b  *Backend
 	id string
 	// pod and container are where commands run: the sandbox's own pod

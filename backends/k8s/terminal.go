@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 
 	"k8s.io/client-go/tools/remotecommand"
 
@@ -23,14 +22,13 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 	switch {
 	case s.destroyed.Load():
 		return nil, s.opErr("terminal", s.gone())
-	case len(req.Cmd) == 0 || req.Cmd[0] == "":
-		return nil, s.opErr("terminal", fmt.Errorf("%w: no command", backend.ErrInvalidConfig))
+	case req.Check() != nil:
+		return nil, s.opErr("terminal", req.Check())
 	case req.User != "":
 		return nil, s.opErr("terminal", fmt.Errorf("%w: a terminal as another user needs sbxd (the exec API runs as the container's user)", errors.ErrUnsupported))
 	}
 	execID := randomHex(8)
-	env := map[string]string{"TERM": "xterm"}
-	maps.Copy(env, req.Env)
+	env := req.EnvWithTerm()
 	env[envExecID] = execID
 	dir := ""
 	if req.WorkDir != "" {
@@ -69,16 +67,5 @@ func (s sizeQueue) Next() *remotecommand.TerminalSize {
 	}
 	return &remotecommand.TerminalSize{Width: uint16(size.Cols), Height: uint16(size.Rows)}
 }
-
-// Detachable: the exec API's terminals end with their stream.
-func (s *Sandbox) Detachable() bool { return false }
-
-// AttachTerminal fails: nothing outlives the stream (see Detachable).
-func (s *Sandbox) AttachTerminal(context.Context, string, backend.TermSize) (backend.Terminal, error) {
-	return nil, s.opErr("terminal", backend.ErrNotDetachable)
-}
-
-// Terminals lists nothing: the exec API keeps no terminals.
-func (s *Sandbox) Terminals(context.Context) ([]backend.TerminalInfo, error) { return nil, nil }
 
 var _ backend.Terminaler = (*Sandbox)(nil)

@@ -21,8 +21,8 @@ import (
 // (sbxd.Client) and comes first; this is the fallback, and its terminals
 // end with their client.
 func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (backend.Terminal, error) {
-	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return nil, s.opErr("terminal", fmt.Errorf("%w: no command", backend.ErrInvalidConfig))
+	if err := req.Check(); err != nil {
+		return nil, s.opErr("terminal", err)
 	}
 	m, err := s.meta()
 	if err != nil {
@@ -32,11 +32,7 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 	if err != nil {
 		return nil, s.opErr("terminal", err)
 	}
-	env := map[string]string{"TERM": "xterm"}
-	for k, v := range req.Env {
-		env[k] = v
-	}
-	p, err := s.execProcess(m, req.Cmd, env, req.WorkDir, req.User, execID, 0)
+	p, err := s.execProcess(m, req.Cmd, req.EnvWithTerm(), req.WorkDir, req.User, execID, 0)
 	if err != nil {
 		return nil, s.opErr("terminal", err)
 	}
@@ -45,11 +41,8 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 	// The marker in its environment still finds it for a kill.
 	p.Args = req.Cmd
 	p.Terminal = true
-	rows, cols := req.Size.Rows, req.Size.Cols
-	if rows <= 0 || cols <= 0 {
-		rows, cols = 24, 80
-	}
-	p.ConsoleSize = &specs.Box{Height: uint(rows), Width: uint(cols)}
+	size := req.SizeOrDefault()
+	p.ConsoleSize = &specs.Box{Height: uint(size.Rows), Width: uint(size.Cols)}
 	// runc in the foreground with a terminal copies between its own stdio
 	// and the terminal it opens (a console socket is only for --detach):
 	// its stdio is a terminal of ours, so that resizing ours sends runc
@@ -58,7 +51,7 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 	if err != nil {
 		return nil, s.opErr("terminal", err)
 	}
-	pty.SetSize(master, rows, cols)
+	pty.SetSize(master, size.Rows, size.Cols)
 	cmd, logFile, cleanup, err := s.runtimeExec(m, p, execID)
 	if err != nil {
 		master.Close()
@@ -129,16 +122,5 @@ func startFailure(name string, err error) (string, int) {
 	}
 	return fmt.Sprintf("%s: %v\r\n", name, err), code
 }
-
-// Detachable: these terminals end with their client (the agent's do not).
-func (s *Sandbox) Detachable() bool { return false }
-
-// AttachTerminal fails: nothing outlives the client (see Detachable).
-func (s *Sandbox) AttachTerminal(context.Context, string, backend.TermSize) (backend.Terminal, error) {
-	return nil, s.opErr("terminal", backend.ErrNotDetachable)
-}
-
-// Terminals lists nothing: the runtime keeps no terminals.
-func (s *Sandbox) Terminals(context.Context) ([]backend.TerminalInfo, error) { return nil, nil }
 
 var _ backend.Terminaler = (*Sandbox)(nil)

@@ -19,6 +19,9 @@ import (
 
 // Sandbox is one local sandbox. It is safe for concurrent use.
 type Sandbox struct {
+	// Its own terminals end with their client (see Terminal).
+	backend.TerminalsEndWithClient
+
 	b   *Backend
 	id  string
 	dir string

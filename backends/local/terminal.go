@@ -19,8 +19,8 @@ import (
 // folder with its environment (sbxd's terminals come first where the
 // caller wraps the sandbox with sbxd; these end with their client).
 func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (backend.Terminal, error) {
-	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return nil, s.opErr("terminal", fmt.Errorf("%w: no command", backend.ErrInvalidConfig))
+	if err := req.Check(); err != nil {
+		return nil, s.opErr("terminal", err)
 	}
 	m, err := s.meta()
 	if err != nil {
@@ -30,11 +30,7 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 	if err != nil {
 		return nil, s.opErr("terminal", err)
 	}
-	env := map[string]string{"TERM": "xterm"}
-	for k, v := range req.Env {
-		env[k] = v
-	}
-	cmd, err := s.command(m, req.Cmd, env, req.WorkDir, req.User, execID)
+	cmd, err := s.command(m, req.Cmd, req.EnvWithTerm(), req.WorkDir, req.User, execID)
 	if err != nil {
 		return nil, s.opErr("terminal", err)
 	}
@@ -42,11 +38,8 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 	if err != nil {
 		return nil, s.opErr("terminal", err)
 	}
-	rows, cols := req.Size.Rows, req.Size.Cols
-	if rows <= 0 || cols <= 0 {
-		rows, cols = 24, 80
-	}
-	pty.SetSize(master, rows, cols)
+	size := req.SizeOrDefault()
+	pty.SetSize(master, size.Rows, size.Cols)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	// A session of its own with the terminal as its controlling terminal.
 	cmd.SysProcAttr.Setpgid = false
@@ -113,16 +106,5 @@ func (s *Sandbox) failedTerminal(id, msg string, code int) backend.Terminal {
 		Kill:   func(context.Context) error { return nil },
 	})
 }
-
-// Detachable: the host's terminals here end with their client.
-func (s *Sandbox) Detachable() bool { return false }
-
-// AttachTerminal fails: nothing outlives the client (see Detachable).
-func (s *Sandbox) AttachTerminal(context.Context, string, backend.TermSize) (backend.Terminal, error) {
-	return nil, s.opErr("terminal", backend.ErrNotDetachable)
-}
-
-// Terminals lists nothing: the backend keeps no terminals.
-func (s *Sandbox) Terminals(context.Context) ([]backend.TerminalInfo, error) { return nil, nil }
 
 var _ backend.Terminaler = (*Sandbox)(nil)

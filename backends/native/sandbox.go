@@ -24,6 +24,9 @@ import (
 
 // Sandbox is one container. It is safe for concurrent use.
 type Sandbox struct {
+	// Its own terminals end with their client (see Terminal).
+	backend.TerminalsEndWithClient
+
 	b       *Backend
 	id      string
 	cid     string // the engine's container ID

@@ -21,14 +21,15 @@ import (
 // with their client: closing the stream hangs the terminal up, and the
 // program is killed by its marker where the container has sbxd.
 func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (backend.Terminal, error) {
-	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return nil, s.opErr("terminal", fmt.Errorf("%w: no command", backend.ErrInvalidConfig))
+	if err := req.Check(); err != nil {
+		return nil, s.opErr("terminal", err)
 	}
 	execID := newID()
-	env := []string{"TERM=xterm"}
-	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
-		env = append(env, k+"="+req.Env[k])
+	var env []string
+	for k, v := range maps.All(req.EnvWithTerm()) {
+		env = append(env, k+"="+v)
 	}
+	slices.Sort(env)
 	// The marker, not sbxd exec: a wrapper would put the program in a
 	// process group of its own, outside the terminal's foreground group.
 	env = append(env, envExecID+"="+execID)
@@ -70,17 +71,6 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 	}
 	return t, nil
 }
-
-// Detachable: the engine's terminals end with their stream.
-func (s *Sandbox) Detachable() bool { return false }
-
-// AttachTerminal fails: nothing outlives the stream (see Detachable).
-func (s *Sandbox) AttachTerminal(context.Context, string, backend.TermSize) (backend.Terminal, error) {
-	return nil, s.opErr("terminal", backend.ErrNotDetachable)
-}
-
-// Terminals lists nothing: the engine keeps no terminals.
-func (s *Sandbox) Terminals(context.Context) ([]backend.TerminalInfo, error) { return nil, nil }
 
 // engineTerminal is a tty exec's stream.
 type engineTerminal struct {

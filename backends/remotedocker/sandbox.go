@@ -15,6 +15,9 @@ import (
 // Sandbox is one container on the remote engine: native's sandbox, with
 // remotedocker's endpoints and errors. It is safe for concurrent use.
 type Sandbox struct {
+	// Its own terminals end with their client (see Terminal).
+	backend.TerminalsEndWithClient
+
 	b   *Backend
 	in  backend.Sandbox // native's
 	cid string
@@ -270,14 +273,3 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 	})
 	return t, err
 }
-
-// Detachable: the engine's terminals end with their stream.
-func (s *Sandbox) Detachable() bool { return false }
-
-// AttachTerminal fails: nothing outlives the stream (see Detachable).
-func (s *Sandbox) AttachTerminal(context.Context, string, backend.TermSize) (backend.Terminal, error) {
-	return nil, s.opErr("terminal", backend.ErrNotDetachable)
-}
-
-// Terminals lists nothing: the engine keeps no terminals.
-func (s *Sandbox) Terminals(context.Context) ([]backend.TerminalInfo, error) { return nil, nil }
