@@ -16,7 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxkit/sandboxkit/internal/dockertest"
 	"github.com/sandboxkit/sandboxkit/internal/pty"
+	"github.com/sandboxkit/sandboxkit/internal/remotetest"
 	"github.com/sandboxkit/sandboxkit/internal/termbuf"
 )
 
@@ -136,10 +138,7 @@ func shellSession(t *testing.T, args ...string) {
 
 func TestShellLocal(t *testing.T) {
 	setup(t)
-	kept := sbx(t, "run", "--keep", "--", "true")
-	kept.expect(t, 0)
-	id := strings.TrimSpace(kept.stderr)
-	defer sbx(t, "rm", id)
+	id := keptSandbox(t)
 	t.Run("shell", func(t *testing.T) { shellSession(t, "shell", id) })
 	t.Run("exec -it", func(t *testing.T) { shellSession(t, "exec", "-it", id, "--", "sh") })
 	t.Run("run -it", func(t *testing.T) { shellSession(t, "run", "-it", "--", "sh") })
@@ -170,74 +169,113 @@ func TestShellLocal(t *testing.T) {
 	})
 }
 
-// Where the sandbox runs its own agent (lite; native as root), a terminal
-// outlives sbx: the detach keys leave it running, --list shows it, and
-// --attach in another sbx replays its recent output and goes on. A stopped
-// sbx (its terminal closed: SIGHUP) kills its program.
-func TestShellDetachAttach(t *testing.T) {
+// keptSandbox makes a sandbox with sbx run --keep (removed when the test
+// ends if the test did not).
+func keptSandbox(t *testing.T) string {
+	t.Helper()
+	kept := sbx(t, "run", "--keep", "--", "true")
+	kept.expect(t, 0)
+	lines := strings.Split(strings.TrimSpace(kept.stderr), "\n")
+	id := lines[len(lines)-1]
+	t.Cleanup(func() { sbx(t, "rm", id) })
+	return id
+}
+
+// detachAttach detaches from a shell in sandbox id, lists it, attaches to
+// it from another sbx (its output replayed), and checks that a stopped
+// sbx (its terminal closed: SIGHUP) leaves no program running.
+func detachAttach(t *testing.T, id string) {
+	s := startTTY(t, "shell", id)
+	s.prompt()
+	s.expect("echo before-''detach\r", "before-detach")
+	out := s.expect("\x10\x11", "--attach ")
+	s.wait(0)
+	m := regexp.MustCompile(`detached from terminal (\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no terminal ID in %q", out)
+	}
+	term := m[1]
+	if list := must(t, "shell", "--list", id); !regexp.MustCompile(term + `\s+running`).MatchString(list) {
+		t.Errorf("sbx shell --list after detaching:\n%s", list)
+	}
+
+	a := startTTY(t, "shell", "--attach", term, id)
+	a.expect("", "before-detach")
+	a.expect("echo after-''attach\r", "after-attach")
+	a.expect("exit 4\r", "exit 4")
+	a.wait(4)
+
+	k := startTTY(t, "shell", id, "--", "sh", "-c", "echo rea''dy; exec sleep 600")
+	k.expect("", "ready")
+	k.cmd.Process.Signal(syscall.SIGHUP)
+	k.wait(128 + int(syscall.SIGHUP))
+	var list []struct {
+		Cmd     []string
+		Running bool
+	}
+	if err := json.Unmarshal([]byte(must(t, "--json", "shell", "--list", id)), &list); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range list {
+		if l.Running {
+			t.Errorf("still running after its sbx was stopped: %v", l.Cmd)
+		}
+	}
+}
+
+// Where the sandbox runs its own agent (lite; native and remotedocker as
+// root), a terminal outlives sbx (see detachAttach). On k8s the agent is
+// the one sbx starts: the shell works, without detaching.
+func TestShellBackends(t *testing.T) {
 	for _, target := range []struct {
-		name string
-		make func(t *testing.T) chaosTarget
+		name       string
+		make       func(t *testing.T) chaosTarget
+		detachable bool
 	}{
-		{"lite", requireLite(chaosLite)},
-		{"native", chaosNative},
+		{"lite", requireLite(chaosLite), true},
+		{"native", chaosNative, true},
+		{"remotedocker", shellRemote, true},
+		{"k8s", chaosK8s, false},
 	} {
 		t.Run(target.name, func(t *testing.T) {
+			setup(t)
 			ct := target.make(t)
 			t.Setenv("SBX_CONFIG", ct.config)
-			before := ct.inventory(t)
-			kept := sbx(t, "run", "--keep", "--", "true")
-			kept.expect(t, 0)
-			lines := strings.Split(strings.TrimSpace(kept.stderr), "\n")
-			id := lines[len(lines)-1]
-			removed := false
-			t.Cleanup(func() {
-				if !removed {
-					sbx(t, "rm", id)
-				}
-			})
-
-			s := startTTY(t, "shell", id)
-			s.prompt()
-			s.expect("echo before-''detach\r", "before-detach")
-			out := s.expect("\x10\x11", "--attach ")
-			s.wait(0)
-			m := regexp.MustCompile(`detached from terminal (\S+)`).FindStringSubmatch(out)
-			if m == nil {
-				t.Fatalf("no terminal ID in %q", out)
+			var before []string
+			if ct.inventory != nil {
+				before = ct.inventory(t)
 			}
-			term := m[1]
-			if list := must(t, "shell", "--list", id); !regexp.MustCompile(term + `\s+running`).MatchString(list) {
-				t.Errorf("sbx shell --list after detaching:\n%s", list)
-			}
-
-			a := startTTY(t, "shell", "--attach", term, id)
-			a.expect("", "before-detach")
-			a.expect("echo after-''attach\r", "after-attach")
-			a.expect("exit 4\r", "exit 4")
-			a.wait(4)
-
-			k := startTTY(t, "shell", id, "--", "sh", "-c", "echo rea''dy; exec sleep 600")
-			k.expect("", "ready")
-			k.cmd.Process.Signal(syscall.SIGHUP)
-			k.wait(128 + int(syscall.SIGHUP))
-			var list []struct {
-				Cmd     []string
-				Running bool
-			}
-			if err := json.Unmarshal([]byte(must(t, "--json", "shell", "--list", id)), &list); err != nil {
-				t.Fatal(err)
-			}
-			for _, l := range list {
-				if l.Running {
-					t.Errorf("still running after its sbx was stopped: %v", l.Cmd)
-				}
+			id := keptSandbox(t)
+			shellSession(t, "shell", id)
+			if target.detachable {
+				detachAttach(t, id)
 			}
 			sbx(t, "rm", id).expect(t, 0)
-			removed = true
+			if ct.inventory == nil {
+				return
+			}
 			if after := ct.inventory(t); !slices.Equal(before, after) {
 				t.Errorf("left behind:\nbefore: %v\nafter:  %v", before, after)
 			}
 		})
 	}
+}
+
+// shellRemote is the remote-host harness's config (no inventory: the
+// remotedocker tests check leftovers on the remote engine).
+func shellRemote(t *testing.T) chaosTarget {
+	h := remotetest.Get(t)
+	return chaosTarget{config: writeConfig(t, `
+[sandbox]
+backend = "remotedocker"
+docker_host = "`+h.SSHHost()+`"
+[sandbox.remotedocker]
+identity_file = "`+h.Key+`"
+known_hosts = "`+h.KnownHosts+`"
+ssh_config = "none"
+remote_socket = "`+h.DockerSocket+`"
+pull_policy = "never"
+[sandbox.sandboxes.main]
+image = "`+dockertest.BusyboxImage+`"
+`)}
 }
