@@ -9,8 +9,30 @@
 // list_sandboxes and delete_sandbox manage them; ls, read_file, write_file,
 // edit_file, glob, grep and execute(command, timeout) are package fileops's
 // tools with its output strings; execute(background=true) starts a job
-// followed with job_status, job_output(cursor) and job_kill. A tool's failure
-// is a result with IsError set and text starting "Error: ".
+// followed with job_status, job_output(cursor) and job_kill.
+// terminal_start(command, rows, cols) runs an interactive program (a REPL,
+// a shell, a debugger) on a pseudo-terminal and returns a terminal_id;
+// terminal_send(terminal_id, input) types into it, terminal_read waits for
+// its output (until wait_for matches, quiet_ms pass without output, timeout
+// seconds pass or the program ends, with its exit code), and terminal_close
+// kills it. Their output has escape sequences and carriage returns removed
+// (termbuf.Strip) and is bounded like execute's. A sandbox keeps at most 16
+// terminals; they need the sbxd agent unless the backend has terminals of
+// its own, and are killed with their sandbox and when the server closes.
+// A tool's failure is a result with IsError set and text starting
+// "Error: ".
+//
+// # Terminal WebSocket
+//
+// GET /sandboxes/{id}/terminal (Handler) is the same terminals for people
+// and programs that want raw bytes: a WebSocket that starts a program (a
+// shell by default) or attaches to a terminal by ID, with the recent output
+// replayed; binary messages carry the terminal's bytes both ways, JSON text
+// messages resize it and report its start and exit. It takes the API key
+// and the conversation as the tools do (the conversation also as a query
+// parameter, for browsers), refuses pages of other origins, and keeps its
+// sandbox from expiring while it is connected. A client that goes detaches
+// (where terminals outlive their client; elsewhere its program is killed).
 //
 // # Rules
 //

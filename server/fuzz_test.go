@@ -48,7 +48,8 @@ func (fuzzBackend) Capabilities() backend.Capabilities {
 func (fuzzBackend) Close() error { return nil }
 
 var toolNames = []string{"create_sandbox", "connect_sandbox", "list_sandboxes", "delete_sandbox", "ls", "read_file",
-	"write_file", "edit_file", "glob", "grep", "execute", "job_status", "job_output", "job_kill"}
+	"write_file", "edit_file", "glob", "grep", "execute", "job_status", "job_output", "job_kill",
+	"terminal_start", "terminal_send", "terminal_read", "terminal_close"}
 
 // toolSeeds are arguments that reach past decoding.
 var toolSeeds = []string{

@@ -88,6 +88,16 @@ func ConversationFromHeader(h http.Header) (string, error) {
 //	GET  /pools           {"pools":[...]}: the figures of the warm pools (PoolStats)
 //	GET  /tools           the tools with their JSON input schemas
 //	POST /tools/{name}    run a tool: JSON arguments in, Result out
+//	GET  /sandboxes/{id}/terminal
+//	                      a WebSocket to a terminal of sandbox id: a new
+//	                      one running command (query; default a shell), or
+//	                      terminal=ID to attach to one; rows, cols; binary
+//	                      messages are the terminal's bytes, text messages
+//	                      JSON control ({"type":"resize","rows":R,"cols":C}
+//	                      in; {"type":"started","terminal_id":ID} first,
+//	                      {"type":"exit","exit_code":N} last out); the
+//	                      conversation as X-Conversation-Id or the
+//	                      conversation query parameter (see terminal_ws.go)
 //	     /mcp             MCP over streamable HTTP
 //
 // Everything but /health needs the API key when one is set, as
@@ -101,6 +111,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /pools", s.auth(http.HandlerFunc(s.servePools)))
 	mux.Handle("GET /tools", s.auth(http.HandlerFunc(s.serveToolList)))
 	mux.Handle("POST /tools/{name}", s.auth(http.HandlerFunc(s.serveTool)))
+	mux.Handle("GET /sandboxes/{id}/terminal", s.auth(http.HandlerFunc(s.serveTerminal)))
 
 	srv := s.MCPServer(func(req *mcp.CallToolRequest) string {
 		if req.Extra != nil {

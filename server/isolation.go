@@ -69,7 +69,7 @@ func (s *Server) describe(name, description string) string {
 		if note := isolationNote(iso); note != "" {
 			description += " " + note
 		}
-	case "execute":
+	case "execute", "terminal_start":
 		if iso == backend.IsolationNone {
 			description += " NOT isolated: the command runs as a host process and is not confined to the sandbox's folder."
 		}

@@ -210,14 +210,16 @@ func (s *Server) destroyNew(sb backend.Sandbox) {
 	}
 }
 
-// forget drops b from the server without destroying it.
+// forget drops b from the server without destroying it (its terminals
+// are forgotten too: the sandbox is gone already).
 func (s *Server) forget(b *box) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	b.gone = true
 	if s.boxes[b.id] == b {
 		delete(s.boxes, b.id)
 	}
+	s.mu.Unlock()
+	b.dropTerminals()
 }
 
 // attach reattaches b's sandbox if needed and starts its agent and tools.

@@ -72,6 +72,11 @@ type box struct {
 	// made without a pool, or adopted): the pool removes it, or takes it
 	// back after a clean reset.
 	claimed *session.Claimed
+
+	// terms are its programs on pseudo-terminals (terminals.go), killed
+	// when the sandbox goes or the server closes. They have a lock of
+	// their own.
+	terms terminals
 }
 
 // release is a sandbox released to its pool: whose it was and when.
@@ -313,6 +318,7 @@ func (s *Server) destroy(ctx context.Context, b *box) error {
 	defer cancel()
 	b.attach.Lock()
 	defer b.attach.Unlock()
+	b.killTerminals(ctx)
 	if b.jobs != nil {
 		b.jobs.close()
 	}
@@ -342,7 +348,9 @@ func (s *Server) destroy(ctx context.Context, b *box) error {
 
 // Close stops the reaper and the pool keepers (which remove their ready
 // sandboxes), cancels calls still running and background jobs the server
-// itself runs, and, with DeleteOnShutdown, removes every sandbox it knows.
+// itself runs, ends terminal WebSockets and kills the programs on the
+// sandboxes' terminals, and, with DeleteOnShutdown, removes every sandbox
+// it knows.
 // Sandboxes are otherwise kept for a later run to adopt. The backend is
 // not closed.
 func (s *Server) Close() error {
@@ -375,7 +383,9 @@ func (s *Server) Close() error {
 			if s.opts.DeleteOnShutdown {
 				err = s.destroy(context.Background(), b)
 			} else {
+				ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 				b.attach.Lock()
+				b.killTerminals(ctx)
 				if b.jobs != nil {
 					b.jobs.close()
 				}
@@ -383,6 +393,7 @@ func (s *Server) Close() error {
 					err = b.agent.Close()
 				}
 				b.attach.Unlock()
+				cancel()
 			}
 			if err != nil {
 				emu.Lock()

@@ -93,7 +93,8 @@ func TestMCPOverHTTPAgentTurn(t *testing.T) {
 				names = append(names, tl.Name)
 			}
 			assert.ElementsMatch(t, []string{"create_sandbox", "connect_sandbox", "list_sandboxes", "delete_sandbox",
-				"ls", "read_file", "write_file", "edit_file", "glob", "grep", "execute", "job_status", "job_output", "job_kill"}, names)
+				"ls", "read_file", "write_file", "edit_file", "glob", "grep", "execute", "job_status", "job_output", "job_kill",
+				"terminal_start", "terminal_send", "terminal_read", "terminal_close"}, names)
 
 			servertest.AgentTurn(t, servertest.MCP(cs), "")
 			assertNoSandboxes(t, b)

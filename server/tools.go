@@ -13,13 +13,14 @@ import (
 )
 
 // Result is what a tool call returns: the text the agent reads and whether
-// it reports a failure. HTTP callers also get the sandbox or job ID a call
-// made.
+// it reports a failure. HTTP callers also get the sandbox, job or terminal
+// ID a call made or used.
 type Result struct {
-	Output    string `json:"output"`
-	IsError   bool   `json:"is_error"`
-	SandboxID string `json:"sandbox_id,omitempty"`
-	JobID     string `json:"job_id,omitempty"`
+	Output     string `json:"output"`
+	IsError    bool   `json:"is_error"`
+	SandboxID  string `json:"sandbox_id,omitempty"`
+	JobID      string `json:"job_id,omitempty"`
+	TerminalID string `json:"terminal_id,omitempty"`
 }
 
 // Tool inputs. The json names are what agents send; jsonschema tags
@@ -103,7 +104,7 @@ const sandboxIDHint = " Pass the sandbox_id from create_sandbox (or from earlier
 
 // tools lists every tool, in the order agents see them.
 func tools() []toolDef {
-	return slices.Concat(sandboxTools(), fileTools(), execTools())
+	return slices.Concat(sandboxTools(), fileTools(), execTools(), terminalTools())
 }
 
 // sandboxTools make, find and remove a conversation's sandboxes.
