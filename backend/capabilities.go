@@ -49,6 +49,14 @@ type Capabilities struct {
 	SecurityOpt    bool
 	ReadOnlyRootfs bool
 	Runtimes       []string
+	// Platform: Spec.Platform selects the image's platform.
+	Platform bool
+	// ContainerName: Spec.ContainerName names the sandbox's container.
+	ContainerName bool
+	// Hostname, ExtraHosts: Spec.Hostname and Spec.ExtraHosts are set in
+	// the sandbox.
+	Hostname   bool
+	ExtraHosts bool
 
 	// ImageCommand: Spec.ImageCommand can run the image's own command.
 	ImageCommand bool
@@ -104,6 +112,10 @@ func (c Capabilities) Check(backendName string, spec Spec) error {
 	need(len(spec.CapDrop) == 0 || c.CapDrop, "cap_drop")
 	need(len(spec.SecurityOpt) == 0 || c.SecurityOpt, "security_opt")
 	need(!spec.ReadOnlyRootfs || c.ReadOnlyRootfs, "read_only")
+	need(spec.Platform == "" || c.Platform, fmt.Sprintf("platform %q", spec.Platform))
+	need(spec.ContainerName == "" || c.ContainerName, fmt.Sprintf("container_name %q", spec.ContainerName))
+	need(spec.Hostname == "" || c.Hostname, "hostname")
+	need(len(spec.ExtraHosts) == 0 || c.ExtraHosts, "extra hosts (--add-host)")
 	need(spec.Runtime == "" || slices.Contains(c.Runtimes, spec.Runtime), fmt.Sprintf("runtime %q", spec.Runtime))
 	need(!spec.ImageCommand || c.ImageCommand, `command = "" (the image's own command)`)
 	need(spec.Build == nil || c.Build, "dockerfile build")

@@ -42,6 +42,14 @@ type Factory struct {
 	// leave them alone when they decode an entry's extra table strictly, so
 	// an entry may carry them whichever backend the file selects.
 	EntryExtraKeys []string
+	// EntrySpec, when set, applies the EntryExtraKeys the backend honours
+	// per sandbox (lite's cpu_max, memory_max, ...) to the Spec of an entry
+	// whose [extra] table is extra, when the file selects this backend.
+	// Errors name the key as "KEY: problem" (KEY relative to the extra
+	// table); the config package adds the entry's path. Keys of
+	// EntryExtraKeys that a backend does not select are refused by the
+	// config package, naming the key and the backend.
+	EntrySpec func(extra map[string]any, spec *Spec) error
 	// AutoRank makes the backend a candidate of backend = "auto", which
 	// opens the candidate of highest rank that opens and passes Probe on
 	// this machine. 0: never chosen by auto. The built-in ranks: native 30

@@ -43,6 +43,20 @@ type Spec struct {
 	ReadOnlyRootfs bool
 	// Runtime selects a container runtime such as "runsc" (gVisor).
 	Runtime string
+	// Platform is the image platform "os/arch[/variant]" ("linux/arm64"),
+	// as docker run --platform: the backend pulls, and runs, that variant
+	// of a multi-platform image. "" is the backend's own platform.
+	Platform string
+	// ContainerName is the name the platform gives the sandbox (Docker's
+	// container name) instead of one the backend makes up. A fixed name
+	// can exist once, so a second sandbox of the same Spec fails with
+	// ErrAlreadyExists while the first lives.
+	ContainerName string
+	// Hostname is the sandbox's host name (docker run --hostname).
+	Hostname string
+	// ExtraHosts are "NAME:IP" lines added to the sandbox's /etc/hosts
+	// (docker run --add-host).
+	ExtraHosts []string
 
 	// Labels are added to the backend's own labels (which win on clashes).
 	Labels map[string]string

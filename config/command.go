@@ -6,13 +6,16 @@ import (
 )
 
 // splitCommand splits an entry's command string into argv the way OpenSage
-// gets it split (docker-py uses Python's shlex.split): words separated by
-// blanks, 'single quotes' literal, "double quotes" with backslash escapes of
-// \ " $ ` and newline, and a backslash outside quotes escaping the next
-// character. No shell runs the result, so nothing is expanded: unquoted shell
-// operators (| & ; < > ` $( ) are refused rather than passed on as words,
-// since a command written with them cannot do what it says.
-func splitCommand(s string) ([]string, error) {
+// gets it split on native (docker-py uses Python's shlex.split): words
+// separated by blanks, 'single quotes' literal, "double quotes" with
+// backslash escapes of \ " $ ` and newline, and a backslash outside quotes
+// escaping the next character. Nothing is expanded.
+//
+// A command with unquoted shell syntax (| & ; < > ` $( ) cannot mean what it
+// says as words, so it is meant for a shell, as OpenSage's k8s and
+// OpenSandbox backends run every command: shell is true and argv is nil, and
+// the caller runs the command as /bin/sh -c COMMAND.
+func splitCommand(s string) (argv []string, shell bool, err error) {
 	var (
 		args   []string
 		word   strings.Builder
@@ -30,7 +33,7 @@ func splitCommand(s string) ([]string, error) {
 		case c == '\\':
 			i++
 			if i == len(s) {
-				return nil, fmt.Errorf("command %q ends with a backslash", s)
+				return nil, false, fmt.Errorf("command %q ends with a backslash", s)
 			}
 			if s[i] != '\n' { // backslash-newline continues the line
 				word.WriteByte(s[i])
@@ -39,7 +42,7 @@ func splitCommand(s string) ([]string, error) {
 		case c == '\'':
 			end := strings.IndexByte(s[i+1:], '\'')
 			if end < 0 {
-				return nil, fmt.Errorf("command %q: unterminated single quote", s)
+				return nil, false, fmt.Errorf("command %q: unterminated single quote", s)
 			}
 			word.WriteString(s[i+1 : i+1+end])
 			i += end + 1
@@ -47,17 +50,12 @@ func splitCommand(s string) ([]string, error) {
 		case c == '"':
 			j, err := doubleQuoted(s, i+1, &word)
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			i = j
 			inWord = true
 		case strings.IndexByte("|&;<>`", c) >= 0 || (c == '$' && i+1 < len(s) && s[i+1] == '('):
-			op := string(c)
-			if c == '$' {
-				op = "$("
-			}
-			return nil, fmt.Errorf("command %q: unquoted %q: the command is split into arguments, not run by a shell; "+
-				`to use a shell write command = "sh -c '...'"`, s, op)
+			return nil, true, nil
 		default:
 			word.WriteByte(c)
 			inWord = true
@@ -66,7 +64,7 @@ func splitCommand(s string) ([]string, error) {
 	if inWord {
 		args = append(args, word.String())
 	}
-	return args, nil
+	return args, false, nil
 }
 
 // doubleQuoted copies the double-quoted text starting at s[i] (after the

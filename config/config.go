@@ -70,7 +70,10 @@ type Config struct {
 	Warnings []string
 
 	backends map[string]any // decoded [sandbox.NAME] tables by backend name
-	reg      *Registry      // the registry that parsed the file
+	// noSandboxTable: the file has no [sandbox] table (OpenSage: an agent
+	// without sandboxes).
+	noSandboxTable bool
+	reg            *Registry // the registry that parsed the file
 	// ttlWritten: the file sets [sandbox] default_ttl (else the backend
 	// may choose it; see backend.Factory.DefaultTTL).
 	ttlWritten bool
@@ -153,8 +156,10 @@ type Entry struct {
 	// initializer get the generic one (a plain sandbox from these keys).
 	Type  string `toml:"type"`
 	Image string `toml:"image"`
-	// ContainerID, PodName and ContainerName attach to an existing container
-	// or pod instead of creating one (OpenSage).
+	// ContainerID and PodName (with ContainerName picking the pod's
+	// container) attach to an existing container or pod instead of
+	// creating one (OpenSage); without PodName, ContainerName is the name
+	// of the container made (Spec.ContainerName).
 	ContainerID   string        `toml:"container_id"`
 	Timeout       time.Duration `toml:"timeout"`
 	PodName       string        `toml:"pod_name"`
@@ -186,8 +191,10 @@ type Entry struct {
 	// Mounts are docker --mount specs: "type=bind,source=...,target=...".
 	Mounts []string `toml:"mounts"`
 	// Ports maps "PORT[/tcp|/udp]" inside the sandbox to a host binding.
-	Ports      map[string]PortBinding `toml:"ports"`
-	DockerArgs []string               `toml:"docker_args"`
+	Ports map[string]PortBinding `toml:"ports"`
+	// DockerArgs are docker run flags, mapped onto the Spec's fields (see
+	// config.example.toml for the flags taken; others are refused).
+	DockerArgs []string `toml:"docker_args"`
 
 	// Where the image's Dockerfile is (at most one; see DockerfilePath)
 	// and its build arguments.
@@ -198,7 +205,9 @@ type Entry struct {
 
 	// Command is the main process: nil (key absent) keeps the sandbox
 	// alive doing nothing; "" runs the image's own command; anything else
-	// is split into argv with shell quoting rules (no shell is run).
+	// is split into argv with shell quoting rules (no shell is run), unless
+	// it holds unquoted shell syntax (| & ; < > ` $( ): then /bin/sh -c
+	// runs it.
 	Command     *string  `toml:"command"`
 	UsingCached bool     `toml:"using_cached"`
 	MCPServices []string `toml:"mcp_services"`
@@ -284,6 +293,22 @@ func (c *Config) BackendConfig(name string) any { return c.backends[name] }
 
 // SandboxNames returns the entry names, sorted.
 func (c *Config) SandboxNames() []string { return slices.Sorted(maps.Keys(c.Sandbox.Sandboxes)) }
+
+// NothingToLaunch returns nil when the config has sandbox entries, and
+// otherwise an error wrapping backend.ErrInvalidConfig that names the
+// missing table and how to add one. A config without entries is valid (an
+// OpenSage agent that uses no sandbox); only launching from it fails.
+func (c *Config) NothingToLaunch() error {
+	if len(c.Sandbox.Sandboxes) > 0 {
+		return nil
+	}
+	missing := "[sandbox.sandboxes.NAME] tables"
+	if c.noSandboxTable {
+		missing = "[sandbox] table"
+	}
+	return invalidf(`%s: nothing to launch: the file has no %s (add one, e.g. [sandbox.sandboxes.main] with image = "ubuntu:24.04")`,
+		c.Describe(), missing)
+}
 
 // Entry returns the named entry. An unknown name gives an error wrapping
 // backend.ErrInvalidConfig that lists the known ones.

@@ -677,6 +677,7 @@ func TestSplitCommand(t *testing.T) {
 	tests := []struct {
 		in      string
 		want    []string
+		shell   bool
 		wantErr string
 	}{
 		{in: "tail -f /dev/null", want: []string{"tail", "-f", "/dev/null"}},
@@ -691,22 +692,27 @@ func TestSplitCommand(t *testing.T) {
 		{in: `echo 'unterminated`, wantErr: `command "echo 'unterminated": unterminated single quote`},
 		{in: `echo "unterminated`, wantErr: `command "echo \"unterminated": unterminated double quote`},
 		{in: `echo trailing\`, wantErr: `command "echo trailing\\" ends with a backslash`},
-		{in: `cd /x && make`, wantErr: `command "cd /x && make": unquoted "&": the command is split into arguments, not run by a shell; to use a shell write command = "sh -c '...'"`},
-		{in: `echo $(date)`, wantErr: `unquoted "$("`},
-		{in: "ls | wc", wantErr: `unquoted "|"`},
-		{in: "a; b", wantErr: `unquoted ";"`},
-		{in: "a > b", wantErr: `unquoted ">"`},
-		{in: "echo `date`", wantErr: "unquoted \"`\""},
+		// Unquoted shell syntax: the command is for a shell.
+		{in: `cd /x && make`, shell: true},
+		{in: `echo $(date)`, shell: true},
+		{in: "ls | wc", shell: true},
+		{in: "a; b", shell: true},
+		{in: "tail -f /dev/null > /tmp/log 2>&1", shell: true},
+		{in: "a < b", shell: true},
+		{in: "echo `date`", shell: true},
+		{in: `echo '|' ">"`, want: []string{"echo", "|", ">"}},
+		{in: `echo $HOME`, want: []string{"echo", "$HOME"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := splitCommand(tt.in)
+			got, shell, err := splitCommand(tt.in)
 			if tt.wantErr != "" {
 				assert.ErrorContains(t, err, tt.wantErr)
 				return
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
+			assert.Equal(t, tt.shell, shell)
 		})
 	}
 }
@@ -720,6 +726,8 @@ command = ""
 command = "   "
 [sandbox.sandboxes.argv]
 command = "python3 -m http.server 8000"
+[sandbox.sandboxes.shell]
+command = "tail -f /dev/null | cat > /tmp/out"
 `)
 	tests := []struct {
 		name         string
@@ -730,6 +738,7 @@ command = "python3 -m http.server 8000"
 		{"empty", nil, true},
 		{"blank", nil, true},
 		{"argv", []string{"python3", "-m", "http.server", "8000"}, false},
+		{"shell", []string{"/bin/sh", "-c", "tail -f /dev/null | cat > /tmp/out"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -796,17 +805,15 @@ func TestSpecRefusesWhatItCannotCarry(t *testing.T) {
 [sandbox.sandboxes.one]
 devices = ["/dev/kvm"]
 [sandbox.sandboxes.many]
-platform = "linux/arm64"
-docker_args = ["--init"]
+devices = ["/dev/kvm"]
 host_gateway = true
-container_name = "abc"
 `)
 	_, err := cfg.Spec("one")
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 	assert.ErrorContains(t, err, `: sandbox.sandboxes.one: devices is not supported by this version of sandboxkit (remove it from the entry)`)
 	_, err = cfg.Spec("many")
 	require.ErrorIs(t, err, errors.ErrUnsupported)
-	assert.ErrorContains(t, err, `: sandbox.sandboxes.many: container_name, platform, docker_args, host_gateway are not supported by this version of sandboxkit (remove them from the entry)`)
+	assert.ErrorContains(t, err, `: sandbox.sandboxes.many: devices, host_gateway are not supported by this version of sandboxkit (remove them from the entry)`)
 }
 
 // Dockerfile keys become Spec.Build: the Dockerfile's folder is the
@@ -880,11 +887,13 @@ container_name = "tools"
 	assert.Equal(t, "f00dfeed", mustSpec(t, cfg, "main").Existing)
 	assert.Equal(t, "agent-0", mustSpec(t, cfg, "pod").Existing)
 	assert.Equal(t, "agent-0/tools", mustSpec(t, cfg, "sidecar").Existing)
-	_, err := mustParse(t, "[sandbox.sandboxes.lone]\ncontainer_name = \"tools\"\n").Spec("lone")
-	require.ErrorIs(t, err, errors.ErrUnsupported)
-	assert.ErrorContains(t, err, "container_name")
+	// Without pod_name, container_name names the container made.
+	lone := mustSpec(t, mustParse(t, "[sandbox.sandboxes.lone]\ncontainer_name = \"tools\"\n"), "lone")
+	assert.Equal(t, "tools", lone.ContainerName)
+	assert.Empty(t, lone.Existing)
+	assert.Empty(t, mustSpec(t, cfg, "sidecar").ContainerName, "with pod_name it picks the pod's container")
 
-	_, err = parse(t, "[sandbox.sandboxes.both]\ncontainer_id = \"a\"\npod_name = \"b\"\n")
+	_, err := parse(t, "[sandbox.sandboxes.both]\ncontainer_id = \"a\"\npod_name = \"b\"\n")
 	require.ErrorIs(t, err, backend.ErrInvalidConfig)
 	assert.ErrorContains(t, err, "sandbox.sandboxes.both: container_id and pod_name are set; use one")
 	_, err = parse(t, "[sandbox.sandboxes.built]\ncontainer_id = \"a\"\nproject_relative_dockerfile_path = \"Dockerfile\"\n")

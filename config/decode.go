@@ -76,6 +76,7 @@ func (p *parser) parse(data []byte) error {
 	sbx := map[string]any{}
 	switch v := doc["sandbox"].(type) {
 	case nil:
+		p.cfg.noSandboxTable = true
 	case map[string]any:
 		sbx = v
 	default:

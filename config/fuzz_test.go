@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -111,6 +112,41 @@ func FuzzSplitCommand(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		_, _ = splitCommand(s)
+		argv, shell, err := splitCommand(s)
+		if shell && (argv != nil || err != nil) {
+			t.Fatalf("%q: shell with argv %q, err %v", s, argv, err)
+		}
+	})
+}
+
+// Reading docker_args (outside input) never panics, and what it accepts
+// names a supported flag.
+func FuzzDockerArgs(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"--cap-add=SYS_PTRACE", "--security-opt"}, {"-m512m", "-e"}, {"--memory", "1g"},
+		{"-p", "127.0.0.1:1:2/udp"}, {"--add-host", "a:1.2.3.4"}, {"-", "--"}, {"--x=", " -"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	reg := builtinRegistry()
+	f.Fuzz(func(t *testing.T, a, b string) {
+		args, err := splitDockerArgs([]string{a, b})
+		if err == nil {
+			for _, x := range args {
+				if _, ok := lookupDockerFlag(x.name); !ok {
+					t.Fatalf("%q %q: accepted unknown flag %q", a, b, x.name)
+				}
+			}
+		}
+		cfg, err := reg.ParseConfig(fmt.Appendf(nil, "[sandbox.sandboxes.x]\nimage = \"busybox\"\ndocker_args = [%q, %q]\n", a, b), "fuzz/sandbox.toml")
+		if err != nil {
+			if !errors.Is(err, backend.ErrInvalidConfig) {
+				t.Fatalf("error without ErrInvalidConfig: %v", err)
+			}
+			return
+		}
+		if _, err := cfg.Spec("x"); err != nil && !errors.Is(err, backend.ErrInvalidConfig) {
+			t.Fatalf("Spec: error without ErrInvalidConfig: %v", err)
+		}
 	})
 }

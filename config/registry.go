@@ -141,6 +141,20 @@ func (r *Registry) entryExtraKeys() map[string]bool {
 	return keys
 }
 
+// extraKeyOwners maps each [extra] key some registered backend reads per
+// entry (its EntryExtraKeys) to those backends' names, sorted.
+func (r *Registry) extraKeyOwners() map[string][]string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	owners := map[string][]string{}
+	for _, name := range slices.Sorted(maps.Keys(r.factories)) {
+		for _, k := range r.factories[name].EntryExtraKeys {
+			owners[k] = append(owners[k], name)
+		}
+	}
+	return owners
+}
+
 // Open opens the backend cfg.Sandbox.Backend names, handing it the decoded
 // [sandbox.NAME] table and the file's shared settings. logger may be nil
 // (discard).

@@ -33,9 +33,16 @@ import (
 // one; with pod_name, container_name picks the pod's container
 // ("POD/CONTAINER").
 //
-// Options that backend.Spec cannot carry yet (devices, platform,
-// docker_args, host_gateway, container_name without pod_name) give an error wrapping
-// errors.ErrUnsupported rather than being dropped.
+// platform, container_name (without pod_name: the container's name) and
+// docker_args (see parseDockerArgs) land in the Spec's fields; the backend
+// refuses at Create what it cannot honour. The selected backend's
+// Factory.EntrySpec applies the [extra] keys it reads per sandbox (lite's
+// cpu_max, ...).
+//
+// Options that backend.Spec cannot carry yet (devices, host_gateway), and
+// [extra] keys that another backend than the selected one reads (lite's
+// cpu_max on native), give an error wrapping errors.ErrUnsupported that
+// names the key and the backend rather than being dropped.
 func (c *Config) Spec(name string) (backend.Spec, error) {
 	e, err := c.Entry(name)
 	if err != nil {
@@ -48,6 +55,9 @@ func (c *Config) Spec(name string) (backend.Spec, error) {
 			errs[i] = invalidf("%s: %s", c.Describe(), p)
 		}
 		return backend.Spec{}, errors.Join(errs...)
+	}
+	if err := c.foreignExtras(e); err != nil {
+		return backend.Spec{}, err
 	}
 	if opts := unsupportedOptions(e); len(opts) > 0 {
 		verb, it := "is", "it"
@@ -78,12 +88,48 @@ func unsupportedOptions(e *Entry) []string {
 			opts = append(opts, key)
 		}
 	}
-	add(e.ContainerName != "" && e.PodName == "", "container_name")
-	add(e.Platform != "", "platform")
 	add(len(e.Devices) > 0, "devices")
-	add(len(e.DockerArgs) > 0, "docker_args")
 	add(e.HostGateway, "host_gateway")
 	return opts
+}
+
+// selectedFactory is the factory of the backend the config selects (for
+// backend = "auto", the one Open chose; ok false before that).
+func (c *Config) selectedFactory() (name string, f backend.Factory, ok bool) {
+	if c.reg == nil {
+		return "", backend.Factory{}, false
+	}
+	b := c.Sandbox.Backend
+	if b == AutoBackend {
+		b = c.Chosen
+	}
+	return c.reg.resolve(b)
+}
+
+// foreignExtras refuses [extra] keys that some registered backend reads per
+// entry (its EntryExtraKeys) but the selected backend does not: it would
+// ignore them.
+func (c *Config) foreignExtras(e *Entry) error {
+	name, f, ok := c.selectedFactory()
+	if !ok {
+		return nil
+	}
+	owners := c.reg.extraKeyOwners()
+	var bad []string
+	for _, k := range sortedKeys(e.Extra) {
+		if len(owners[k]) == 0 || slices.Contains(f.EntryExtraKeys, k) || k == f.EntryTTLKey {
+			continue
+		}
+		bad = append(bad, fmt.Sprintf("%s (read by %s)", entryKey(e.Name).String()+".extra."+k, strings.Join(owners[k], ", ")))
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return &configError{
+		msg: fmt.Sprintf("%s: the %s backend cannot honour %s (remove the key or select a backend that reads it)",
+			c.Describe(), name, strings.Join(bad, ", ")),
+		sentinel: errors.ErrUnsupported,
+	}
 }
 
 // buildSpec makes e's Spec. problems are "key: message" lines; warnings
@@ -103,7 +149,11 @@ func (c *Config) buildSpec(e *Entry, loading bool) (spec backend.Spec, warnings,
 		SecurityOpt:    slices.Clone(e.SecurityOpt),
 		ReadOnlyRootfs: e.ReadOnly,
 		Runtime:        e.Runtime,
+		Platform:       e.Platform,
 		TTL:            c.Sandbox.DefaultTTL,
+	}
+	if e.PodName == "" {
+		b.spec.ContainerName = e.ContainerName // with pod_name: existing's
 	}
 	if len(e.Environment) > 0 {
 		b.spec.Env = maps.Clone(e.Environment)
@@ -114,8 +164,11 @@ func (c *Config) buildSpec(e *Entry, loading bool) (spec backend.Spec, warnings,
 	b.ports()
 	b.resources()
 	b.labels()
+	b.dockerArgs()
+	b.platform()
 	b.build()
 	b.existing()
+	b.extras()
 	b.pool()
 	return b.spec, b.warnings, b.problems
 }
@@ -137,7 +190,62 @@ func (b *specBuilder) pool() {
 		b.fail(b.at("pool", "refill"), "must not be negative, got %d", p.Refill)
 	case b.e.ContainerID != "" || b.e.PodName != "":
 		b.fail(b.at("pool"), "an entry that attaches to an existing container (container_id, pod_name) cannot have a pool")
+	case b.spec.ContainerName != "":
+		b.fail(b.at("pool"), "container_name %q names one container, and a pool keeps several; remove container_name (or docker_args --name) or the [pool] table", b.spec.ContainerName)
 	}
+}
+
+// platformRE is docker's --platform form: os/arch[/variant].
+var platformRE = regexp.MustCompile(`^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$`)
+
+// platform checks the image platform (platform, or docker_args --platform).
+func (b *specBuilder) platform() {
+	p := strings.ToLower(b.spec.Platform)
+	if p != "" && !platformRE.MatchString(p) {
+		b.fail(b.at("platform"), `want "os/arch[/variant]" as docker run --platform takes, e.g. "linux/amd64" or "linux/arm64/v8", got %q`, b.spec.Platform)
+	}
+	b.spec.Platform = p
+}
+
+// extras applies the selected backend's per-entry [extra] keys
+// (backend.Factory.EntrySpec).
+func (b *specBuilder) extras() {
+	_, f, ok := b.c.selectedFactory()
+	if !ok || f.EntrySpec == nil {
+		return
+	}
+	extra := b.e.Extra
+	if extra == nil {
+		extra = map[string]any{}
+	}
+	if err := f.EntrySpec(extra, &b.spec); err != nil {
+		b.problems = append(b.problems, b.at("extra")+"."+err.Error())
+	}
+}
+
+// addVolume adds a parsed volume spec raw of key k: an error, a skip
+// (warned about when report), or a volume whose target is not mounted yet.
+func (b *specBuilder) addVolume(k, raw string, v backend.Volume, skip string, err error, report bool) {
+	if b.targets == nil {
+		b.targets = map[string]string{}
+	}
+	switch {
+	case err != nil:
+		b.fail(k, "volume %q: %v", raw, err)
+	case skip != "":
+		if report {
+			b.warnings = append(b.warnings, fmt.Sprintf("%s: volume %q: %s (skipped)", k, raw, skip))
+		}
+	case b.targets[v.Target] != "":
+		b.fail(k, "volume %q: %s is already mounted by %q", raw, v.Target, b.targets[v.Target])
+	default:
+		b.targets[v.Target] = raw
+		b.spec.Volumes = append(b.spec.Volumes, v)
+	}
+}
+
+func (b *specBuilder) hostPaths() hostPaths {
+	return hostPaths{dir: b.c.Dir, remote: b.c.remoteHostPaths}
 }
 
 // specBuilder holds one entry's Spec while buildSpec fills it, key by key.
@@ -151,6 +259,8 @@ type specBuilder struct {
 	problems []string
 	// dockerfile is the Dockerfile key that is set, for existing's message.
 	dockerfile string
+	// targets maps each volume target to the spec that mounts it.
+	targets map[string]string
 }
 
 // at is the dotted key of one of the entry's keys.
@@ -181,10 +291,12 @@ func (b *specBuilder) command() {
 	if b.e.Command == nil {
 		return
 	}
-	argv, err := splitCommand(*b.e.Command)
+	argv, shell, err := splitCommand(*b.e.Command)
 	switch {
 	case err != nil:
 		b.fail(b.at("command"), "%v", err)
+	case shell:
+		b.spec.Command = []string{"/bin/sh", "-c", *b.e.Command}
 	case len(argv) == 0:
 		b.spec.ImageCommand = true
 	default:
@@ -195,23 +307,8 @@ func (b *specBuilder) command() {
 // volumes: the entry's, its mounts, then mount_host_paths; each target at
 // most once.
 func (b *specBuilder) volumes() {
-	targets := map[string]string{}
-	add := func(k, raw string, v backend.Volume, skip string, err error, report bool) {
-		switch {
-		case err != nil:
-			b.fail(k, "volume %q: %v", raw, err)
-		case skip != "":
-			if report {
-				b.warnings = append(b.warnings, fmt.Sprintf("%s: volume %q: %s (skipped)", k, raw, skip))
-			}
-		case targets[v.Target] != "":
-			b.fail(k, "volume %q: %s is already mounted by %q", raw, v.Target, targets[v.Target])
-		default:
-			targets[v.Target] = raw
-			b.spec.Volumes = append(b.spec.Volumes, v)
-		}
-	}
-	hp := hostPaths{dir: b.c.Dir, remote: b.c.remoteHostPaths}
+	add := b.addVolume
+	hp := b.hostPaths()
 	for _, s := range b.e.Volumes {
 		v, skip, err := parseVolumeOn(s, hp)
 		add(b.at("volumes"), s, v, skip, err, true)
@@ -238,9 +335,11 @@ func (b *specBuilder) ports() {
 		}
 		b.spec.Ports = append(b.spec.Ports, port)
 	}
-	slices.SortFunc(b.spec.Ports, func(x, y backend.Port) int {
-		return cmp.Or(cmp.Compare(x.Port, y.Port), cmp.Compare(x.Protocol, y.Protocol))
-	})
+	slices.SortFunc(b.spec.Ports, comparePorts)
+}
+
+func comparePorts(x, y backend.Port) int {
+	return cmp.Or(cmp.Compare(x.Port, y.Port), cmp.Compare(x.Protocol, y.Protocol))
 }
 
 func (b *specBuilder) resources() {
@@ -319,6 +418,8 @@ func (b *specBuilder) existing() {
 	switch {
 	case e.ContainerID != "" && e.PodName != "":
 		b.fail(key, "container_id and pod_name are set; use one")
+	case e.ContainerID != "" && b.spec.ContainerName != "":
+		b.fail(key, "container_id attaches to an existing container, so container_name %q names nothing; remove one of them", b.spec.ContainerName)
 	case e.ContainerID != "":
 		b.spec.Existing, existingKey = e.ContainerID, "container_id"
 	case e.PodName != "" && e.ContainerName != "":

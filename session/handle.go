@@ -344,6 +344,9 @@ func applyEnv(s *Session, ms []*member, hostFor func(*member) string) {
 // dependencies, as Launch does before making anything, so `sbx config
 // check` can report mistakes without launching. reg nil: initializers.Default().
 func CheckEntries(c *config.Config, reg *initializers.Registry) error {
+	if len(c.SandboxNames()) == 0 {
+		return nil // valid: nothing to launch (see config.Config.NothingToLaunch)
+	}
 	l := &Launcher{Config: c, Initializers: reg}
 	_, err := l.plan(nil, "check")
 	return err

@@ -200,7 +200,7 @@ func (l *Launcher) plan(names []string, id string) ([]*member, error) {
 		names = cfg.SandboxNames()
 	}
 	if len(names) == 0 {
-		return nil, backend.InvalidConfigf("%s: no [sandbox.sandboxes.NAME] entries to launch", cfg.Describe())
+		return nil, cfg.NothingToLaunch()
 	}
 	names = slices.Sorted(slices.Values(names))
 	var errs []error

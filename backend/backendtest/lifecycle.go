@@ -4,6 +4,7 @@ import (
 	"errors"
 	"maps"
 	"path"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -260,6 +261,10 @@ func (s *suite) testCapabilities(t *testing.T) {
 		{"cap_drop", caps.CapDrop, func(sp *backend.Spec) { sp.CapDrop = []string{"NET_RAW"} }},
 		{"security_opt", caps.SecurityOpt, func(sp *backend.Spec) { sp.SecurityOpt = []string{"no-new-privileges"} }},
 		{"read_only", caps.ReadOnlyRootfs, func(sp *backend.Spec) { sp.ReadOnlyRootfs = true }},
+		{"platform", caps.Platform, func(sp *backend.Spec) { sp.Platform = "linux/" + runtime.GOARCH }},
+		{"container_name", caps.ContainerName, func(sp *backend.Spec) { sp.ContainerName = "backendtest-" + randomHex(6) }},
+		{"hostname", caps.Hostname, func(sp *backend.Spec) { sp.Hostname = "backendtest" }},
+		{"extra hosts", caps.ExtraHosts, func(sp *backend.Spec) { sp.ExtraHosts = []string{"backendtest.invalid:192.0.2.1"} }},
 		{"user", caps.User, func(sp *backend.Spec) { sp.User = "65534" }},
 		{"cpus", caps.CPULimit, func(sp *backend.Spec) { sp.Resources.CPUs = 0.5 }},
 		{"mem_limit", caps.MemoryLimit, func(sp *backend.Spec) { sp.Resources.MemoryBytes = 256 << 20 }},

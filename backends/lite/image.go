@@ -90,10 +90,19 @@ func (s *imageStore) lock(key string) *sync.Mutex {
 }
 
 // resolve returns the unpacked image ref names, unpacking it first when
-// the cache lacks it.
-func (s *imageStore) resolve(ctx context.Context, ref string) (*image, error) {
+// the cache lacks it. platform ("os/arch[/variant]", "" for this machine's)
+// selects the variant of a registry image to pull; other sources are what
+// their files are, so a platform there is refused.
+func (s *imageStore) resolve(ctx context.Context, ref, platform string) (*image, error) {
 	if alias, ok := s.aliases[ref]; ok {
 		ref = alias
+	}
+	registry := strings.HasPrefix(ref, srcRegistry) || !(strings.HasPrefix(ref, srcDir) ||
+		strings.HasPrefix(ref, srcDockerArchive) || strings.HasPrefix(ref, srcOCILayout) ||
+		strings.HasPrefix(ref, srcOCIArchive) || filepath.IsAbs(ref))
+	if platform != "" && !registry {
+		return nil, fmt.Errorf("%w: platform %q: the lite backend selects a platform only when pulling from a registry, and image %q is local files (remove platform or name a registry image)",
+			errors.ErrUnsupported, platform, ref)
 	}
 	switch {
 	case strings.HasPrefix(ref, srcDir):
@@ -107,11 +116,24 @@ func (s *imageStore) resolve(ctx context.Context, ref string) (*image, error) {
 		p, tag := splitLayoutRef(strings.TrimPrefix(ref, srcOCIArchive))
 		return s.fromOCIArchive(p, tag)
 	case strings.HasPrefix(ref, srcRegistry):
-		return s.fromRegistry(ctx, strings.TrimPrefix(ref, srcRegistry))
+		return s.fromRegistry(ctx, strings.TrimPrefix(ref, srcRegistry), platform)
 	case filepath.IsAbs(ref):
 		return s.fromPath(ref)
 	}
-	return s.fromRegistry(ctx, ref)
+	return s.fromRegistry(ctx, ref, platform)
+}
+
+// pullPlatform is the platform to pull: "os/arch[/variant]", else linux on
+// this machine's architecture.
+func pullPlatform(platform string) (v1.Platform, error) {
+	if platform == "" {
+		return v1.Platform{OS: "linux", Architecture: runtime.GOARCH}, nil
+	}
+	p, err := v1.ParsePlatform(platform)
+	if err != nil || p.OS == "" || p.Architecture == "" {
+		return v1.Platform{}, fmt.Errorf("%w: platform %q: want os/arch[/variant], e.g. linux/arm64", backend.ErrInvalidConfig, platform)
+	}
+	return *p, nil
 }
 
 // splitLayoutRef splits "/path/to/layout:tag" (the tag has no slash).
@@ -260,9 +282,14 @@ func (s *imageStore) fromOCIArchive(p, tag string) (*image, error) {
 	return s.unpack(srcOCIArchive+p, img)
 }
 
-// fromRegistry pulls ref. With pull policy "missing", a ref seen before is
-// served from the cache without asking the registry.
-func (s *imageStore) fromRegistry(ctx context.Context, ref string) (*image, error) {
+// fromRegistry pulls ref, of platform (see resolve). With pull policy
+// "missing", a ref seen before (for the same platform) is served from the
+// cache without asking the registry.
+func (s *imageStore) fromRegistry(ctx context.Context, ref, platform string) (*image, error) {
+	plat, err := pullPlatform(platform)
+	if err != nil {
+		return nil, err
+	}
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return nil, fmt.Errorf("%w: image %q: %v (use dir:/path, docker-archive:/path.tar, oci:/path or a registry reference)", backend.ErrInvalidConfig, ref, err)
@@ -272,7 +299,11 @@ func (s *imageStore) fromRegistry(ctx context.Context, ref string) (*image, erro
 			return nil, fmt.Errorf("%w: image %q: %v", backend.ErrInvalidConfig, ref, err)
 		}
 	}
-	refFile := filepath.Join(s.dir, "refs", hashString(r.Name()))
+	refKey := r.Name()
+	if platform != "" {
+		refKey += "@" + plat.String()
+	}
+	refFile := filepath.Join(s.dir, "refs", hashString(refKey))
 	if s.pullPolicy != PullAlways {
 		if key, err := os.ReadFile(refFile); err == nil {
 			if img, err := s.cached(string(key)); err == nil {
@@ -287,7 +318,7 @@ func (s *imageStore) fromRegistry(ctx context.Context, ref string) (*image, erro
 	img, err := remote.Image(r,
 		remote.WithContext(ctx),
 		remote.WithAuthFromKeychain(authn.DefaultKeychain),
-		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}))
+		remote.WithPlatform(plat))
 	if err != nil {
 		var te *transport.Error
 		if errors.As(err, &te) && te.StatusCode == http.StatusNotFound {

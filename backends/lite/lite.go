@@ -233,6 +233,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		CapDrop:          true,
 		SecurityOpt:      true,
 		ReadOnlyRootfs:   true,
+		Platform:         true,
 		Runtimes:         slices.Clone(b.runtimes),
 		ImageCommand:     true,
 		PauseKeepsMemory: true,
@@ -467,7 +468,7 @@ func (b *Backend) checkCreate(ctx context.Context, spec backend.Spec) (rt *ociRu
 	if ref == "" {
 		return nil, "", nil, fmt.Errorf("%w: the lite backend needs an image (set image in the sandbox entry or [sandbox] default_image; e.g. dir:/path/to/rootfs)", backend.ErrInvalidConfig)
 	}
-	if img, err = b.images.resolve(ctx, ref); err != nil {
+	if img, err = b.images.resolve(ctx, ref, spec.Platform); err != nil {
 		return nil, "", nil, err
 	}
 	if b.userns != nil {

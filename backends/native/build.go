@@ -98,6 +98,7 @@ func (b *Backend) build(ctx context.Context, spec backend.Spec, report func(back
 		ForceRemove: true, // no intermediate containers left after a failed step
 		PullParent:  policy == PullAlways,
 		Version:     build.BuilderV1,
+		Platform:    spec.Platform, // the base images' platform, as docker build --platform
 	})
 	if err != nil {
 		if terr := drainErr(tarErr); terr != nil {

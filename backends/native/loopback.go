@@ -55,7 +55,7 @@ func (b *Backend) createOnLoopback(ctx context.Context, spec backend.Spec, id st
 		}
 		hc.PortBindings[port] = binds
 	}
-	return b.cli.ContainerCreate(ctx, cfg, hc, networkingConfig(spec), nil, name)
+	return b.cli.ContainerCreate(ctx, cfg, hc, networkingConfig(spec), platformOf(spec), name)
 }
 
 // loopbackAddr returns the session's address: the one its containers

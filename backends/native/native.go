@@ -22,12 +22,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/client"
 	"github.com/docker/go-connections/nat"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/embedbin"
@@ -262,6 +264,10 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		CapDrop:          true,
 		SecurityOpt:      true,
 		ReadOnlyRootfs:   true,
+		Platform:         true,
+		ContainerName:    true,
+		Hostname:         true,
+		ExtraHosts:       true,
 		ImageCommand:     true,
 		Build:            true,
 		AttachExisting:   true,
@@ -288,9 +294,12 @@ func newID() string {
 
 var notNameChar = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
 
-// containerName is sbx-<session>-<name>-<id>, with characters Docker does
-// not allow in names replaced.
+// containerName is spec.ContainerName, else sbx-<session>-<name>-<id>, with
+// characters Docker does not allow in names replaced.
 func containerName(spec backend.Spec, id string) string {
+	if spec.ContainerName != "" {
+		return spec.ContainerName
+	}
 	parts := []string{"sbx"}
 	for _, p := range []string{spec.Session, spec.Name} {
 		if p = strings.Trim(notNameChar.ReplaceAllString(p, "-"), "-."); p != "" {
@@ -370,9 +379,13 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if b.cfg.Ports == PortsLoopback && len(spec.Ports) > 0 {
 		created, err = b.createOnLoopback(ctx, spec, id, cfg, hc, name)
 	} else {
-		created, err = b.cli.ContainerCreate(ctx, cfg, hc, networkingConfig(spec), nil, name)
+		created, err = b.cli.ContainerCreate(ctx, cfg, hc, networkingConfig(spec), platformOf(spec), name)
 	}
 	if err != nil {
+		if spec.ContainerName != "" && cerrdefs.IsConflict(err) {
+			return fail(fmt.Errorf("%w: container_name %q: a container of that name exists (remove it, or drop container_name so each sandbox gets a name of its own): %v",
+				backend.ErrAlreadyExists, spec.ContainerName, err))
+		}
 		return fail(b.explainCreate(err))
 	}
 	cid := created.ID
@@ -415,7 +428,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 func (b *Backend) specImage(ctx context.Context, spec backend.Spec) (image.InspectResponse, error) {
 	report := progressFunc(spec)
 	if spec.Build == nil {
-		return b.ensureImage(ctx, spec.Image, report)
+		return b.ensureImage(ctx, spec.Image, spec.Platform, report)
 	}
 	if err := b.build(ctx, spec, report); err != nil {
 		return image.InspectResponse{}, err
@@ -482,6 +495,7 @@ func (b *Backend) containerConfig(spec backend.Spec, img image.InspectResponse, 
 		Labels:     labels,
 		WorkingDir: spec.WorkingDir,
 		User:       spec.User,
+		Hostname:   spec.Hostname,
 	}
 	if cfg.WorkingDir == "" && img.Config != nil {
 		cfg.WorkingDir = img.Config.WorkingDir
@@ -559,6 +573,7 @@ func (b *Backend) hostConfig(spec backend.Spec) (*container.HostConfig, error) {
 		Runtime:        cmp(spec.Runtime, b.cfg.Runtime),
 		ShmSize:        spec.Resources.ShmBytes,
 		AutoRemove:     spec.AutoRemove,
+		ExtraHosts:     slices.Clone(spec.ExtraHosts),
 	}
 	hc.SecurityOpt = slices.Clone(spec.SecurityOpt)
 	if !b.cfg.AllowNewPrivileges && !slices.ContainsFunc(hc.SecurityOpt, func(s string) bool {
@@ -655,11 +670,16 @@ func progressFunc(spec backend.Spec) func(backend.Progress) {
 	}
 }
 
-// ensureImage applies the pull policy and returns the image's config.
-func (b *Backend) ensureImage(ctx context.Context, ref string, report func(backend.Progress)) (image.InspectResponse, error) {
+// ensureImage applies the pull policy and returns the image's config. With
+// a platform ("os/arch[/variant]"), an image on the engine counts only if it
+// is of that platform; otherwise that platform's variant is pulled.
+func (b *Backend) ensureImage(ctx context.Context, ref, platform string, report func(backend.Progress)) (image.InspectResponse, error) {
 	policy := cmp(b.cfg.PullPolicy, PullMissing)
 	if policy != PullAlways {
 		img, err := b.cli.ImageInspect(ctx, ref)
+		if err == nil && !platformMatches(img, platform) {
+			err = fmt.Errorf("%w: image %s on the engine is %s/%s, not %s", backend.ErrNotFound, ref, img.Os, img.Architecture, platform)
+		}
 		if err == nil {
 			return img, nil
 		}
@@ -668,7 +688,7 @@ func (b *Backend) ensureImage(ctx context.Context, ref string, report func(backe
 			return img, err
 		}
 		if policy == PullNever {
-			return img, fmt.Errorf("%w: image %s is not on the engine and pull_policy is \"never\" (build or pull it, or change [sandbox.native] pull_policy)", backend.ErrNotFound, ref)
+			return img, fmt.Errorf("%w: image %s is not on the engine and pull_policy is \"never\" (build or pull it, or change [sandbox.native] pull_policy): %v", backend.ErrNotFound, ref, err)
 		}
 	}
 	// One pull per image at a time: concurrent Creates of a session wait
@@ -680,23 +700,61 @@ func (b *Backend) ensureImage(ctx context.Context, ref string, report func(backe
 	}
 	defer lock.(*sync.Mutex).Unlock()
 	if policy != PullAlways {
-		if img, err := b.cli.ImageInspect(ctx, ref); err == nil {
+		if img, err := b.cli.ImageInspect(ctx, ref); err == nil && platformMatches(img, platform) {
 			report(backend.Progress{Step: "pull", Status: "pulled " + ref, Done: true})
 			return img, nil
 		}
 	}
-	if err := b.pull(ctx, ref, report); err != nil {
+	if err := b.pull(ctx, ref, platform, report); err != nil {
 		return image.InspectResponse{}, err
 	}
 	img, err := b.cli.ImageInspect(ctx, ref)
+	if err == nil && !platformMatches(img, platform) {
+		return img, fmt.Errorf("%w: platform %q: pulling %s gave a %s/%s image (the registry has no %s variant)",
+			backend.ErrNotFound, platform, ref, img.Os, img.Architecture, platform)
+	}
 	return img, b.translate(err)
 }
 
-// pull pulls ref, reporting each layer's progress and, at the end, one
-// Done report.
-func (b *Backend) pull(ctx context.Context, ref string, report func(backend.Progress)) error {
-	b.log.Info("pulling image", "image", ref)
-	rc, err := b.cli.ImagePull(ctx, ref, image.PullOptions{})
+// platformOf is spec's platform for the engine's create call (nil: the
+// engine's own).
+func platformOf(spec backend.Spec) *ocispec.Platform {
+	if spec.Platform == "" {
+		return nil
+	}
+	p := parsePlatform(spec.Platform)
+	return &p
+}
+
+// parsePlatform splits "os/arch[/variant]"; the config package has checked
+// the form.
+func parsePlatform(s string) ocispec.Platform {
+	parts := strings.SplitN(s, "/", 3)
+	p := ocispec.Platform{OS: parts[0]}
+	if len(parts) > 1 {
+		p.Architecture = parts[1]
+	}
+	if len(parts) > 2 {
+		p.Variant = parts[2]
+	}
+	return p
+}
+
+// platformMatches reports whether img is of platform ("" matches any).
+func platformMatches(img image.InspectResponse, platform string) bool {
+	if platform == "" {
+		return true
+	}
+	p := parsePlatform(platform)
+	return strings.EqualFold(img.Os, p.OS) && strings.EqualFold(img.Architecture, p.Architecture) &&
+		(p.Variant == "" || strings.EqualFold(img.Variant, p.Variant))
+}
+
+// pull pulls ref (of platform, when not ""), reporting each layer's
+// progress and, at the end, one Done report.
+func (b *Backend) pull(ctx context.Context, ref, platform string, report func(backend.Progress)) error {
+	b.log.Info("pulling image", "image", ref, "platform", platform)
+	rc, err := b.cli.ImagePull(ctx, ref, image.PullOptions{Platform: platform})
 	if err != nil {
 		return fmt.Errorf("pulling %s: %w", ref, b.translate(err))
 	}

@@ -72,6 +72,11 @@ func (a *app) configCheck(path string) error {
 			Sandboxes: append([]string{}, names...), Warnings: append([]string{}, cfg.Warnings...),
 		})
 	}
+	if len(names) == 0 {
+		// Valid (an agent that uses no sandbox), but say so.
+		fmt.Fprintf(a.stdout, "ok: %s (backend %s, nothing to launch: no [sandbox.sandboxes.NAME] entries)\n", where, cfg.Sandbox.Backend)
+		return nil
+	}
 	fmt.Fprintf(a.stdout, "ok: %s (backend %s, %d %s: %s)\n", where, cfg.Sandbox.Backend,
 		len(names), plural(len(names), "sandbox", "sandboxes"), strings.Join(names, ", "))
 	return nil

@@ -375,6 +375,52 @@ func TestConfigCheckExample(t *testing.T) {
 	}
 }
 
+// OpenSage-shaped configs with every entry key OpenSage parses (platform,
+// docker_args, container_name, the lite and k8s [extra] keys, commands with
+// shell syntax) pass config check; configs without sandboxes are valid but
+// launch nothing.
+func TestConfigCheckOpenSageKeys(t *testing.T) {
+	setup(t)
+	for _, tt := range []struct{ file, want string }{
+		{"opensage_native.toml", "(backend native, 2 sandboxes: main, worker)\n"},
+		{"opensage_lite.toml", "(backend agentdocker-lite, 1 sandbox: main)\n"},
+		{"opensage_k8s.toml", "(backend k8s, 2 sandboxes: main, neo4j)\n"},
+		{"opensage_nosandbox.toml", "(backend native, nothing to launch: no [sandbox.sandboxes.NAME] entries)\n"},
+	} {
+		path := filepath.Join("..", "..", "config", "testdata", tt.file)
+		r := sbx(t, "config", "check", path)
+		r.expect(t, 0)
+		if want := "ok: " + path + " " + tt.want; r.stdout != want {
+			t.Errorf("%s: stdout %q, want %q", tt.file, r.stdout, want)
+		}
+	}
+}
+
+// A config with [sandbox] but no entries is valid; run and up on it fail
+// naming the missing table, before opening a backend.
+func TestNothingToLaunch(t *testing.T) {
+	setup(t)
+	for _, tt := range []struct{ text, missing string }{
+		{"[sandbox]\nbackend = \"native\"\n[sandbox.native]\npull_policy = \"never\"\n", "[sandbox.sandboxes.NAME] tables"},
+		{"task_name = \"chat\"\n", "[sandbox] table"},
+	} {
+		cfg := writeConfig(t, tt.text)
+		r := sbx(t, "config", "check", cfg)
+		r.expect(t, 0)
+		if !strings.Contains(r.stdout, "nothing to launch") {
+			t.Errorf("config check: stdout %q", r.stdout)
+		}
+		for _, args := range [][]string{{"run", "--", "true"}, {"up"}} {
+			r := sbx(t, append([]string{"--config", cfg}, args...)...)
+			r.expect(t, 1)
+			if !strings.Contains(r.stderr, "nothing to launch: the file has no "+tt.missing) ||
+				!strings.Contains(r.stderr, "[sandbox.sandboxes.main]") {
+				t.Errorf("sbx %v: stderr %q, want the missing table named", args, r.stderr)
+			}
+		}
+	}
+}
+
 func TestUnknownBackend(t *testing.T) {
 	setup(t)
 	for _, args := range [][]string{

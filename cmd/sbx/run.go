@@ -77,6 +77,11 @@ type runOptions struct {
 }
 
 func (a *app) runSandbox(ctx context.Context, o runOptions) error {
+	if o.entry == "" {
+		if err := a.launchable(); err != nil {
+			return err
+		}
+	}
 	cfg, b, err := a.open(ctx)
 	if err != nil {
 		return err
@@ -214,7 +219,7 @@ func defaultEntry(cfg *sandboxkit.Config, name string) (string, error) {
 	case len(names) == 1:
 		return names[0], nil
 	case len(names) == 0:
-		return "", fmt.Errorf("config has no sandbox entries (add a [sandbox.sandboxes.main] table)")
+		return "", cfg.NothingToLaunch()
 	}
 	return "", fmt.Errorf(`config has no "main" sandbox; pick one with --sandbox (entries: %s)`, strings.Join(names, ", "))
 }

@@ -74,6 +74,11 @@ type upResult struct {
 }
 
 func (a *app) up(ctx context.Context, names []string, opts upOptions) error {
+	if len(names) == 0 {
+		if err := a.launchable(); err != nil {
+			return err
+		}
+	}
 	cfg, b, err := a.open(ctx)
 	if err != nil {
 		return err
@@ -106,6 +111,16 @@ func (a *app) up(ctx context.Context, names []string, opts upOptions) error {
 		return err
 	}
 	return a.printSession(res)
+}
+
+// launchable fails, before any backend is opened, when the config has no
+// sandbox entries to launch (a valid config, for sbx config check).
+func (a *app) launchable() error {
+	cfg, err := sandboxkit.LoadConfig(a.configPath) // quiet: open prints its warnings
+	if err != nil {
+		return nil // open reports it
+	}
+	return cfg.NothingToLaunch()
 }
 
 // pooledUp names the entry whose session pool sbx up claims from: a
