@@ -6,7 +6,6 @@ import (
 	"io"
 	"strings"
 	"syscall"
-	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -71,45 +70,21 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 		cleanup()
 		return nil, s.opErr("terminal", err)
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	kill := func(context.Context) error {
-		procfs.KillByEnv(envExecID, execID)
-		return nil
-	}
-	run := func(ctx context.Context, stdin io.Reader, stdout io.Writer) (int, error) {
-		defer cleanup()
-		go io.Copy(master, stdin)
-		copied := make(chan struct{})
-		go func() {
-			io.Copy(stdout, master) // ends with EIO once nothing holds the terminal
-			close(copied)
-		}()
-		select {
-		case <-waited:
-		case <-ctx.Done():
-			killExec(cmd, execID, waited)
-		}
-		select {
-		case <-copied:
-		case <-time.After(time.Second):
-		}
-		master.Close()
-		if rerr := runtimeFailure(logFile); rerr != nil {
-			msg, code := startFailure(req.Cmd[0], rerr)
-			io.WriteString(stdout, msg)
-			return code, nil
-		}
-		return exitCode(cmd.ProcessState), nil
-	}
-	return pipeterm.Start(execID, run, pipeterm.Ops{
-		Resize: func(_ context.Context, size backend.TermSize) error {
-			if err := pty.SetSize(master, size.Rows, size.Cols); err != nil {
-				return s.opErr("terminal", err)
-			}
+	return pipeterm.StartPTY(pipeterm.PTYProgram{
+		ID: execID, Master: master, Wait: cmd.Wait,
+		Kill: func(context.Context) error {
+			procfs.KillByEnv(envExecID, execID)
 			return nil
 		},
-		Kill: kill,
+		End: func(out io.Writer) int {
+			defer cleanup()
+			if rerr := runtimeFailure(logFile); rerr != nil {
+				msg, code := startFailure(req.Cmd[0], rerr)
+				io.WriteString(out, msg)
+				return code
+			}
+			return exitCode(cmd.ProcessState)
+		},
 	}), nil
 }
 

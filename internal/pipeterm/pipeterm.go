@@ -1,14 +1,18 @@
 // Package pipeterm turns a backend's terminal stream (a function that runs
 // a program on a terminal with given input and output until it ends) into
-// a backend.Terminal. The k8s backend's TTY exec uses it.
+// a backend.Terminal: the k8s backend's TTY exec, and (StartPTY) the local
+// and lite backends' pseudo-terminals.
 package pipeterm
 
 import (
 	"context"
 	"io"
+	"os"
 	"sync"
+	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/pty"
 )
 
 // Ops are what a backend does for a running terminal.
@@ -148,4 +152,75 @@ func (q *SizeQueue) Next() (backend.TermSize, bool) {
 	case <-q.done:
 		return backend.TermSize{}, false
 	}
+}
+
+// PTYProgram is a program this process started on a pseudo-terminal whose
+// master it holds (the local and lite backends' own terminals).
+type PTYProgram struct {
+	ID     string
+	Master *os.File
+	// Wait waits for the program's end; it is called once.
+	Wait func() error
+	// Kill ends the program's tree; it is called again every 50 ms until
+	// Wait returns, for processes still being started at the first call.
+	Kill func(ctx context.Context) error
+	// End returns the exit code once the program ended and its output was
+	// copied, writing any last word (why it did not start) to out.
+	End func(out io.Writer) int
+}
+
+// StartPTY runs the copies between a Terminal and p's master: input to
+// the program, its output back until the terminal hangs up (EIO once
+// nothing holds it; children still holding it get a second after the
+// program ended). Resize sizes the master.
+func StartPTY(p PTYProgram) *Terminal {
+	run := func(ctx context.Context, stdin io.Reader, stdout io.Writer) (int, error) {
+		go io.Copy(p.Master, stdin)
+		copied := make(chan struct{})
+		go func() {
+			io.Copy(stdout, p.Master)
+			close(copied)
+		}()
+		waited := make(chan struct{})
+		go func() {
+			p.Wait()
+			close(waited)
+		}()
+		select {
+		case <-waited:
+		case <-ctx.Done():
+			for killed := false; !killed; {
+				p.Kill(context.Background())
+				select {
+				case <-waited:
+					killed = true
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}
+		select {
+		case <-copied:
+		case <-time.After(time.Second):
+		}
+		p.Master.Close()
+		return p.End(stdout), nil
+	}
+	return Start(p.ID, run, Ops{
+		Resize: func(_ context.Context, size backend.TermSize) error {
+			return pty.SetSize(p.Master, size.Rows, size.Cols)
+		},
+		Kill: p.Kill,
+	})
+}
+
+// Ended is a terminal whose program never ran: it shows output (why) and
+// ends with code, as a shell reports a command that could not start.
+func Ended(id, output string, code int) *Terminal {
+	return Start(id, func(_ context.Context, _ io.Reader, stdout io.Writer) (int, error) {
+		io.WriteString(stdout, output)
+		return code, nil
+	}, Ops{
+		Resize: func(context.Context, backend.TermSize) error { return nil },
+		Kill:   func(context.Context) error { return nil },
+	})
 }
