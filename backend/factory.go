@@ -63,6 +63,13 @@ type Factory struct {
 	// folders on another machine (remotedocker's server): they must be
 	// absolute and are not looked up (or skipped when missing) here.
 	RemoteHostPaths bool
+	// NoHostFolders says that the backend cannot mount a folder of the
+	// machine the config names host paths on into its sandboxes (local runs
+	// host processes without a mount namespace; OpenSandbox's host volumes
+	// are folders of the server's machine). OpenSage's [sandbox]
+	// host_shared_mem_dir, mounted into every sandbox, is then refused by
+	// name when a sandbox is made, instead of being dropped.
+	NoHostFolders bool
 }
 
 // OpenRequest is what Factory.Open gets.

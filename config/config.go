@@ -60,8 +60,13 @@ type Config struct {
 	Path string
 	// Dir is the folder relative host paths resolve against: Path's folder,
 	// or the current directory for the embedded default.
-	Dir     string
-	Sandbox SandboxConfig
+	Dir string
+	// ProjectRoot is the folder project_relative_* keys resolve against,
+	// and ProjectRootFrom says where it came from ([sandbox] project_root,
+	// $SBX_PROJECT_ROOT, the nearest folder holding .git, pyproject.toml,
+	// go.mod or setup.py at or above Dir, else Dir itself).
+	ProjectRoot, ProjectRootFrom string
+	Sandbox                      SandboxConfig
 	// Chosen is the backend that backend = "auto" opened ("" before Open,
 	// or when the backend is named).
 	Chosen string
@@ -97,6 +102,10 @@ type SandboxConfig struct {
 	// (cfg.Sandbox.ExecuteTimeout).
 	ToolsConfig `toml:"tools"`
 
+	// ProjectRoot is the folder project_relative_* keys resolve against
+	// (relative to the config file's folder; "~" allowed). "": see
+	// Config.ProjectRoot.
+	ProjectRoot string `toml:"project_root"`
 	// Data copied into the /shared volume: a folder or a .tar.gz. See
 	// Config.SharedDataPath.
 	AbsoluteSharedDataPath        string `toml:"absolute_shared_data_path"`
@@ -106,7 +115,10 @@ type SandboxConfig struct {
 	// (read-write) and sandbox_scripts (read-only) volumes.
 	BashToolsPath      string `toml:"bash_tools_path"`
 	SandboxScriptsPath string `toml:"sandbox_scripts_path"`
-	// HostSharedMemDir is a host folder mounted as the memory volume.
+	// HostSharedMemDir is an absolute host folder ("~" allowed), made
+	// (0755) when missing and mounted read-write at Paths.MemRoot + "/shared"
+	// (/mem/shared) in every sandbox, as OpenSage does. Backends that cannot
+	// mount a host folder refuse it (backend.Factory.NoHostFolders).
 	HostSharedMemDir string `toml:"host_shared_mem_dir"`
 	// MountHostPaths are volume specs (host:sandbox[:ro|rw]) added to
 	// every entry.
@@ -226,7 +238,8 @@ type Entry struct {
 	// (initializer_timeout_sec, namespace, ...).
 	Extra map[string]any `toml:"extra"`
 
-	dir string // the config file's folder
+	dir  string // the config file's folder
+	root string // the project root (Config.ProjectRoot)
 }
 
 // PoolConfig is an entry's [sandbox.sandboxes.NAME.pool] table.
@@ -272,17 +285,37 @@ func (e *Entry) PoolSettings() *PoolConfig {
 func (p *PoolConfig) ReuseOn() bool { return p.Reuse == nil || *p.Reuse }
 
 // DockerfilePath returns the entry's Dockerfile as an absolute host path
-// ("" if none is set). Relative paths of all three keys resolve against the
-// config file's folder.
+// ("" if none is set): absolute_dockerfile_path, which wins over the
+// others as in OpenSage, else agent_relative_dockerfile_path (relative to
+// the config file's folder), else project_relative_dockerfile_path
+// (relative to the project root, Config.ProjectRoot). "~" is expanded.
 func (e *Entry) DockerfilePath() string {
-	for _, p := range []string{e.AbsoluteDockerfilePath, e.AgentRelativeDockerfilePath, e.ProjectRelativeDockerfilePath} {
-		if p != "" {
-			abs, err := resolveHostPath(p, e.dir)
-			if err != nil {
-				return p
-			}
-			return abs
-		}
+	p, dir := e.AbsoluteDockerfilePath, e.dir
+	switch e.dockerfileKey() {
+	case "":
+		return ""
+	case "agent_relative_dockerfile_path":
+		p = e.AgentRelativeDockerfilePath
+	case "project_relative_dockerfile_path":
+		p, dir = e.ProjectRelativeDockerfilePath, e.root
+	}
+	abs, err := resolveHostPath(p, dir)
+	if err != nil {
+		return p
+	}
+	return abs
+}
+
+// dockerfileKey is the Dockerfile key DockerfilePath reads ("" when none
+// is set).
+func (e *Entry) dockerfileKey() string {
+	switch {
+	case e.AbsoluteDockerfilePath != "":
+		return "absolute_dockerfile_path"
+	case e.AgentRelativeDockerfilePath != "":
+		return "agent_relative_dockerfile_path"
+	case e.ProjectRelativeDockerfilePath != "":
+		return "project_relative_dockerfile_path"
 	}
 	return ""
 }
@@ -324,11 +357,29 @@ func (c *Config) Entry(name string) (*Entry, error) {
 }
 
 // SharedDataPath returns the data to copy into the shared volume as an
-// absolute host path: absolute_shared_data_path, else
-// project_relative_shared_data_path resolved against the config's folder,
-// else "".
+// absolute host path: absolute_shared_data_path (a relative one resolves
+// against the config's folder), else project_relative_shared_data_path
+// resolved against the project root (Config.ProjectRoot), else "".
 func (c *Config) SharedDataPath() string {
-	return c.HostPath(cmp.Or(c.Sandbox.AbsoluteSharedDataPath, c.Sandbox.ProjectRelativeSharedDataPath))
+	switch c.sharedDataKey() {
+	case "absolute_shared_data_path":
+		return c.HostPath(c.Sandbox.AbsoluteSharedDataPath)
+	case "project_relative_shared_data_path":
+		return c.ProjectPath(c.Sandbox.ProjectRelativeSharedDataPath)
+	}
+	return ""
+}
+
+// sharedDataKey is the [sandbox] key SharedDataPath reads ("" when none
+// is set): absolute wins, as in OpenSage.
+func (c *Config) sharedDataKey() string {
+	switch {
+	case c.Sandbox.AbsoluteSharedDataPath != "":
+		return "absolute_shared_data_path"
+	case c.Sandbox.ProjectRelativeSharedDataPath != "":
+		return "project_relative_shared_data_path"
+	}
+	return ""
 }
 
 // HostPath resolves a host path written in the config: "~" expanded,

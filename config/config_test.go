@@ -248,9 +248,12 @@ func TestOpenSageShapedConfig(t *testing.T) {
 	// The environment wins over the file's variables: keep it out.
 	unsetenv(t, "BASE_IMAGE", "PROJECT", "DB_PASSWORD", "AGENT_MODEL", "GDB_PORT", "PDB_PORT",
 		"JOERN_PORT", "BOLT_PORT", "HTTP_PORT", "DATA_DIR", "ENABLE_COVERAGE", "CPU_QUOTA", "NOT_DEFINED_ANYWHERE")
-	cfg, err := builtinRegistry().LoadConfig("testdata/opensage.toml")
-	require.NoError(t, err)
 	abs, err := filepath.Abs("testdata")
+	require.NoError(t, err)
+	// The file's project_relative_* paths are relative to OpenSage's
+	// project root, which testdata stands for.
+	t.Setenv(EnvProjectRoot, abs)
+	cfg, err := builtinRegistry().LoadConfig("testdata/opensage.toml")
 	require.NoError(t, err)
 
 	assert.Empty(t, cfg.Warnings, "every table of an OpenSage file is a built-in backend's now, checked strictly")
@@ -454,8 +457,10 @@ func TestValueErrors(t *testing.T) {
 			`sandbox.sandboxes.main.cpus: want 0 (no limit) or 0.01 to 1024 CPUs, got 1e+30`},
 		{"reserved label", "[sandbox.sandboxes.main.labels]\n\"sandboxkit.id\" = \"x\"\n",
 			`sandbox.sandboxes.main.labels."sandboxkit.id": the sandboxkit. prefix is reserved for sandboxkit's own labels`},
-		{"two dockerfiles", "[sandbox.sandboxes.main]\nabsolute_dockerfile_path = \"/a\"\nproject_relative_dockerfile_path = \"b\"\n",
-			`sandbox.sandboxes.main: absolute_dockerfile_path and project_relative_dockerfile_path are set; use exactly one`},
+		{"two relative dockerfiles", "[sandbox.sandboxes.main]\nagent_relative_dockerfile_path = \"a\"\nproject_relative_dockerfile_path = \"b\"\n",
+			`sandbox.sandboxes.main: agent_relative_dockerfile_path and project_relative_dockerfile_path are set; use one (or absolute_dockerfile_path, which wins over both)`},
+		{"relative host_shared_mem_dir", "[sandbox]\nhost_shared_mem_dir = \"mem\"\n[sandbox.sandboxes.a]\n[sandbox.sandboxes.b]\n",
+			`sandbox.host_shared_mem_dir: "mem" is not an absolute path: write the host folder as one, e.g. "/srv/agent-mem" or "~/agent-mem"`},
 		{"unterminated quote in command", "[sandbox.sandboxes.main]\ncommand = \"sh -c 'echo\"\n",
 			`sandbox.sandboxes.main.command: command "sh -c 'echo": unterminated single quote`},
 		{"unknown backend", "[sandbox]\nbackend = \"fkae\"\n",
@@ -920,7 +925,11 @@ func TestEntryLookup(t *testing.T) {
 func TestDockerfileAndSharedDataPaths(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
-	dir := t.TempDir()
+	unsetenv(t, EnvProjectRoot)
+	root := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(root, ".git"), 0o755))
+	dir := filepath.Join(root, "agents", "mine") // the config file's folder
+	require.NoError(t, os.MkdirAll(dir, 0o755))
 	cfg, err := testRegistry(nil).ParseConfig([]byte(`
 [sandbox]
 project_relative_shared_data_path = "data/seed.tar.gz"
@@ -930,15 +939,20 @@ project_relative_dockerfile_path = "docker/Dockerfile"
 agent_relative_dockerfile_path = "../Dockerfile"
 [sandbox.sandboxes.abs]
 absolute_dockerfile_path = "/srv/Dockerfile"
+[sandbox.sandboxes.both]
+absolute_dockerfile_path = "/srv/both/Dockerfile"
+project_relative_dockerfile_path = "docker/Dockerfile"
 [sandbox.sandboxes.tilde]
 absolute_dockerfile_path = "~/Dockerfile"
 [sandbox.sandboxes.none]
 `), filepath.Join(dir, "sandbox.toml"))
 	require.NoError(t, err)
+	assert.Equal(t, root, cfg.ProjectRoot)
 	want := map[string]string{
-		"rel":   filepath.Join(dir, "docker/Dockerfile"),
-		"agent": filepath.Join(filepath.Dir(dir), "Dockerfile"),
+		"rel":   filepath.Join(root, "docker/Dockerfile"),
+		"agent": filepath.Join(root, "agents", "Dockerfile"),
 		"abs":   "/srv/Dockerfile",
+		"both":  "/srv/both/Dockerfile", // absolute wins, as in OpenSage
 		"tilde": filepath.Join(home, "Dockerfile"),
 		"none":  "",
 	}
@@ -947,9 +961,136 @@ absolute_dockerfile_path = "~/Dockerfile"
 		require.NoError(t, err)
 		assert.Equal(t, path, e.DockerfilePath(), name)
 	}
-	assert.Equal(t, filepath.Join(dir, "data/seed.tar.gz"), cfg.SharedDataPath())
+	assert.Equal(t, "/srv/both", mustSpec(t, cfg, "both").Build.ContextDir)
+	assert.Equal(t, filepath.Join(root, "data/seed.tar.gz"), cfg.SharedDataPath())
 	cfg.Sandbox.AbsoluteSharedDataPath = "/abs/data"
 	assert.Equal(t, "/abs/data", cfg.SharedDataPath(), "absolute_shared_data_path wins")
+}
+
+// The project root: [sandbox] project_root, else $SBX_PROJECT_ROOT, else
+// the nearest folder at or above the config's holding a project marker,
+// else the config's folder.
+func TestProjectRoot(t *testing.T) {
+	tmp := t.TempDir()
+	mk := func(parts ...string) string {
+		p := filepath.Join(append([]string{tmp}, parts...)...)
+		require.NoError(t, os.MkdirAll(p, 0o755))
+		return p
+	}
+	touch := func(parts ...string) {
+		p := filepath.Join(append([]string{tmp}, parts...)...)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, nil, 0o644))
+	}
+	mk("git", ".git")
+	mk("git", "a", "b")
+	touch("py", "pyproject.toml")
+	mk("py", "cfg")
+	mk("gomod", "inner")
+	touch("gomod", "go.mod")
+	touch("setup", "setup.py")
+	mk("nested", ".git")
+	mk("nested", "sub", "cfg")
+	touch("nested", "sub", "setup.py") // the nearest marker wins
+	mk("plain", "cfg")
+	mk("named", "root")
+	mk("fromenv")
+	wd := mk("wd")
+
+	tests := []struct {
+		name, cfgDir, table, env string
+		wantRoot, wantFrom       string
+	}{
+		{"git above", "git/a/b", "", "", "git", "the nearest folder holding .git at or above the config's folder"},
+		{"pyproject.toml", "py/cfg", "", "", "py", "the nearest folder holding pyproject.toml at or above the config's folder"},
+		{"go.mod", "gomod/inner", "", "", "gomod", "the nearest folder holding go.mod at or above the config's folder"},
+		{"setup.py in the config's own folder", "setup", "", "", "setup", "the nearest folder holding setup.py at or above the config's folder"},
+		{"nearest marker", "nested/sub/cfg", "", "", "nested/sub", "the nearest folder holding setup.py at or above the config's folder"},
+		{"none: the config's folder", "plain/cfg", "", "", "plain/cfg", "the config's folder: no .git, pyproject.toml, go.mod or setup.py at or above it"},
+		{"the variable wins over markers", "git/a/b", "", "../fromenv", "fromenv", "$SBX_PROJECT_ROOT"},
+		{"the key wins over the variable", "git/a/b", `project_root = "../../../named/root"`, "fromenv", "named/root", "[sandbox] project_root"},
+		{"an absolute key", "plain/cfg", `project_root = "` + filepath.Join(tmp, "named") + `"`, "", "named", "[sandbox] project_root"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Chdir(wd)
+			if tt.env == "" {
+				unsetenv(t, EnvProjectRoot)
+			} else {
+				t.Setenv(EnvProjectRoot, tt.env)
+			}
+			text := "[sandbox]\n" + tt.table + "\nproject_relative_shared_data_path = \"seed\"\n"
+			cfg, err := testRegistry(nil).ParseConfig([]byte(text), filepath.Join(tmp, tt.cfgDir, "sandbox.toml"))
+			require.NoError(t, err)
+			root := filepath.Join(tmp, tt.wantRoot)
+			assert.Equal(t, root, cfg.ProjectRoot)
+			assert.Equal(t, tt.wantFrom, cfg.ProjectRootFrom)
+			assert.Equal(t, filepath.Join(root, "seed"), cfg.SharedDataPath())
+		})
+	}
+}
+
+// CheckHostPaths fails on a shared data path, Dockerfile, build context or
+// named project root that does not exist, naming the key and the path.
+func TestCheckHostPaths(t *testing.T) {
+	unsetenv(t, EnvProjectRoot)
+	root := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(root, ".git"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "docker", "ok"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "docker", "ok", "Dockerfile"), []byte("FROM scratch\n"), 0o644))
+	require.NoError(t, os.Mkdir(filepath.Join(root, "seed"), 0o755))
+	cfgDir := filepath.Join(root, "agent")
+	require.NoError(t, os.Mkdir(cfgDir, 0o755))
+
+	tests := []struct {
+		name, text string
+		want       []string // substrings of the error; none: no error
+	}{
+		{"all there", `[sandbox]
+project_relative_shared_data_path = "seed"
+[sandbox.sandboxes.main]
+project_relative_dockerfile_path = "docker/ok/Dockerfile"`, nil},
+		{"missing Dockerfile", `[sandbox.sandboxes.main]
+project_relative_dockerfile_path = "docker/ok/Dockerfile.missing"`, []string{
+			"sandbox.sandboxes.main.project_relative_dockerfile_path: Dockerfile " + filepath.Join(root, "docker/ok/Dockerfile.missing") + " does not exist",
+			"(relative to the project root " + root + ", from the nearest folder holding .git",
+		}},
+		{"missing build context", `[sandbox.sandboxes.main]
+agent_relative_dockerfile_path = "nowhere/Dockerfile"`, []string{
+			"sandbox.sandboxes.main.agent_relative_dockerfile_path: build context " + filepath.Join(cfgDir, "nowhere") + " does not exist",
+		}},
+		{"a folder for a Dockerfile", `[sandbox.sandboxes.main]
+absolute_dockerfile_path = "` + filepath.Join(root, "docker", "ok") + `"`, []string{"is a folder, not a file"}},
+		{"missing shared data", `[sandbox]
+project_relative_shared_data_path = "seed.tar.gz"`, []string{
+			"sandbox.project_relative_shared_data_path: shared data " + filepath.Join(root, "seed.tar.gz") + " does not exist",
+		}},
+		{"missing absolute shared data", `[sandbox]
+absolute_shared_data_path = "/nonexistent/sbx-seed"
+project_relative_shared_data_path = "seed"`, []string{
+			"sandbox.absolute_shared_data_path: shared data /nonexistent/sbx-seed does not exist",
+		}},
+		{"missing project root", `[sandbox]
+project_root = "../gone"
+project_relative_shared_data_path = "seed"`, []string{
+			"sandbox.project_root: project root " + filepath.Join(root, "gone") + " does not exist",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := testRegistry(nil).ParseConfig([]byte(tt.text), filepath.Join(cfgDir, "sandbox.toml"))
+			require.NoError(t, err, "missing paths do not stop loading")
+			err = cfg.CheckHostPaths()
+			if tt.want == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, backend.ErrInvalidConfig)
+			for _, w := range tt.want {
+				assert.ErrorContains(t, err, w)
+			}
+		})
+	}
 }
 
 func TestDurations(t *testing.T) {

@@ -113,11 +113,16 @@ func (p *parser) parse(data []byte) error {
 		return p.err()
 	}
 	p.cfg.Sandbox = sc
+	if err := p.cfg.resolveProjectRoot(); err != nil {
+		p.errs = append(p.errs, err)
+		return p.err()
+	}
 
 	p.checkBackend()
 	_, p.cfg.ttlWritten = sbx["default_ttl"]
 	p.cfg.reg = p.reg
 	p.cfg.applyBackend()
+	p.checkHostSharedMemDir()
 	p.finishEntries()
 	return p.err()
 }
@@ -202,7 +207,7 @@ func (p *parser) finishEntries() {
 		if e.Type == "" {
 			e.Type = name
 		}
-		e.dir = c.Dir
+		e.dir, e.root = c.Dir, c.ProjectRoot
 		_, warnings, problems := c.buildSpec(e, true)
 		for _, w := range warnings {
 			p.warnf("%s", w)

@@ -68,7 +68,10 @@
 // paths against the config file's folder. A host path that does not exist is
 // skipped with a message in [Config.Warnings] (show them to the user), so one
 // file serves machines that lack an optional folder; a malformed spec is an
-// error. config.example.toml in the repository documents every key.
+// error. The project_relative_* keys (shared data, Dockerfiles) resolve
+// against [Config.ProjectRoot] instead, as OpenSage resolves them against
+// its project's root; [Config.CheckHostPaths] checks that what they name
+// exists. config.example.toml in the repository documents every key.
 //
 // Each [sandbox.sandboxes.NAME] table is an [Entry], kept as written;
 // [Config.Spec] turns one into the [backend.Spec] a backend creates.

@@ -43,7 +43,26 @@ import (
 // [extra] keys that another backend than the selected one reads (lite's
 // cpu_max on native), give an error wrapping errors.ErrUnsupported that
 // names the key and the backend rather than being dropped.
+//
+// [sandbox] host_shared_mem_dir is mounted read-write at SharedMemTarget
+// (/mem/shared) and made on the host (0755) when missing; a backend that
+// cannot mount host folders (backend.Factory.NoHostFolders) refuses it
+// with an error wrapping errors.ErrUnsupported that names the key and the
+// backend.
 func (c *Config) Spec(name string) (backend.Spec, error) {
+	spec, err := c.CheckSpec(name)
+	if err != nil {
+		return backend.Spec{}, err
+	}
+	if err := c.makeSharedMemDir(); err != nil {
+		return backend.Spec{}, err
+	}
+	return spec, nil
+}
+
+// CheckSpec is Spec without its one effect on the host (making
+// host_shared_mem_dir), for checking a config (sbx config check).
+func (c *Config) CheckSpec(name string) (backend.Spec, error) {
 	e, err := c.Entry(name)
 	if err != nil {
 		return backend.Spec{}, err
@@ -57,6 +76,9 @@ func (c *Config) Spec(name string) (backend.Spec, error) {
 		return backend.Spec{}, errors.Join(errs...)
 	}
 	if err := c.foreignExtras(e); err != nil {
+		return backend.Spec{}, err
+	}
+	if err := c.refuseSharedMem(); err != nil {
 		return backend.Spec{}, err
 	}
 	if opts := unsupportedOptions(e); len(opts) > 0 {
@@ -168,6 +190,7 @@ func (c *Config) buildSpec(e *Entry, loading bool) (spec backend.Spec, warnings,
 	b.platform()
 	b.build()
 	b.existing()
+	b.sharedMem()
 	b.extras()
 	b.pool()
 	return b.spec, b.warnings, b.problems
@@ -375,28 +398,22 @@ func (b *specBuilder) labels() {
 	}
 }
 
-// build: a Dockerfile key (at most one) with build_args becomes Spec.Build.
+// build: a Dockerfile key with build_args becomes Spec.Build.
+// absolute_dockerfile_path wins over a relative key (OpenSage's files often
+// set both); the two relative keys are exclusive.
 func (b *specBuilder) build() {
 	e := b.e
-	var set []string
-	for k, v := range map[string]string{
-		"absolute_dockerfile_path":         e.AbsoluteDockerfilePath,
-		"agent_relative_dockerfile_path":   e.AgentRelativeDockerfilePath,
-		"project_relative_dockerfile_path": e.ProjectRelativeDockerfilePath,
-	} {
-		if v != "" {
-			set = append(set, k)
-		}
+	if e.AgentRelativeDockerfilePath != "" && e.ProjectRelativeDockerfilePath != "" && e.AbsoluteDockerfilePath == "" {
+		b.fail(b.key.String(), "agent_relative_dockerfile_path and project_relative_dockerfile_path are set; use one (or absolute_dockerfile_path, which wins over both)")
+		return
 	}
-	slices.Sort(set)
+	key := e.dockerfileKey()
 	switch {
-	case len(set) > 1:
-		b.fail(b.key.String(), "%s are set; use exactly one", strings.Join(set, " and "))
-	case len(set) == 1:
-		b.dockerfile = set[0]
+	case key != "":
+		b.dockerfile = key
 		df := e.DockerfilePath()
 		if !filepath.IsAbs(df) {
-			b.fail(b.at(set[0]), "cannot resolve %q to an absolute path", df)
+			b.fail(b.at(key), "cannot resolve %q to an absolute path", df)
 			return
 		}
 		b.spec.Build = &backend.Build{ContextDir: filepath.Dir(df), Dockerfile: df}

@@ -347,7 +347,7 @@ func CheckEntries(c *config.Config, reg *initializers.Registry) error {
 	if len(c.SandboxNames()) == 0 {
 		return nil // valid: nothing to launch (see config.Config.NothingToLaunch)
 	}
-	l := &Launcher{Config: c, Initializers: reg}
+	l := &Launcher{Config: c, Initializers: reg, checkOnly: true}
 	_, err := l.plan(nil, "check")
 	return err
 }
@@ -357,13 +357,17 @@ func CheckEntries(c *config.Config, reg *initializers.Registry) error {
 // makes it (no shared volumes, no session network) and a function that
 // provisions a sandbox made from that Spec (main: the pip packages), bounded
 // by the entry's initializer timeout. Dependencies and readiness probes,
-// which need a session, are not run.
+// which need a session, are not run; an entry with using_cached is not
+// provisioned either (its image already is).
 func (l *Launcher) Standalone(name string) (backend.Spec, func(context.Context, backend.Sandbox) error, error) {
 	m, err := l.planMember(name)
 	if err != nil {
 		return backend.Spec{}, nil, err
 	}
 	provision := func(ctx context.Context, sb backend.Sandbox) error {
+		if m.cached {
+			return nil
+		}
 		ctx, cancel := context.WithTimeout(ctx, m.timeout)
 		defer cancel()
 		in := &initializers.Instance{Name: name, Type: m.typ, Sandbox: sb,

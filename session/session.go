@@ -79,6 +79,9 @@ type Launcher struct {
 	Owner string
 
 	launcher string // LabelLauncher's value during Launch
+	// checkOnly: plan for CheckEntries, which makes nothing on the host
+	// (config.Config.CheckSpec instead of Spec).
+	checkOnly bool
 	// forPool, set by a session Pool on its copy, edits each sandbox's
 	// Spec (pool labels, TTL) and makes the shared volumes and network
 	// without a TTL: a claimed session lives on past a ready one's TTL,
@@ -136,6 +139,9 @@ type member struct {
 	sb        backend.Sandbox
 	handle    any
 	env       map[string]string
+	// cached: the entry's using_cached; its sandbox starts from an image
+	// already provisioned, so only readiness runs (OpenSage).
+	cached bool
 }
 
 // Error is a failed launch: which sandbox, at which step, and the
@@ -252,7 +258,11 @@ func (l *Launcher) planMember(name string) (*member, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec, err := cfg.Spec(name)
+	specOf := cfg.Spec
+	if l.checkOnly {
+		specOf = cfg.CheckSpec
+	}
+	spec, err := specOf(name)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +288,7 @@ func (l *Launcher) planMember(name string) (*member, error) {
 	if err != nil {
 		return nil, backend.InvalidConfigf("%s: %s.extra: %v", cfg.Describe(), config.EntryKey(name), stripSentinel(err))
 	}
-	m := &member{name: name, typ: typ, init: init, cfg: icfg, ready: make(chan struct{})}
+	m := &member{name: name, typ: typ, init: init, cfg: icfg, cached: e.UsingCached, ready: make(chan struct{})}
 	m.timeout = cmp.Or(initializers.TimeoutOf(icfg), DefaultInitializerTimeout)
 	m.spec = mergeSpec(init.Spec(), spec, e)
 	if l.Manifest != nil {
@@ -288,6 +298,19 @@ func (l *Launcher) planMember(name string) (*member, error) {
 		}
 	}
 	return m, nil
+}
+
+// checkHostPaths checks, before anything is made, that the host files the
+// launch reads exist: the shared data and the Dockerfiles of members that
+// are built (not started from a Manifest's image).
+func (l *Launcher) checkHostPaths(ms []*member) error {
+	errs := []error{l.Config.CheckSharedData()}
+	for _, m := range ms {
+		if m.spec.Build != nil {
+			errs = append(errs, l.Config.CheckBuild(m.name))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // stripSentinel drops the "invalid configuration: " prefix an initializer's
@@ -396,6 +419,9 @@ func (l *Launcher) Launch(ctx context.Context, names ...string) (*Session, error
 	id := cmp.Or(l.ID, newSessionID())
 	ms, err := l.plan(names, id)
 	if err != nil {
+		return nil, err
+	}
+	if err := l.checkHostPaths(ms); err != nil {
 		return nil, err
 	}
 	b, owned, err := l.open(ctx)
@@ -542,8 +568,12 @@ func progressDetail(p backend.Progress) string {
 	return d
 }
 
-// bringUp waits for m's dependencies, provisions it and waits for it to
-// be ready.
+// skippedCached is the Progress detail of a provisioning step skipped
+// because the entry sets using_cached.
+const skippedCached = "skipped: using_cached (the image is already provisioned)"
+
+// bringUp waits for m's dependencies, provisions it (unless its entry sets
+// using_cached) and waits for it to be ready.
 func (l *Launcher) bringUp(ctx context.Context, s *Session, m *member, byName map[string]*member, rep *reporter) error {
 	fail := func(step string, err error) error {
 		return &Error{Session: s.ID, Sandbox: m.name, Step: step, Err: err, Logs: lastLogs(m.sb)}
@@ -569,12 +599,16 @@ func (l *Launcher) bringUp(ctx context.Context, s *Session, m *member, byName ma
 		Logger: l.logger().With("session", s.ID, "sandbox", m.name),
 		Status: func(st string) { rep.report(Progress{Sandbox: m.name, Step: StepProvisioning, Detail: st}) },
 	}
-	rep.report(Progress{Sandbox: m.name, Step: StepProvisioning})
-	if err := m.init.Provision(tctx, in); err != nil {
-		if tctx.Err() != nil && ctx.Err() == nil {
-			err = fmt.Errorf("%w (%v)", err, context.Cause(tctx))
+	if m.cached {
+		rep.report(Progress{Sandbox: m.name, Step: StepProvisioning, Detail: skippedCached})
+	} else {
+		rep.report(Progress{Sandbox: m.name, Step: StepProvisioning})
+		if err := m.init.Provision(tctx, in); err != nil {
+			if tctx.Err() != nil && ctx.Err() == nil {
+				err = fmt.Errorf("%w (%v)", err, context.Cause(tctx))
+			}
+			return fail("provision", err)
 		}
-		return fail("provision", err)
 	}
 	if probe := m.init.Ready(); probe != nil {
 		rep.report(Progress{Sandbox: m.name, Step: StepProbing, Detail: probe.String()})

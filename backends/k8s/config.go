@@ -22,6 +22,55 @@ import (
 // separated by ':' like kubectl reads it).
 const EnvKubeconfig = "KUBECONFIG"
 
+// OpenSage's variables for the cluster, read when the config (the
+// [sandbox.k8s] table, then the entries' [extra]) leaves the setting empty;
+// OPENSAGE_K8S_KUBECONFIG comes before KUBECONFIG.
+const (
+	EnvOpenSageNamespace  = "OPENSAGE_K8S_NAMESPACE"
+	EnvOpenSageContext    = "OPENSAGE_K8S_CONTEXT"
+	EnvOpenSageKubeconfig = "OPENSAGE_K8S_KUBECONFIG"
+	// EnvOpenSageInitImage is the image of OpenSage's pods that fill
+	// volumes: helper_image's fallback.
+	EnvOpenSageInitImage = "OPENSAGE_K8S_INIT_IMAGE"
+	// EnvOpenSagePVCSize is the size of OpenSage's claims: volume_size's
+	// fallback.
+	EnvOpenSagePVCSize = "OPENSAGE_K8S_PVC_SIZE"
+)
+
+// withEnv fills Kubeconfig, Context, Namespace, HelperImage and VolumeSize
+// from OpenSage's variables where they are empty, and records which, so
+// errors name the variable.
+func (c Config) withEnv() Config {
+	for _, x := range []struct {
+		key, env string
+		dst      *string
+	}{
+		{"kubeconfig", EnvOpenSageKubeconfig, &c.Kubeconfig},
+		{"context", EnvOpenSageContext, &c.Context},
+		{"namespace", EnvOpenSageNamespace, &c.Namespace},
+		{"helper_image", EnvOpenSageInitImage, &c.HelperImage},
+		{"volume_size", EnvOpenSagePVCSize, &c.VolumeSize},
+	} {
+		if v := os.Getenv(x.env); *x.dst == "" && v != "" {
+			*x.dst = v
+			if c.fromEnv == nil {
+				c.fromEnv = map[string]string{}
+			}
+			c.fromEnv[x.key] = x.env
+		}
+	}
+	return c
+}
+
+// invalid is the package's invalid for a key c may have taken from an
+// environment variable, naming the variable then.
+func (c Config) invalid(key, format string, args ...any) error {
+	if env := c.fromEnv[key]; env != "" {
+		return fmt.Errorf("%w: $%s (the [sandbox.k8s] %s): %s", backend.ErrInvalidConfig, env, key, fmt.Sprintf(format, args...))
+	}
+	return invalid(key, format, args...)
+}
+
 // Defaults of Config fields left at their zero value.
 const (
 	DefaultNamespace         = "default"
@@ -34,19 +83,21 @@ const (
 )
 
 // Config is the [sandbox.k8s] table. Every key is optional: with none, the
-// backend uses KUBECONFIG, else ~/.kube/config, else the in-cluster service
-// account, and that context's namespace (else "default").
+// backend uses OPENSAGE_K8S_KUBECONFIG, else KUBECONFIG, else
+// ~/.kube/config, else the in-cluster service account, with
+// OPENSAGE_K8S_CONTEXT, else the current context, and OPENSAGE_K8S_NAMESPACE,
+// else that context's namespace, else "default".
 type Config struct {
-	// Kubeconfig is a kubeconfig file. Empty: KUBECONFIG, else
-	// ~/.kube/config, else the in-cluster config (a program running in a
-	// pod). OpenSage's extra.kubeconfig maps here.
+	// Kubeconfig is a kubeconfig file. Empty: OPENSAGE_K8S_KUBECONFIG,
+	// else KUBECONFIG, else ~/.kube/config, else the in-cluster config (a
+	// program running in a pod). OpenSage's extra.kubeconfig maps here.
 	Kubeconfig string `toml:"kubeconfig"`
-	// Context selects a kubeconfig context (default: its current-context).
-	// OpenSage's extra.k8s_context maps here.
+	// Context selects a kubeconfig context. Empty: OPENSAGE_K8S_CONTEXT,
+	// else its current-context. OpenSage's extra.k8s_context maps here.
 	Context string `toml:"context"`
 	// Namespace holds every pod, claim and service the backend makes.
-	// Empty: the context's namespace, else "default". OpenSage's
-	// extra.namespace maps here.
+	// Empty: OPENSAGE_K8S_NAMESPACE, else the context's namespace, else
+	// "default". OpenSage's extra.namespace maps here.
 	Namespace string `toml:"namespace"`
 
 	// ServiceAccount runs the pods under that service account. Empty: the
@@ -77,15 +128,17 @@ type Config struct {
 	// StorageClass is the StorageClass of the claims made for named volumes
 	// (empty: the cluster's default class).
 	StorageClass string `toml:"storage_class"`
-	// VolumeSize is the size requested for those claims (default "1Gi").
+	// VolumeSize is the size requested for those claims. Empty:
+	// OPENSAGE_K8S_PVC_SIZE, else "1Gi".
 	VolumeSize string `toml:"volume_size"`
 	// VolumeAccessMode is the claims' access mode: "ReadWriteOnce"
 	// (default: every pod of a session on one node, which the scheduler
 	// arranges) or "ReadWriteMany" (a class that supports it, such as NFS).
 	VolumeAccessMode string `toml:"volume_access_mode"`
 	// HelperImage runs the short-lived pod that fills a volume from a host
-	// folder (CreateVolume with FromPath); it needs sh and tar (default
-	// DefaultHelperImage). Clusters that cannot pull it name a mirror.
+	// folder (CreateVolume with FromPath); it needs sh and tar. Empty:
+	// OPENSAGE_K8S_INIT_IMAGE, else DefaultHelperImage. Clusters that
+	// cannot pull it name a mirror.
 	HelperImage string `toml:"helper_image"`
 
 	// Service makes a ClusterIP Service per sandbox with ports, named as its
@@ -107,6 +160,9 @@ type Config struct {
 	// SbxdPath is a static sbxd binary for the nodes' architecture, used
 	// instead of the embedded one (also: env SBX_SBXD_PATH).
 	SbxdPath string `toml:"sbxd_path"`
+
+	// fromEnv maps the keys withEnv filled to their variables.
+	fromEnv map[string]string
 }
 
 // Toleration is one entry of tolerations, with Kubernetes' field names in
@@ -129,7 +185,7 @@ func (c Config) validate() error {
 	var errs []error
 	if c.Namespace != "" {
 		if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
-			errs = append(errs, invalid("namespace", "%q is not a namespace name: %s", c.Namespace, msgs[0]))
+			errs = append(errs, c.invalid("namespace", "%q is not a namespace name: %s", c.Namespace, msgs[0]))
 		}
 	}
 	for _, rc := range append([]string{c.RuntimeClass}, c.RuntimeClasses...) {
@@ -148,7 +204,7 @@ func (c Config) validate() error {
 	}
 	if c.VolumeSize != "" {
 		if _, err := resource.ParseQuantity(c.VolumeSize); err != nil {
-			errs = append(errs, invalid("volume_size", "%q is not a quantity such as \"1Gi\"", c.VolumeSize))
+			errs = append(errs, c.invalid("volume_size", "%q is not a quantity such as \"1Gi\"", c.VolumeSize))
 		}
 	}
 	switch c.VolumeAccessMode {
@@ -273,7 +329,7 @@ func (c Config) restConfig() (*rest.Config, string, error) {
 			}
 		}
 		if _, err := os.Stat(c.Kubeconfig); err != nil {
-			return nil, "", invalid("kubeconfig", "%v (point it at a kubeconfig file, or leave it empty for KUBECONFIG / ~/.kube/config)", err)
+			return nil, "", c.invalid("kubeconfig", "%v (point it at a kubeconfig file, or leave it empty for KUBECONFIG / ~/.kube/config)", err)
 		}
 		rules.ExplicitPath = c.Kubeconfig
 		source = c.Kubeconfig
@@ -293,7 +349,7 @@ func (c Config) restConfig() (*rest.Config, string, error) {
 		if c.Context != "" {
 			key = "context"
 		}
-		return nil, "", invalid(key, "loading %s: %v", source, err)
+		return nil, "", c.invalid(key, "loading %s: %v", source, err)
 	}
 	ns := c.Namespace
 	if ns == "" {

@@ -60,7 +60,9 @@ type options struct{ logger *slog.Logger }
 // WithLogger sets the backend's logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
-// New opens the cluster cfg names. It checks the configuration but does not
+// New opens the cluster cfg names (settings it leaves empty come from
+// OpenSage's OPENSAGE_K8S_* variables, then the standard places; see
+// Config). It checks the configuration but does not
 // contact the cluster: an unreachable API server shows at the first call,
 // as an error wrapping backend.ErrUnavailable.
 func New(cfg Config, opts ...Option) (*Backend, error) {
@@ -69,6 +71,7 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 		opt(&o)
 	}
 	logger := o.logger
+	cfg = cfg.withEnv()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -7,7 +7,9 @@ import (
 )
 
 // Factory opens the local backend from a config file's [sandbox.local]
-// table; state_dir resolves like the file's other host paths.
+// table; state_dir resolves like the file's other host paths. Sandboxes
+// are host processes without a mount namespace, so [sandbox]
+// host_shared_mem_dir is refused (NoHostFolders).
 var Factory = backend.Factory{
 	Name:      Name,
 	NewConfig: func() any { return new(Config) },
@@ -21,5 +23,6 @@ var Factory = backend.Factory{
 		}
 		return New(c, WithLogger(req.Logger))
 	},
-	AutoRank: 10, // the last resort of backend = "auto", with config.LocalNotice
+	AutoRank:      10, // the last resort of backend = "auto", with config.LocalNotice
+	NoHostFolders: true,
 }

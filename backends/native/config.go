@@ -104,6 +104,14 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithTLSFiles makes the client speak TLS to a tcp:// engine with the CA
+// certificate, client certificate and key in these files (verifying the
+// engine's certificate), over what DOCKER_CERT_PATH says; remotedocker
+// passes OpenSage's DOCKER_TLS_CERTDIR this way.
+func WithTLSFiles(caFile, certFile, keyFile string) Option {
+	return func(b *Backend) { b.tlsFiles = []string{caFile, certFile, keyFile} }
+}
+
 // WithDialContext makes the client reach the engine through dial (for
 // instance over SSH), the way remotedocker reuses this package.
 func WithDialContext(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {

@@ -2,6 +2,8 @@ package native_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -131,4 +133,49 @@ func TestContainerName(t *testing.T) {
 	infos, err := b.List(ctx, backend.Filter{Labels: map[string]string{labelTestRun: testRun}})
 	require.NoError(t, err)
 	assert.True(t, slices.ContainsFunc(infos, func(i backend.Info) bool { return i.ID == sb.ID() }))
+}
+
+// [sandbox] host_shared_mem_dir (OpenSage): made on the host when missing
+// and mounted read-write at /mem/shared in every sandbox of the file, so a
+// file written on the host is seen by each sandbox and one a sandbox
+// writes is seen by the host and the other sandboxes.
+func TestHostSharedMemDir(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := newBackend(t, dockertest.BusyboxImage)
+	mem := filepath.Join(t.TempDir(), "agent-mem") // missing until a Spec is made
+	reg := config.NewRegistry()
+	reg.Register(native.Factory)
+	cfg, err := reg.ParseConfig([]byte(fmt.Sprintf(`[sandbox]
+backend = "native"
+host_shared_mem_dir = %q
+[sandbox.sandboxes.main]
+image = %q
+[sandbox.sandboxes.worker]
+image = %q
+`, mem, dockertest.BusyboxImage, dockertest.BusyboxImage)), "sandbox.toml")
+	require.NoError(t, err)
+	var sbs []backend.Sandbox
+	for _, name := range []string{"main", "worker"} {
+		s, err := cfg.Spec(name)
+		require.NoError(t, err)
+		s.Labels = map[string]string{labelTestRun: testRun}
+		sbs = append(sbs, create(t, b, s))
+	}
+	require.DirExists(t, mem)
+	require.NoError(t, os.WriteFile(filepath.Join(mem, "from-host.txt"), []byte("written on the host\n"), 0o644))
+	for i, sb := range sbs {
+		res, err := sb.Exec(ctx, backend.ExecRequest{Shell: "cat /mem/shared/from-host.txt"})
+		require.NoError(t, err)
+		assert.Equal(t, "written on the host\n", string(res.Stdout), "sandbox %d: %s", i, res.Stderr)
+	}
+	res, err := sbs[0].Exec(ctx, backend.ExecRequest{Shell: "echo from main > /mem/shared/from-main.txt"})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "the mount is writable: %s", res.Stderr)
+	res, err = sbs[1].Exec(ctx, backend.ExecRequest{Shell: "cat /mem/shared/from-main.txt"})
+	require.NoError(t, err)
+	assert.Equal(t, "from main\n", string(res.Stdout), "worker sees main's file: %s", res.Stderr)
+	got, err := os.ReadFile(filepath.Join(mem, "from-main.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "from main\n", string(got))
 }

@@ -55,6 +55,8 @@ type Backend struct {
 	cli  *client.Client
 	log  *slog.Logger
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// tlsFiles are the CA, certificate and key files of WithTLSFiles.
+	tlsFiles []string
 	// agentDial reaches a path on the engine's host (WithAgentDialer).
 	agentDial func(ctx context.Context, path string) (net.Conn, error)
 
@@ -96,6 +98,9 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 	}
 	if b.dial != nil {
 		copts = append(copts, client.WithDialContext(b.dial))
+	}
+	if f := b.tlsFiles; len(f) == 3 {
+		copts = append(copts, client.WithTLSClientConfig(f[0], f[1], f[2]))
 	}
 	cli, err := client.NewClientWithOpts(copts...)
 	if err != nil {

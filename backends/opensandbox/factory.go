@@ -15,7 +15,9 @@ const EntryTTLKey = "opensandbox_timeout_sec"
 // [sandbox.opensandbox] table (OPEN_SANDBOX_DOMAIN and OPEN_SANDBOX_API_KEY
 // fill what it leaves out). Its default_timeout_sec is the default TTL of
 // files that set no [sandbox] default_ttl, and an entry's
-// extra.opensandbox_timeout_sec its own TTL.
+// extra.opensandbox_timeout_sec its own TTL. A host volume of OpenSandbox
+// is a folder of the server's machine, not of this one, so [sandbox]
+// host_shared_mem_dir is refused (NoHostFolders).
 var Factory = backend.Factory{
 	Name:      Name,
 	NewConfig: func() any { return new(Config) },
@@ -30,5 +32,6 @@ var Factory = backend.Factory{
 		c, _ := backend.TableAs[Config](Name, table)
 		return c.DefaultTTL()
 	},
-	EntryTTLKey: EntryTTLKey,
+	EntryTTLKey:   EntryTTLKey,
+	NoHostFolders: true,
 }

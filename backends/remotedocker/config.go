@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -17,14 +18,15 @@ import (
 // required; see the package documentation for the TOML form.
 type Config struct {
 	// Host is the engine: "ssh://[user@]host[:port]" (host may be a
-	// ~/.ssh/config alias) or "tcp://host:2376" (TLS from DOCKER_CERT_PATH
-	// and DOCKER_TLS_VERIFY). Empty: DOCKER_HOST. The root config fills it
-	// from [sandbox] docker_host.
+	// ~/.ssh/config alias) or "tcp://host:2376" (TLS from
+	// DOCKER_TLS_CERTDIR, else DOCKER_CERT_PATH and DOCKER_TLS_VERIFY).
+	// Empty: DOCKER_HOST. The root config fills it from [sandbox]
+	// docker_host.
 	Host string `toml:"docker_host"`
 	// RemoteHost is the address a host program dials for ports published
-	// on the remote in "remote" ports mode. Empty: the host of Host (after
-	// ~/.ssh/config's HostName). The root config fills it from [sandbox]
-	// docker_remote_host.
+	// on the remote in "remote" ports mode. Empty: DOCKER_REMOTE_HOST, else
+	// the host of Host (after ~/.ssh/config's HostName). The root config
+	// fills it from [sandbox] docker_remote_host.
 	RemoteHost string `toml:"docker_remote_host"`
 	// Ports is how published ports reach the host program:
 	//   - "remote" (default): published on the remote's interfaces with
@@ -59,6 +61,37 @@ type Config struct {
 	AllowNewPrivileges bool   `toml:"allow_new_privileges"`
 	Runtime            string `toml:"runtime"`
 	SbxdPath           string `toml:"sbxd_path"`
+}
+
+// OpenSage's environment variables, read when the config leaves the
+// setting empty (after [sandbox] docker_remote_host; before the standard
+// DOCKER_CERT_PATH).
+const (
+	// EnvRemoteHost is docker_remote_host's fallback.
+	EnvRemoteHost = "DOCKER_REMOTE_HOST"
+	// EnvTLSCertDir is a folder holding ca.pem, cert.pem and key.pem: a
+	// tcp:// engine is then spoken to over TLS with that client
+	// certificate, and its certificate is verified against ca.pem. It wins
+	// over DOCKER_CERT_PATH; ssh:// engines do not read it.
+	EnvTLSCertDir = "DOCKER_TLS_CERTDIR"
+)
+
+// tlsCertDirFiles returns the CA, certificate and key files of
+// DOCKER_TLS_CERTDIR (nil when it is unset), checking that each exists.
+func tlsCertDirFiles() ([]string, error) {
+	dir := os.Getenv(EnvTLSCertDir)
+	if dir == "" {
+		return nil, nil
+	}
+	var files []string
+	for _, name := range []string{"ca.pem", "cert.pem", "key.pem"} {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err != nil {
+			return nil, invalid("%s=%s: want ca.pem, cert.pem and key.pem in it: %v (unset it to speak plain TCP, or DOCKER_CERT_PATH's TLS)", EnvTLSCertDir, dir, err)
+		}
+		files = append(files, p)
+	}
+	return files, nil
 }
 
 // Port modes.

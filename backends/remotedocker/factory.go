@@ -12,7 +12,9 @@ import (
 // backend's own table wins). Files on this machine (known_hosts,
 // identity_file, ssh_config, sbxd_path) resolve like the file's other host
 // paths; remote_socket is a path on the remote host and stays as written.
-// Volume host paths are the remote host's (RemoteHostPaths).
+// Volume host paths are the remote host's (RemoteHostPaths), and so is
+// [sandbox] host_shared_mem_dir: it is mounted at /mem/shared from that
+// host, where it must exist (it is not made from here).
 var Factory = backend.Factory{
 	Name:      Name,
 	NewConfig: func() any { return new(Config) },

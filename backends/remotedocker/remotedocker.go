@@ -57,7 +57,7 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 	if err != nil {
 		return fail(err)
 	}
-	b := &Backend{cfg: cfg, log: o.log, ports: cmp(cfg.Ports, PortsRemote), remoteHost: cfg.RemoteHost}
+	b := &Backend{cfg: cfg, log: o.log, ports: cmp(cfg.Ports, PortsRemote), remoteHost: cmp(cfg.RemoteHost, os.Getenv(EnvRemoteHost))}
 	nopts := []native.Option{native.WithLogger(o.log)}
 	var copts []client.Opt
 	switch ep.scheme {
@@ -94,13 +94,21 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 		if b.ports == PortsTunnel {
 			return fail(invalid("ports = %q needs an ssh:// docker_host (the tunnel is the SSH connection); %q is tcp://", PortsTunnel, ep.raw))
 		}
-		if os.Getenv("DOCKER_CERT_PATH") == "" {
-			b.log.Warn("remotedocker: tcp:// engine without TLS (DOCKER_CERT_PATH is not set): anyone who can reach it controls it", "docker_host", ep.raw)
+		tlsFiles, err := tlsCertDirFiles()
+		if err != nil {
+			return fail(err)
+		}
+		if tlsFiles == nil && os.Getenv("DOCKER_CERT_PATH") == "" {
+			b.log.Warn("remotedocker: tcp:// engine without TLS (neither DOCKER_TLS_CERTDIR nor DOCKER_CERT_PATH is set): anyone who can reach it controls it", "docker_host", ep.raw)
 		}
 		if b.remoteHost == "" {
 			b.remoteHost = ep.host
 		}
 		copts = []client.Opt{client.FromEnv, client.WithHost(ep.raw)}
+		if tlsFiles != nil {
+			copts = append(copts, client.WithTLSClientConfig(tlsFiles[0], tlsFiles[1], tlsFiles[2]))
+			nopts = append(nopts, native.WithTLSFiles(tlsFiles[0], tlsFiles[1], tlsFiles[2]))
+		}
 		b.nat, err = native.New(cfg.nativeConfig(ep.raw), nopts...)
 		if err != nil {
 			return fail(b.rewrap(err))

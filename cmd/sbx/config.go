@@ -20,7 +20,10 @@ func (a *app) configCmd() *cobra.Command {
 		Long: `Check loads FILE (default: the config sbx would use) as sbx would, checks
 that its backend is known, that every sandbox entry converts to a sandbox
 spec and that its initializer settings (type, extra, dependencies) are valid,
-and prints its warnings. It opens no backend.`,
+that the host files a launch reads exist (the shared data, each Dockerfile
+and its build context), and prints its warnings and the project root that
+project_relative_* keys resolve against, with where it came from. It opens
+no backend and makes nothing.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usageError(cmd, "want at most one FILE, got %d", len(args))
@@ -39,11 +42,13 @@ and prints its warnings. It opens no backend.`,
 }
 
 type configCheckResult struct {
-	OK        bool     `json:"ok"`
-	Path      string   `json:"path"`
-	Backend   string   `json:"backend"`
-	Sandboxes []string `json:"sandboxes"`
-	Warnings  []string `json:"warnings"`
+	OK              bool     `json:"ok"`
+	Path            string   `json:"path"`
+	Backend         string   `json:"backend"`
+	ProjectRoot     string   `json:"project_root"`
+	ProjectRootFrom string   `json:"project_root_from"`
+	Sandboxes       []string `json:"sandboxes"`
+	Warnings        []string `json:"warnings"`
 }
 
 func (a *app) configCheck(path string) error {
@@ -53,13 +58,16 @@ func (a *app) configCheck(path string) error {
 	}
 	names := cfg.SandboxNames()
 	for _, name := range names {
-		if _, err := cfg.Spec(name); err != nil {
+		if _, err := cfg.CheckSpec(name); err != nil {
 			return err
 		}
 	}
 	// Each entry's initializer settings and dependencies, as sbx up checks
 	// them.
 	if err := session.CheckEntries(cfg, nil); err != nil {
+		return err
+	}
+	if err := cfg.CheckHostPaths(); err != nil {
 		return err
 	}
 	where := cfg.Path
@@ -69,16 +77,18 @@ func (a *app) configCheck(path string) error {
 	if a.json {
 		return printJSON(a.stdout, configCheckResult{
 			OK: true, Path: cfg.Path, Backend: cfg.Sandbox.Backend,
+			ProjectRoot: cfg.ProjectRoot, ProjectRootFrom: cfg.ProjectRootFrom,
 			Sandboxes: append([]string{}, names...), Warnings: append([]string{}, cfg.Warnings...),
 		})
 	}
 	if len(names) == 0 {
 		// Valid (an agent that uses no sandbox), but say so.
 		fmt.Fprintf(a.stdout, "ok: %s (backend %s, nothing to launch: no [sandbox.sandboxes.NAME] entries)\n", where, cfg.Sandbox.Backend)
-		return nil
+	} else {
+		fmt.Fprintf(a.stdout, "ok: %s (backend %s, %d %s: %s)\n", where, cfg.Sandbox.Backend,
+			len(names), plural(len(names), "sandbox", "sandboxes"), strings.Join(names, ", "))
 	}
-	fmt.Fprintf(a.stdout, "ok: %s (backend %s, %d %s: %s)\n", where, cfg.Sandbox.Backend,
-		len(names), plural(len(names), "sandbox", "sandboxes"), strings.Join(names, ", "))
+	fmt.Fprintf(a.stdout, "project root: %s (from %s)\n", cfg.ProjectRoot, cfg.ProjectRootFrom)
 	return nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -329,11 +331,14 @@ workng_dir = "x"
 func TestConfigCheck(t *testing.T) {
 	setup(t)
 	t.Setenv("SBX_CONFIG", "")
-	t.Chdir(t.TempDir())
+	t.Setenv("SBX_PROJECT_ROOT", "")
+	wd := t.TempDir()
+	t.Chdir(wd)
 	r := sbx(t, "config", "check")
 	r.expect(t, 0)
-	if r.stdout != "ok: built-in default config (backend local, 1 sandbox: main)\n" {
-		t.Errorf("stdout %q", r.stdout)
+	if want := "ok: built-in default config (backend local, 1 sandbox: main)\n" +
+		"project root: " + wd + " (from the config's folder: no .git, pyproject.toml, go.mod or setup.py at or above it)\n"; r.stdout != want {
+		t.Errorf("stdout %q, want %q", r.stdout, want)
 	}
 
 	cfg := writeConfig(t, `
@@ -345,7 +350,7 @@ volumes = ["/does/not/exist:/data"]
 `)
 	r = sbx(t, "config", "check", cfg)
 	r.expect(t, 0)
-	if want := "ok: " + cfg + " (backend local, 2 sandboxes: main, worker)\n"; r.stdout != want {
+	if want := "ok: " + cfg + " (backend local, 2 sandboxes: main, worker)\n"; !strings.HasPrefix(r.stdout, want) {
 		t.Errorf("stdout %q, want %q", r.stdout, want)
 	}
 	if !strings.HasPrefix(r.stderr, "warning: ") || !strings.Contains(r.stderr, "/does/not/exist") {
@@ -356,7 +361,8 @@ volumes = ["/does/not/exist:/data"]
 	if err := json.Unmarshal([]byte(must(t, "--json", "config", "check", cfg)), &res); err != nil {
 		t.Fatal(err)
 	}
-	if !res.OK || res.Backend != "local" || len(res.Sandboxes) != 2 || len(res.Warnings) != 1 {
+	if !res.OK || res.Backend != "local" || len(res.Sandboxes) != 2 || len(res.Warnings) != 1 ||
+		res.ProjectRoot != filepath.Dir(cfg) || !strings.HasPrefix(res.ProjectRootFrom, "the config's folder") {
 		t.Errorf("json %+v", res)
 	}
 }
@@ -381,6 +387,11 @@ func TestConfigCheckExample(t *testing.T) {
 // launch nothing.
 func TestConfigCheckOpenSageKeys(t *testing.T) {
 	setup(t)
+	t.Setenv("SBX_PROJECT_ROOT", "")
+	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct{ file, want string }{
 		{"opensage_native.toml", "(backend native, 2 sandboxes: main, worker)\n"},
 		{"opensage_lite.toml", "(backend agentdocker-lite, 1 sandbox: main)\n"},
@@ -390,8 +401,77 @@ func TestConfigCheckOpenSageKeys(t *testing.T) {
 		path := filepath.Join("..", "..", "config", "testdata", tt.file)
 		r := sbx(t, "config", "check", path)
 		r.expect(t, 0)
-		if want := "ok: " + path + " " + tt.want; r.stdout != want {
-			t.Errorf("%s: stdout %q, want %q", tt.file, r.stdout, want)
+		// The repository is the files' project (.git, go.mod).
+		if want := "ok: " + path + " " + tt.want + "project root: " + repo + " (from the nearest folder holding "; !strings.HasPrefix(r.stdout, want) {
+			t.Errorf("%s: stdout %q, want it to start with %q", tt.file, r.stdout, want)
+		}
+	}
+}
+
+// config check prints the project root that project_relative_* keys
+// resolve against and where it came from, and fails on a Dockerfile or
+// shared data path that does not exist there, naming the key and the path.
+func TestConfigCheckProjectRoot(t *testing.T) {
+	setup(t)
+	t.Setenv("SBX_PROJECT_ROOT", "")
+	root := t.TempDir()
+	for _, d := range []string{".git", "docker/main", "agents/mine"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "docker/main/Dockerfile"), []byte("FROM busybox\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	write := func(text string) string {
+		p := filepath.Join(root, "agents/mine/sandbox.toml")
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	mem := filepath.Join(root, "mem")
+	cfg := write(`
+[sandbox]
+backend = "native"
+host_shared_mem_dir = "` + mem + `"
+[sandbox.sandboxes.main]
+project_relative_dockerfile_path = "docker/main/Dockerfile"
+`)
+	r := sbx(t, "config", "check", cfg)
+	r.expect(t, 0)
+	if _, err := os.Stat(mem); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("config check made host_shared_mem_dir %s (stat: %v); only a launch makes it", mem, err)
+	}
+	if want := "project root: " + root + " (from the nearest folder holding .git at or above the config's folder)\n"; !strings.HasSuffix(r.stdout, want) {
+		t.Errorf("stdout %q, want it to end with %q", r.stdout, want)
+	}
+
+	missing := filepath.Join(root, "docker/mian/Dockerfile")
+	for _, tt := range []struct{ text, want string }{
+		{`
+[sandbox]
+backend = "native"
+[sandbox.sandboxes.main]
+project_relative_dockerfile_path = "docker/mian/Dockerfile"
+`, "sandbox.sandboxes.main.project_relative_dockerfile_path: build context " + filepath.Dir(missing) + " does not exist (relative to the project root " + root},
+		{`
+[sandbox]
+backend = "native"
+[sandbox.sandboxes.main]
+project_relative_dockerfile_path = "docker/main/Dockerfile.gpu"
+`, "sandbox.sandboxes.main.project_relative_dockerfile_path: Dockerfile " + filepath.Join(root, "docker/main/Dockerfile.gpu") + " does not exist"},
+		{`
+[sandbox]
+backend = "native"
+project_relative_shared_data_path = "data/seed.tar.gz"
+[sandbox.sandboxes.main]
+`, "sandbox.project_relative_shared_data_path: shared data " + filepath.Join(root, "data/seed.tar.gz") + " does not exist"},
+	} {
+		r := sbx(t, "config", "check", write(tt.text))
+		r.expect(t, 1)
+		if !strings.Contains(r.stderr, tt.want) {
+			t.Errorf("stderr %q, want %q", r.stderr, tt.want)
 		}
 	}
 }
