@@ -28,6 +28,10 @@ const DefaultGDBMCPPort = 1111
 // /sse serves the older SSE transport).
 const GDBMCPPath = "/mcp"
 
+// GDBMCPSSEPath is the gdb MCP server's SSE endpoint (the transport
+// OpenSage's gdb_mcp image serves).
+const GDBMCPSSEPath = "/sse"
+
 // Where the injected server and its log go inside the sandbox.
 const (
 	gdbmcpInstallPath = "/opt/sandboxkit/gdbmcp"
@@ -137,6 +141,9 @@ func (g *GDBMCPInit) Publish(host string) map[string]string {
 		"GDB_MCP_HOST": host,
 		"GDB_MCP_PORT": strconv.Itoa(g.Config.Port),
 		"GDB_MCP_URL":  "http://" + hp + GDBMCPPath,
+		// OpenSage's gdb_mcp speaks the SSE transport; clients written for
+		// it find the same tools here.
+		"GDB_MCP_SSE_URL": "http://" + hp + GDBMCPSSEPath,
 	}
 }
 
@@ -148,6 +155,9 @@ type GDBMCP struct {
 
 // URL is the streamable HTTP MCP endpoint.
 func (g *GDBMCP) URL() string { return "http://" + g.Addr + GDBMCPPath }
+
+// SSEURL is the SSE MCP endpoint, for clients of OpenSage's gdb_mcp.
+func (g *GDBMCP) SSEURL() string { return "http://" + g.Addr + GDBMCPSSEPath }
 
 // Handle returns a *GDBMCP.
 func (g *GDBMCPInit) Handle(ctx context.Context, in *Instance) (any, error) {

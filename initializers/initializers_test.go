@@ -183,6 +183,9 @@ func TestGDBMCPWithoutGDB(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "use an image with gdb installed") {
 		t.Errorf("want a clear error about gdb, got %v", err)
 	}
+	if env := in.Publish("gdb_mcp"); env["GDB_MCP_SSE_URL"] != "http://gdb_mcp:1111/sse" {
+		t.Errorf("GDB_MCP_SSE_URL = %q", env["GDB_MCP_SSE_URL"])
+	}
 	if env := in.Publish("gdb_mcp"); env["GDB_MCP_URL"] != "http://gdb_mcp:1111/mcp" {
 		t.Errorf("publish: %v", env)
 	}

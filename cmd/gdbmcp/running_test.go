@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -106,4 +107,40 @@ func TestRunningProgram(t *testing.T) {
 	must("run", map[string]any{"timeout_sec": 0.2}, "still running")
 	time.Sleep(2 * time.Second)
 	must("continue", map[string]any{"timeout_sec": 5}, "exited with code 3")
+}
+
+// The SSE transport at /sse (the one OpenSage's gdb_mcp image serves, and
+// GDB_MCP_SSE_URL names) gives an MCP client the same tools as /mcp.
+func TestSSETransport(t *testing.T) {
+	d, err := newDebugger("gdb", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.close)
+	ts := httptest.NewServer(newHandler(d, slog.New(slog.DiscardHandler)))
+	t.Cleanup(ts.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	names := func(transport mcp.Transport) []string {
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, transport, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		res, err := cs.ListTools(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, tl := range res.Tools {
+			out = append(out, tl.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	sse := names(&mcp.SSEClientTransport{Endpoint: ts.URL + "/sse"})
+	streamable := names(&mcp.StreamableClientTransport{Endpoint: ts.URL + "/mcp"})
+	if !slices.Contains(sse, "run") || !slices.Equal(sse, streamable) {
+		t.Errorf("tools over SSE %v, over streamable HTTP %v: want the same, with run", sse, streamable)
+	}
 }
