@@ -8,6 +8,11 @@ import (
 	"time"
 )
 
+// DefaultShellScript starts bash where the sandbox has it, else sh: what
+// a terminal runs when it is given no command (sbx shell, sbx serve's
+// WebSocket terminal). Run it with /bin/sh -c.
+const DefaultShellScript = "if command -v bash >/dev/null 2>&1; then exec bash; fi; exec sh"
+
 // TermSize is a terminal's size in character cells.
 type TermSize struct {
 	Rows, Cols int

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -126,9 +127,9 @@ func (t *terminalTable) get(id string) *terminal {
 }
 
 // startTerminal starts req on a new pseudo-terminal. A program that cannot
-// start is reported as exec reports it (a message and 127 or 126), with no
-// terminal left.
-func (s *Server) startTerminal(req terminalRequest) (*terminal, *execResult, error) {
+// start is reported as exec reports it (a message, written to complaint,
+// and 127 or 126), with no terminal left.
+func (s *Server) startTerminal(req terminalRequest, complaint io.Writer) (*terminal, *execResult, error) {
 	cmd, err := s.command(req.Argv, req.Env, req.Dir, req.User, req.ID)
 	if err != nil {
 		return nil, nil, err
@@ -155,9 +156,7 @@ func (s *Server) startTerminal(req terminalRequest) (*terminal, *execResult, err
 	}
 	if err := StartCommand(cmd); err != nil {
 		master.Close()
-		var msg lineBuffer
-		res := startFailure(req.Argv[0], err, &msg)
-		res.Error = msg.String() // moved into the output by the caller
+		res := startFailure(req.Argv[0], err, complaint)
 		return nil, &res, nil
 	}
 	t := &terminal{id: req.ID, argv: req.Argv, master: master, pid: cmd.Process.Pid, started: time.Now(),
@@ -211,12 +210,6 @@ func slicesHasEnv(env []string, key string) bool {
 		return len(kv) > len(key) && kv[:len(key)] == key && kv[len(key)] == '='
 	})
 }
-
-// lineBuffer collects a start failure's message.
-type lineBuffer struct{ b []byte }
-
-func (l *lineBuffer) Write(p []byte) (int, error) { l.b = append(l.b, p...); return len(p), nil }
-func (l *lineBuffer) String() string              { return string(l.b) }
 
 // copyOutput moves the program's output into the ring until the terminal
 // hangs up (EIO once no process holds it) or the master is closed.
@@ -300,7 +293,8 @@ func (s *Server) handleTerminalStart(w http.ResponseWriter, r *http.Request) {
 		writeError(w, "terminal", "", fmt.Errorf("%w: terminal id %q is in use", errInvalid, req.ID))
 		return
 	}
-	t, failed, err := s.startTerminal(req)
+	var complaint strings.Builder
+	t, failed, err := s.startTerminal(req, &complaint)
 	switch {
 	case err != nil:
 		writeError(w, "terminal", "", err)
@@ -310,8 +304,7 @@ func (s *Server) handleTerminalStart(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Trailer", hdrResult)
 		w.Header().Set("Content-Type", "application/vnd.sbxd.frames")
 		sink := &frameSink{w: w, onErr: func(error) {}}
-		sink.write(frameStdout, []byte(failed.Error))
-		failed.Error = ""
+		sink.write(frameStdout, []byte(complaint.String()))
 		b, _ := json.Marshal(failed)
 		w.Header().Set(hdrResult, string(b))
 		return

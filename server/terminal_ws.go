@@ -49,8 +49,6 @@ import (
 // program is killed elsewhere. While a WebSocket is connected its sandbox
 // is in use: it does not expire for being idle.
 
-// defaultTerminalCommand is what a new WebSocket terminal runs.
-const defaultTerminalCommand = "if command -v bash >/dev/null 2>&1; then exec bash; fi; exec sh"
 
 // Timing of a terminal WebSocket.
 const (
@@ -166,7 +164,7 @@ func (s *Server) serveTerminal(w http.ResponseWriter, r *http.Request) {
 		if tq.terminal != "" {
 			t, h, err = s.attachSocket(ctx, b, tr, tq.terminal, tq.size)
 		} else {
-			t, h, err = s.startTerminal(ctx, b, tr, cmp.Or(tq.command, defaultTerminalCommand), tq.size, false)
+			t, h, err = s.startTerminal(ctx, b, tr, cmp.Or(tq.command, backend.DefaultShellScript), tq.size, false)
 		}
 		if err != nil {
 			return err

@@ -13,6 +13,24 @@ import (
 	"github.com/sandboxkit/sandboxkit/internal/remotetest"
 )
 
+// remoteConfig writes the OpenSage-style remote config (backend =
+// "remotedocker", docker_host = "ssh://...") for the harness host h.
+func remoteConfig(t *testing.T, h *remotetest.Host) string {
+	return writeConfig(t, `
+[sandbox]
+backend = "remotedocker"
+docker_host = "`+h.SSHHost()+`"
+[sandbox.remotedocker]
+identity_file = "`+h.Key+`"
+known_hosts = "`+h.KnownHosts+`"
+ssh_config = "none"
+remote_socket = "`+h.DockerSocket+`"
+pull_policy = "never"
+[sandbox.sandboxes.main]
+image = "`+dockertest.BusyboxImage+`"
+`)
+}
+
 // TestRemoteDockerBackend drives sbx run, up (a session), the agent tools,
 // status and down with the OpenSage-style remote config (backend =
 // "remotedocker", docker_host = "ssh://...") against the harness host (a
@@ -27,19 +45,7 @@ func TestRemoteDockerBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer remote.Close()
-	t.Setenv("SBX_CONFIG", writeConfig(t, `
-[sandbox]
-backend = "remotedocker"
-docker_host = "`+h.SSHHost()+`"
-[sandbox.remotedocker]
-identity_file = "`+h.Key+`"
-known_hosts = "`+h.KnownHosts+`"
-ssh_config = "none"
-remote_socket = "`+h.DockerSocket+`"
-pull_policy = "never"
-[sandbox.sandboxes.main]
-image = "`+dockertest.BusyboxImage+`"
-`))
+	t.Setenv("SBX_CONFIG", remoteConfig(t, h))
 
 	r := sbx(t, "run", "--", "sh", "-c", "echo on the remote; exit 5")
 	r.expect(t, 5)

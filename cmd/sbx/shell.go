@@ -21,7 +21,7 @@ import (
 )
 
 // defaultShell starts bash where the image has it, else sh.
-var defaultShell = []string{"/bin/sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash; fi; exec sh"}
+var defaultShell = []string{"/bin/sh", "-c", backend.DefaultShellScript}
 
 // defaultDetachKeys are docker's: Ctrl-P then Ctrl-Q.
 const defaultDetachKeys = "ctrl-p,ctrl-q"

@@ -16,7 +16,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxkit/sandboxkit/internal/dockertest"
 	"github.com/sandboxkit/sandboxkit/internal/pty"
 	"github.com/sandboxkit/sandboxkit/internal/remotetest"
 	"github.com/sandboxkit/sandboxkit/internal/termbuf"
@@ -265,17 +264,5 @@ func TestShellBackends(t *testing.T) {
 // remotedocker tests check leftovers on the remote engine).
 func shellRemote(t *testing.T) chaosTarget {
 	h := remotetest.Get(t)
-	return chaosTarget{config: writeConfig(t, `
-[sandbox]
-backend = "remotedocker"
-docker_host = "`+h.SSHHost()+`"
-[sandbox.remotedocker]
-identity_file = "`+h.Key+`"
-known_hosts = "`+h.KnownHosts+`"
-ssh_config = "none"
-remote_socket = "`+h.DockerSocket+`"
-pull_policy = "never"
-[sandbox.sandboxes.main]
-image = "`+dockertest.BusyboxImage+`"
-`)}
+	return chaosTarget{config: remoteConfig(t, h)}
 }
