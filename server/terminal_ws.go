@@ -49,7 +49,6 @@ import (
 // program is killed elsewhere. While a WebSocket is connected its sandbox
 // is in use: it does not expire for being idle.
 
-
 // Timing of a terminal WebSocket.
 const (
 	wsPingEvery  = 30 * time.Second
