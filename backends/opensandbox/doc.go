@@ -128,6 +128,16 @@
 // HTTPEndpoint gives the URL and headers of an HTTP service, through the
 // proxy when use_server_proxy is set.
 //
+// Sandbox implements backend.Terminaler with execd's bash sessions where
+// execd has them (POST /session, then a WebSocket on GET
+// /ws/session/{id}?pty=1 carrying JSON frames; newer execd versions than
+// the specs here): bash starts on a pseudo-terminal, the line typed to it
+// prints a marker and execs the program in its directory with its
+// environment, and the client drops the output up to the marker and holds
+// keystrokes until then. Terminals end with their client (Close deletes
+// the session) and run as execd's user. An execd without sessions
+// answers 404: errors.ErrUnsupported saying so.
+//
 // Not supported, and refused at Create naming the option: networks,
 // privileged, cap_add, cap_drop, security_opt, read_only, pids_limit,
 // shm_size, runtimes, command = "" (the image's own entrypoint: the API

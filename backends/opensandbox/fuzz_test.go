@@ -209,3 +209,44 @@ func FuzzLabels(f *testing.F) {
 		}
 	})
 }
+
+// FuzzTerminalOutput checks the filter that drops a terminal's output up
+// to the marker line the typed line prints: however execd splits the
+// output into frames, what follows the marker line passes whole, and
+// nothing before it does.
+func FuzzTerminalOutput(f *testing.F) {
+	f.Add([]byte("bash-5.2# printf '\\163bx-go-%s\\n'\r\n"), []byte("hello\r\n$ "), uint8(3))
+	f.Add([]byte(""), []byte(""), uint8(1))
+	f.Add([]byte("sbx-go-"), []byte("sbx-go-s1\n"), uint8(7))
+	f.Fuzz(func(t *testing.T, before, after []byte, chunk uint8) {
+		marker := "sbx-go-s1"
+		if bytes.Contains(before, []byte(marker)) || len(before) > maxBeforeMarker/2 {
+			return
+		}
+		stream := append(append(append([]byte{}, before...), marker+"\r\n"...), after...)
+		var got bytes.Buffer
+		m := &markerFilter{w: &got, marker: []byte(marker), seen: make(chan struct{})}
+		n := int(chunk%16) + 1
+		for len(stream) > 0 {
+			k := min(n, len(stream))
+			if w, err := m.Write(stream[:k]); err != nil || w != k {
+				t.Fatalf("Write = %d, %v", w, err)
+			}
+			stream = stream[k:]
+		}
+		if !bytes.Equal(got.Bytes(), after) {
+			t.Fatalf("passed %q, want %q", got.Bytes(), after)
+		}
+		select {
+		case <-m.seen:
+		default:
+			t.Fatal("the marker went by unseen")
+		}
+		q := ansiQuote(string(before))
+		for i := 0; i < len(q); i++ {
+			if q[i] < 0x20 || q[i] >= 0x7f {
+				t.Fatalf("ansiQuote(%q) = %q: byte %#x reaches the line editor", before, q, q[i])
+			}
+		}
+	})
+}

@@ -19,6 +19,8 @@ import (
 
 // Sandbox is one OpenSandbox sandbox. It is safe for concurrent use.
 type Sandbox struct {
+	backend.TerminalsEndWithClient
+
 	b     *Backend
 	id    string
 	token string

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxkit/sandboxkit/backends/opensandbox/opensandboxtest"
 	"github.com/sandboxkit/sandboxkit/internal/pty"
 	"github.com/sandboxkit/sandboxkit/internal/remotetest"
 	"github.com/sandboxkit/sandboxkit/internal/termbuf"
@@ -235,6 +236,7 @@ func TestShellBackends(t *testing.T) {
 		{"native", chaosNative, true},
 		{"remotedocker", shellRemote, true},
 		{"k8s", chaosK8s, false},
+		{"opensandbox", shellOpenSandbox, false},
 	} {
 		t.Run(target.name, func(t *testing.T) {
 			setup(t)
@@ -258,6 +260,31 @@ func TestShellBackends(t *testing.T) {
 			}
 		})
 	}
+}
+
+// shellOpenSandbox is a config for the in-process OpenSandbox server (its
+// execd has the WebSocket PTY sessions of newer execd versions).
+func shellOpenSandbox(t *testing.T) chaosTarget {
+	const key = "sbx-shell-test-key"
+	srv, err := opensandboxtest.NewServer(opensandboxtest.Options{APIKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if v := srv.Violations(); len(v) > 0 {
+			t.Errorf("protocol violations seen by the in-process server: %q", v)
+		}
+		srv.Close()
+	})
+	t.Setenv("OPEN_SANDBOX_API_KEY", key)
+	return chaosTarget{config: writeConfig(t, `
+[sandbox]
+backend = "opensandbox"
+default_image = "ubuntu:24.04"
+[sandbox.opensandbox]
+domain = "`+srv.Domain()+`"
+[sandbox.sandboxes.main]
+`)}
 }
 
 // shellRemote is the remote-host harness's config (no inventory: the

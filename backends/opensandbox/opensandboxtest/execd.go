@@ -22,12 +22,13 @@ const headerExecdToken = "X-EXECD-ACCESS-TOKEN"
 
 // Error codes execd uses.
 const (
-	codeFileNotFound   = "FILE_NOT_FOUND"
-	codeInvalidRequest = "INVALID_REQUEST_BODY"
-	codeMissingQuery   = "MISSING_QUERY"
-	codeRuntimeError   = "RUNTIME_ERROR"
-	codeInvalidFile    = "INVALID_FILE"
-	codeInvalidFileMD  = "INVALID_FILE_METADATA"
+	codeFileNotFound    = "FILE_NOT_FOUND"
+	codeInvalidRequest  = "INVALID_REQUEST_BODY"
+	codeMissingQuery    = "MISSING_QUERY"
+	codeRuntimeError    = "RUNTIME_ERROR"
+	codeInvalidFile     = "INVALID_FILE"
+	codeInvalidFileMD   = "INVALID_FILE_METADATA"
+	codeContextNotFound = "CONTEXT_NOT_FOUND"
 )
 
 // execdRoutes is one sandbox's execd.
@@ -59,6 +60,9 @@ func (sb *sandbox) execdRoutes() http.Handler {
 	handle("GET /directories/list", sb.listDir)
 	handle("POST /directories", sb.makeDirs)
 	handle("DELETE /directories", sb.removeDirs)
+	handle("POST /session", sb.createSession)
+	handle("DELETE /session/{id}", sb.deleteSession)
+	handle("GET /ws/session/{id}", sb.sessionWebSocket)
 	for _, m := range []string{"GET", "POST", "PUT", "DELETE", "PATCH"} {
 		handle(m+" /proxy/{port}/{path...}", sb.proxyPort)
 	}

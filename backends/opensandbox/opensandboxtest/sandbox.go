@@ -49,6 +49,7 @@ type sandbox struct {
 	gone                   chan struct{} // closed when removed
 	removing               bool          // being removed: still listed, but going
 	commands               map[string]*command
+	sessions               map[string]*ptySession // execd's bash sessions
 
 	execd *httptest.Server
 }

@@ -101,6 +101,9 @@ type Options struct {
 	// and .stderr on this host and never removes them, as a real execd
 	// does (by default they go to a private folder, removed at once).
 	KeepCommandLogs bool
+	// NoTerminalSessions answers as an execd before bash sessions and
+	// their WebSocket (POST /session, GET /ws/session/{id}) do: 404.
+	NoTerminalSessions bool
 }
 
 // Server is the in-process server. Use NewServer, then Close.
