@@ -52,9 +52,10 @@ const (
 //go:embed default.toml
 var defaultConfig []byte
 
-// Config is a loaded config file: the [sandbox] table, typed and checked.
-// Everything else in the file belongs to the program embedding sandboxkit
-// and is ignored here.
+// Config is a loaded config file: the [sandbox] table, typed and checked,
+// the root [build] table (Build) and the root [mcp.services.NAME] tables
+// (MCPServices). Everything else in the file belongs to the program
+// embedding sandboxkit and is ignored here.
 type Config struct {
 	// Path is the file loaded ("" for the embedded default).
 	Path string
@@ -75,6 +76,9 @@ type Config struct {
 	Warnings []string
 
 	backends map[string]any // decoded [sandbox.NAME] tables by backend name
+	build    BuildConfig    // the root [build] table (build.go)
+	// mcp holds the root [mcp.services.NAME] tables (mcp.go).
+	mcp map[string]MCPService
 	// noSandboxTable: the file has no [sandbox] table (OpenSage: an agent
 	// without sandboxes).
 	noSandboxTable bool
@@ -526,7 +530,8 @@ func (r *Registry) LoadConfig(path string) (*Config, error) {
 // default, resolving against the current directory.
 //
 // Errors wrap backend.ErrInvalidConfig and name the file and key. Unknown
-// keys inside [sandbox] are errors; everything outside it is ignored.
+// keys inside [sandbox], the root [build] table and [mcp.services.NAME]
+// tables are errors; everything else outside [sandbox] is ignored.
 func (r *Registry) ParseConfig(data []byte, path string) (*Config, error) {
 	c := &Config{Path: path}
 	var err error

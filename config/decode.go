@@ -72,6 +72,8 @@ func (p *parser) parse(data []byte) error {
 		return p.err()
 	}
 	p.vars = templateVars(doc)
+	p.decodeBuild(doc)
+	p.decodeMCP(doc)
 
 	sbx := map[string]any{}
 	switch v := doc["sandbox"].(type) {
@@ -124,6 +126,7 @@ func (p *parser) parse(data []byte) error {
 	p.cfg.applyBackend()
 	p.checkHostSharedMemDir()
 	p.finishEntries()
+	p.checkMCPServices()
 	return p.err()
 }
 
@@ -478,6 +481,7 @@ func (c *Config) DecodeExtra(e *Entry, v any) error {
 		_, known := fieldFor(t, k)
 		return !known && (open || backendKeys[k])
 	})
+	c.applyBuildDefaults(v)
 	p.decodeStrict(data, slices.Concat(entryKey(e.Name), toml.Key{"extra"}), v, nil)
 	return p.err()
 }

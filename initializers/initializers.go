@@ -1,7 +1,12 @@
 // Package initializers holds the typed kinds of sandbox a session launches:
 // main (the agent's workspace), neo4j (a graph database), joern (a code
-// property graph server), gdb_mcp (gdb behind an MCP server), and generic
-// (a plain sandbox from its entry's keys, for every other entry name).
+// property graph server), gdb_mcp (gdb behind an MCP server), codeql (a
+// CodeQL call graph, staged for Neo4j), fuzz (an AFL++ build of an OSS-Fuzz
+// project), coverage (a coverage build), and generic (a plain sandbox from
+// its entry's keys, for every other entry name). codeql, fuzz and coverage
+// run OpenSage's scripts from the session's sandbox_scripts folder, as
+// OpenSage's initializers of the same names do; their doc comments say
+// where they differ.
 //
 // A [sandbox.sandboxes.NAME] entry picks its initializer by type (default
 // NAME). The initializer owns:

@@ -18,7 +18,7 @@ import (
 
 func TestRegistry(t *testing.T) {
 	r := initializers.Default()
-	if got := strings.Join(r.Names(), ","); got != "gdb_mcp,generic,joern,main,neo4j" {
+	if got := strings.Join(r.Names(), ","); got != "codeql,coverage,fuzz,gdb_mcp,generic,joern,main,neo4j" {
 		t.Errorf("builtins: %s", got)
 	}
 	if _, fallback, err := r.Lookup("pdb_mcp"); err != nil || !fallback {

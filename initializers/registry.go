@@ -16,6 +16,9 @@ const GenericType = "generic"
 
 // Builtins is the one list of the built-in initializers. Keep it sorted.
 func Builtins(r *Registry) {
+	r.Register(CodeQLType, CodeQLFactory())
+	r.Register(CoverageType, CoverageFactory())
+	r.Register(FuzzType, FuzzFactory())
 	r.Register(GDBMCPType, GDBMCPFactory())
 	r.Register(GenericType, GenericFactory())
 	r.Register(JoernType, JoernFactory())

@@ -145,8 +145,8 @@ func (d dependsOn) DependsOn() []initializers.Dependency {
 }
 
 // An OpenSage file passes the session checks unchanged: entries without a
-// built-in initializer (codeql, coverage, pdb_mcp) keep their own [extra]
-// keys, while a built-in initializer's keys stay strict.
+// built-in initializer (pdb_mcp) keep their own [extra] keys, while a
+// built-in initializer's keys stay strict.
 func TestOpenSageConfigInitializers(t *testing.T) {
 	cfg, err := testRegistry().LoadConfig("../config/testdata/opensage.toml")
 	if err != nil {
@@ -155,8 +155,8 @@ func TestOpenSageConfigInitializers(t *testing.T) {
 	if err := CheckEntries(cfg, nil); err != nil {
 		t.Errorf("testdata/opensage.toml: %v", err)
 	}
-	if _, ok := cfg.Sandbox.Sandboxes["codeql"].Extra["codeql_threads"]; !ok {
-		t.Fatal("the fixture lost its codeql_threads key")
+	if _, ok := cfg.Sandbox.Sandboxes["pdb_mcp"].Extra["pdb_threads"]; !ok {
+		t.Fatal("the fixture lost its pdb_threads key")
 	}
 	bad, err := testRegistry().ParseConfig([]byte("[sandbox.sandboxes.main.extra]\npakages = [\"requests\"]\n"), "")
 	if err != nil {

@@ -55,6 +55,10 @@ type Member struct {
 	// Ports are the TCP ports it publishes to the host (see
 	// Session.Endpoint).
 	Ports []int
+	// MCPServices are the SSE URLs of the entry's mcp_services as the
+	// host program dials them (OpenSage's http://host:sse_port/sse, with
+	// the sandbox's published address as the host), by service name.
+	MCPServices map[string]string
 }
 
 func (s *Session) addMember(m *member) {
@@ -80,6 +84,7 @@ func (s *Session) finish(ms []*member) {
 	for _, m := range ms {
 		if mm := s.members[m.name]; mm != nil {
 			mm.Handle = m.handle
+			mm.MCPServices = m.mcpURLs
 		}
 	}
 }

@@ -142,6 +142,10 @@ type member struct {
 	// cached: the entry's using_cached; its sandbox starts from an image
 	// already provisioned, so only readiness runs (OpenSage).
 	cached bool
+	// mcp waits for the entry's mcp_services after Ready (nil: none);
+	// mcpURLs are their SSE URLs once ready.
+	mcp     *initializers.MCPServicesProbe
+	mcpURLs map[string]string
 }
 
 // Error is a failed launch: which sandbox, at which step, and the
@@ -296,6 +300,9 @@ func (l *Launcher) planMember(name string) (*member, error) {
 			m.spec.Image = s.Image
 			m.spec.Build = nil
 		}
+	}
+	if err := l.planMCP(m, e); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
@@ -615,6 +622,13 @@ func (l *Launcher) bringUp(ctx context.Context, s *Session, m *member, byName ma
 		if err := probe.WaitUntilReady(tctx, m.sb); err != nil {
 			return fail("ready", err)
 		}
+	}
+	if m.mcp != nil {
+		rep.report(Progress{Sandbox: m.name, Step: StepProbing, Detail: m.mcp.String()})
+		if err := m.mcp.WaitUntilReady(tctx, m.sb); err != nil {
+			return fail("ready", err)
+		}
+		m.mcpURLs = m.mcp.URLs()
 	}
 	if h, ok := m.init.(initializers.Handler); ok {
 		handle, err := h.Handle(tctx, in)

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandboxkit/sandboxkit"
+	"github.com/sandboxkit/sandboxkit/initializers"
 	"github.com/sandboxkit/sandboxkit/session"
 )
 
@@ -21,9 +24,10 @@ func (a *app) configCmd() *cobra.Command {
 that its backend is known, that every sandbox entry converts to a sandbox
 spec and that its initializer settings (type, extra, dependencies) are valid,
 that the host files a launch reads exist (the shared data, each Dockerfile
-and its build context), and prints its warnings and the project root that
-project_relative_* keys resolve against, with where it came from. It opens
-no backend and makes nothing.`,
+and its build context), and prints its warnings, the project root that
+project_relative_* keys resolve against, with where it came from, and each
+entry whose type has no initializer (it runs as a plain sandbox from its
+keys, as in OpenSage). It opens no backend and makes nothing.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usageError(cmd, "want at most one FILE, got %d", len(args))
@@ -49,6 +53,8 @@ type configCheckResult struct {
 	ProjectRootFrom string   `json:"project_root_from"`
 	Sandboxes       []string `json:"sandboxes"`
 	Warnings        []string `json:"warnings"`
+	// Notes say which entries have no initializer of their type.
+	Notes []string `json:"notes"`
 }
 
 func (a *app) configCheck(path string) error {
@@ -79,6 +85,7 @@ func (a *app) configCheck(path string) error {
 			OK: true, Path: cfg.Path, Backend: cfg.Sandbox.Backend,
 			ProjectRoot: cfg.ProjectRoot, ProjectRootFrom: cfg.ProjectRootFrom,
 			Sandboxes: append([]string{}, names...), Warnings: append([]string{}, cfg.Warnings...),
+			Notes: plainSandboxes(cfg, names),
 		})
 	}
 	if len(names) == 0 {
@@ -89,7 +96,30 @@ func (a *app) configCheck(path string) error {
 			len(names), plural(len(names), "sandbox", "sandboxes"), strings.Join(names, ", "))
 	}
 	fmt.Fprintf(a.stdout, "project root: %s (from %s)\n", cfg.ProjectRoot, cfg.ProjectRootFrom)
+	for _, n := range plainSandboxes(cfg, names) {
+		fmt.Fprintln(a.stdout, n)
+	}
 	return nil
+}
+
+// plainSandboxes says which entries' types have no initializer, so get the
+// generic one (Registry.Lookup's fallback): a plain sandbox from the
+// entry's keys, with nothing provisioned, probed or published, as OpenSage
+// treats names such as pdb_mcp. (An explicit type naming no initializer is
+// an error, reported by session.CheckEntries before this runs.)
+func plainSandboxes(cfg *sandboxkit.Config, names []string) []string {
+	notes := []string{}
+	for _, name := range names {
+		e, err := cfg.Entry(name)
+		if err != nil {
+			continue
+		}
+		typ := cmp.Or(e.Type, name)
+		if _, fallback, err := initializers.Default().Lookup(typ); err == nil && fallback {
+			notes = append(notes, fmt.Sprintf("sandbox %s: type %s has no initializer; it runs as a plain sandbox from its keys", name, typ))
+		}
+	}
+	return notes
 }
 
 func plural(n int, one, many string) string {
