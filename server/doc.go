@@ -34,6 +34,18 @@
 // sandbox from expiring while it is connected. A client that goes detaches
 // (where terminals outlive their client; elsewhere its program is killed).
 //
+// # OpenSandbox API
+//
+// Handler also serves OpenSandbox's lifecycle API (/v1/sandboxes...) and,
+// per sandbox, its execd API (through sbxd), so OpenSandbox's SDKs work
+// against any backend (osb.go, osb_execd.go, osb_files.go,
+// osb_sessions.go). Such sandboxes are made from the first type's Spec with
+// the request's image, entrypoint, environment and limits, belong to the
+// conversation "opensandbox" (or X-Conversation-Id), and follow the rules
+// below; the request's timeout is their idle TTL. execd's endpoint is
+// /execd/{id} with a per-sandbox route header (derived from the API key) in
+// place of the API key, or the server proxy.
+//
 // # Rules
 //
 // A sandbox belongs to the conversation that created it: the MCP session, or

@@ -112,6 +112,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /tools", s.auth(http.HandlerFunc(s.serveToolList)))
 	mux.Handle("POST /tools/{name}", s.auth(http.HandlerFunc(s.serveTool)))
 	mux.Handle("GET /sandboxes/{id}/terminal", s.auth(http.HandlerFunc(s.serveTerminal)))
+	s.osbRoutes(mux)
 
 	srv := s.MCPServer(func(req *mcp.CallToolRequest) string {
 		if req.Extra != nil {

@@ -22,7 +22,7 @@ const labelTestRun = "sbx-server-test-run"
 
 // nativeServer is a server on the native backend making busybox sandboxes
 // labelled for the leak check, which it registers.
-func nativeServer(t *testing.T, edit func(*server.Options)) (*server.Server, backend.Backend, string) {
+func nativeServer(t testing.TB, edit func(*server.Options)) (*server.Server, backend.Backend, string) {
 	t.Helper()
 	cli := dockertest.Client(t)
 	dockertest.RequireImage(t, cli, dockertest.BusyboxImage)

@@ -66,6 +66,13 @@ func (s *Server) callContext(ctx context.Context) (context.Context, func()) {
 // server's idle TTL; at most MaxLifetime). A type with a pool claims one of
 // its ready sandboxes (a new one when none is ready).
 func (s *Server) Create(ctx context.Context, conv, typ string, idle time.Duration) (SandboxInfo, error) {
+	return s.create(ctx, conv, typ, idle, nil)
+}
+
+// create is Create; custom, when set, changes the type's Spec (the
+// OpenSandbox API's image, entrypoint, environment and limits), and such a
+// sandbox never comes from a pool.
+func (s *Server) create(ctx context.Context, conv, typ string, idle time.Duration, custom func(*backend.Spec) error) (SandboxInfo, error) {
 	if conv == "" {
 		return SandboxInfo{}, errNoConversation
 	}
@@ -101,13 +108,16 @@ func (s *Server) Create(ctx context.Context, conv, typ string, idle time.Duratio
 		info    backend.Info
 		err     error
 	)
-	if p := s.pools[typ]; p != nil {
+	if p := s.pools[typ]; p != nil && custom == nil {
 		claimed, info, err = s.acquire(ctx, p, labels)
 		if err == nil {
 			sb, _ = claimedSandbox(claimed)
 		}
 	} else {
 		spec, specErr := s.typeSpec(typ)
+		if specErr == nil && custom != nil {
+			specErr = custom(&spec)
+		}
 		if specErr != nil {
 			return SandboxInfo{}, specErr
 		}

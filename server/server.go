@@ -46,6 +46,10 @@ type Server struct {
 	// failed; the reaper retries it.
 	adoptRetry *string
 
+	// osbKey derives the OpenSandbox API's direct execd routes.
+	osbKeyOnce sync.Once
+	osbKey     []byte
+
 	binMu sync.Mutex
 	bins  map[string][]byte // sbxd binaries by architecture
 }
@@ -67,7 +71,20 @@ type box struct {
 	sb     backend.Sandbox // the backend's, or nil until reattached
 	agent  *sbxd.Client    // nil with NoAgent
 	tools  *fileops.Tools
-	jobs   jobRunner
+	// osbToken is the SHA-256 (hex) of the execd access token it was made
+	// with through the OpenSandbox API ("": none); osb are the commands
+	// its OpenSandbox execd runs.
+	osbToken string
+	osb      osbCommands
+	osbSess  osbSessions
+	// Guarded by Server.mu: until is an expiry the OpenSandbox API renewed
+	// to (activity cannot bring it closer); osbMeta the metadata after a
+	// PATCH (nil: as the labels say); osbNoExpiry, a sandbox made without
+	// a timeout (reaped only at its hard limit).
+	until       time.Time
+	osbMeta     map[string]string
+	osbNoExpiry bool
+	jobs        jobRunner
 	// claimed is the pool claim the sandbox came from in this run (nil:
 	// made without a pool, or adopted): the pool removes it, or takes it
 	// back after a clean reset.
@@ -167,7 +184,7 @@ func (s *Server) register(info backend.Info, sb backend.Sandbox) (*box, bool) {
 	b := &box{
 		id: info.ID, conv: conv, typ: info.Labels[LabelType],
 		idleTTL: s.opts.IdleTTL, created: info.CreatedAt, hardDeadline: info.ExpiresAt,
-		sb: sb,
+		sb: sb, osbToken: info.Labels[LabelOSBToken], osbNoExpiry: info.Labels[LabelOSBNoTimeout] != "",
 	}
 	if secs, err := strconv.ParseInt(info.Labels[LabelIdleTTL], 10, 64); err == nil && secs > 0 {
 		b.idleTTL = time.Duration(secs) * time.Second
@@ -192,6 +209,9 @@ func (s *Server) register(info backend.Info, sb backend.Sandbox) (*box, bool) {
 // idle deadline and its hard deadline. Called with s.mu held.
 func (b *box) expiry() time.Time {
 	idle := b.lastActive.Add(b.idleTTL)
+	if b.until.After(idle) {
+		idle = b.until
+	}
 	if !b.hardDeadline.IsZero() && b.hardDeadline.Before(idle) {
 		return b.hardDeadline
 	}
@@ -319,6 +339,8 @@ func (s *Server) destroy(ctx context.Context, b *box) error {
 	b.attach.Lock()
 	defer b.attach.Unlock()
 	b.killTerminals(ctx)
+	b.osb.stopAll()
+	b.osbSess.killAll()
 	if b.jobs != nil {
 		b.jobs.close()
 	}

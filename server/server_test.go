@@ -25,7 +25,7 @@ import (
 )
 
 // localBackend is a local backend in a state dir of the test's own.
-func localBackend(t *testing.T) *local.Backend {
+func localBackend(t testing.TB) *local.Backend {
 	t.Helper()
 	b, err := local.New(local.Config{StateDir: t.TempDir()})
 	require.NoError(t, err)
@@ -36,7 +36,7 @@ func localBackend(t *testing.T) *local.Backend {
 func mainSpec(typ string) (backend.Spec, error) { return backend.Spec{Name: typ}, nil }
 
 // newServer makes a server over b; edit adjusts the options.
-func newServer(t *testing.T, b backend.Backend, edit func(*server.Options)) *server.Server {
+func newServer(t testing.TB, b backend.Backend, edit func(*server.Options)) *server.Server {
 	t.Helper()
 	opts := server.Options{Backend: b, Spec: mainSpec}
 	if edit != nil {

@@ -1,6 +1,7 @@
 package backendtest
 
 import (
+	"errors"
 	"net"
 	"slices"
 	"testing"
@@ -36,6 +37,11 @@ func (s *suite) testEndpointer(t *testing.T, sb backend.Sandbox) {
 	}
 	ctx := testCtx(t)
 	addr, err := e.Endpoint(ctx, port)
+	if errors.Is(err, errors.ErrUnsupported) {
+		// A client whose server decides (the opensandbox backend in
+		// front of a server whose sandboxes publish no ports).
+		t.Skipf("Endpoint(%d): %v", port, err)
+	}
 	if err != nil {
 		t.Fatalf("Endpoint(%d): %v", port, err)
 	}

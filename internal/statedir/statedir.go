@@ -261,6 +261,19 @@ func MarkRemoving(dir string) error {
 // the very end the sandbox stays visible: remove (RemoveAll when nil) is
 // called on each other entry, then the record and the folder go.
 func RemoveDir(dir string, remove func(string) error) error {
+	// A process of the sandbox that was dying as it was killed (or a
+	// host-side writer finishing for one) can still create a file while
+	// the folder is removed: go over it again a few times.
+	var err error
+	for try := 0; try < 5; try++ {
+		if err = removeDirOnce(dir, remove); !errors.Is(err, syscall.ENOTEMPTY) {
+			return err
+		}
+	}
+	return err
+}
+
+func removeDirOnce(dir string, remove func(string) error) error {
 	if remove == nil {
 		remove = os.RemoveAll
 	}

@@ -1,0 +1,285 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// execd's bash sessions with their WebSocket (newer execd versions than the
+// specs here): POST /session makes one, GET /ws/session/{id}?pty=1 starts
+// bash on a pseudo-terminal (the sandbox's Terminaler: sbxd's, else the
+// backend's) and carries JSON frames: stdin, resize, signal and ping in;
+// connected, stdout, replay (with ?since=OFFSET), exit, error and pong
+// out. The session outlives its connection; its output is kept for
+// replays (the last osbReplayCap bytes). One connection at a time (409).
+
+const osbReplayCap = 1 << 20
+
+// osbSession is one bash session.
+type osbSession struct {
+	id, cwd string
+
+	mu        sync.Mutex
+	term      backend.Terminal
+	out       []byte // the last osbReplayCap bytes of output
+	dropped   int64  // bytes dropped from the front of out
+	sink      func([]byte)
+	connected bool
+	done      chan struct{} // closed when bash ended
+	code      int
+}
+
+// osbSessions are a sandbox's sessions.
+type osbSessions struct {
+	mu sync.Mutex
+	m  map[string]*osbSession
+}
+
+func (ss *osbSessions) get(id string) *osbSession {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.m[id]
+}
+
+// killAll ends every session (the sandbox goes).
+func (ss *osbSessions) killAll() {
+	ss.mu.Lock()
+	list := ss.m
+	ss.m = nil
+	ss.mu.Unlock()
+	for _, se := range list {
+		se.kill()
+	}
+}
+
+func (se *osbSession) kill() {
+	se.mu.Lock()
+	t := se.term
+	se.mu.Unlock()
+	if t != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		t.Kill(ctx)
+		cancel()
+		t.Close()
+	}
+}
+
+func (x *osbExecd) createSession(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Cwd string `json:"cwd"`
+	}
+	if r.ContentLength != 0 && !decodeBody(w, r, &body) {
+		return
+	}
+	se := &osbSession{id: "session-" + newCommandID()[:16], cwd: body.Cwd}
+	ss := &x.b.osbSess
+	ss.mu.Lock()
+	if ss.m == nil {
+		ss.m = map[string]*osbSession{}
+	}
+	ss.m[se.id] = se
+	ss.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]string{"session_id": se.id})
+}
+
+func (x *osbExecd) deleteSession(w http.ResponseWriter, id string) {
+	ss := &x.b.osbSess
+	ss.mu.Lock()
+	se := ss.m[id]
+	delete(ss.m, id)
+	ss.mu.Unlock()
+	if se == nil {
+		osbExecdError(w, http.StatusNotFound, "CONTEXT_NOT_FOUND", "session not found: %s", id)
+		return
+	}
+	se.kill()
+	w.WriteHeader(http.StatusOK)
+}
+
+// start runs bash on a terminal for the session unless it runs already.
+func (se *osbSession) start(ctx context.Context, tr backend.Terminaler) error {
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	if se.term != nil {
+		return nil
+	}
+	t, err := tr.Terminal(ctx, backend.TerminalRequest{
+		Cmd:     []string{"sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash --noprofile --norc; fi; exec sh"},
+		WorkDir: se.cwd, Env: map[string]string{"TERM": "xterm-256color"},
+		Size: backend.TermSize{Rows: 24, Cols: 80},
+	})
+	if err != nil {
+		return err
+	}
+	se.term, se.done = t, make(chan struct{})
+	go func() {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := t.Read(buf)
+			if n > 0 {
+				chunk := append([]byte(nil), buf[:n]...)
+				se.mu.Lock()
+				se.out = append(se.out, chunk...)
+				if over := len(se.out) - osbReplayCap; over > 0 {
+					se.out = append([]byte(nil), se.out[over:]...)
+					se.dropped += int64(over)
+				}
+				sink := se.sink
+				se.mu.Unlock()
+				if sink != nil {
+					sink(chunk)
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		code, ok := t.ExitCode()
+		if !ok {
+			code = -1
+		}
+		se.mu.Lock()
+		se.code = code
+		se.mu.Unlock()
+		close(se.done)
+	}()
+	return nil
+}
+
+var osbUpgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
+
+// sessionSocket steers session id over a WebSocket until it ends or the
+// client goes.
+func (x *osbExecd) sessionSocket(ctx context.Context, w http.ResponseWriter, r *http.Request, id string) {
+	se := x.b.osbSess.get(id)
+	if se == nil {
+		osbExecdError(w, http.StatusNotFound, "CONTEXT_NOT_FOUND", "session not found")
+		return
+	}
+	se.mu.Lock()
+	if se.connected {
+		se.mu.Unlock()
+		osbExecdError(w, http.StatusConflict, "RUNTIME_ERROR", "session already connected")
+		return
+	}
+	se.connected = true
+	se.mu.Unlock()
+	defer func() {
+		se.mu.Lock()
+		se.connected, se.sink = false, nil
+		se.mu.Unlock()
+	}()
+	conn, err := osbUpgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	var writeMu sync.Mutex
+	send := func(v map[string]any) error {
+		writeMu.Lock()
+		defer writeMu.Unlock()
+		conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		return conn.WriteJSON(v)
+	}
+	if r.URL.Query().Get("pty") != "1" {
+		send(map[string]any{"type": "error", "error": "sandboxkit runs sessions on a terminal only: connect with ?pty=1", "code": "START_FAILED"})
+		return
+	}
+	tr, ok := backend.As[backend.Terminaler](x.sb)
+	if !ok {
+		send(map[string]any{"type": "error", "error": "this sandbox cannot run programs on a terminal (no sbxd agent, and the backend has no terminals)", "code": "START_FAILED"})
+		return
+	}
+	if err := se.start(x.s.life, tr); err != nil {
+		send(map[string]any{"type": "error", "error": "failed to start bash: " + err.Error(), "code": "START_FAILED"})
+		return
+	}
+	// The live sink first, then the replay: nothing falls between them.
+	se.mu.Lock()
+	var replay []byte
+	if since, err := strconv.ParseInt(r.URL.Query().Get("since"), 10, 64); err == nil && since >= 0 {
+		from := max(since-se.dropped, 0)
+		if from < int64(len(se.out)) {
+			replay = append(replay, se.out[from:]...)
+		}
+	}
+	offset := se.dropped + int64(len(se.out))
+	se.sink = func(p []byte) {
+		send(map[string]any{"type": "stdout", "data": string(p), "timestamp": time.Now().UnixMilli()})
+	}
+	term, done := se.term, se.done
+	se.mu.Unlock()
+	if len(replay) > 0 {
+		send(map[string]any{"type": "replay", "data": string(replay), "offset": offset})
+	}
+	send(map[string]any{"type": "connected", "session_id": se.id, "mode": "pty"})
+	go func() {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			conn.Close()
+			return
+		}
+		se.mu.Lock()
+		code := se.code
+		se.mu.Unlock()
+		send(map[string]any{"type": "exit", "exit_code": code})
+		writeMu.Lock()
+		conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "process exited"))
+		writeMu.Unlock()
+		conn.Close()
+	}()
+	for {
+		_, msg, err := conn.ReadMessage()
+		if err != nil {
+			return
+		}
+		var f struct {
+			Type   string `json:"type"`
+			Data   string `json:"data"`
+			Cols   int    `json:"cols"`
+			Rows   int    `json:"rows"`
+			Signal string `json:"signal"`
+		}
+		if json.Unmarshal(msg, &f) != nil {
+			send(map[string]any{"type": "error", "error": "unreadable frame", "code": "INVALID_FRAME"})
+			continue
+		}
+		switch f.Type {
+		case "stdin":
+			if _, err := term.Write([]byte(f.Data)); err != nil {
+				send(map[string]any{"type": "error", "error": err.Error(), "code": "STDIN_WRITE_FAILED"})
+				return
+			}
+		case "resize":
+			if err := term.Resize(ctx, backend.TermSize{Rows: f.Rows, Cols: f.Cols}); err != nil {
+				send(map[string]any{"type": "error", "error": "resize failed: " + err.Error(), "code": "RUNTIME_ERROR"})
+			}
+		case "signal":
+			// The terminal's own keys for the common signals; anything
+			// else ends the session.
+			switch f.Signal {
+			case "SIGINT":
+				term.Write([]byte{0x03})
+			case "SIGQUIT":
+				term.Write([]byte{0x1c})
+			case "SIGTSTP":
+				term.Write([]byte{0x1a})
+			default:
+				term.Kill(ctx)
+			}
+		case "ping":
+			send(map[string]any{"type": "pong"})
+		default:
+			send(map[string]any{"type": "error", "error": "unknown frame type", "code": "INVALID_FRAME"})
+		}
+	}
+}

@@ -1,0 +1,404 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backend/backendtest"
+	"github.com/sandboxkit/sandboxkit/backends/lite"
+	"github.com/sandboxkit/sandboxkit/backends/local"
+	"github.com/sandboxkit/sandboxkit/backends/opensandbox"
+	"github.com/sandboxkit/sandboxkit/fileops/fileopstest"
+	"github.com/sandboxkit/sandboxkit/internal/dockertest"
+	"github.com/sandboxkit/sandboxkit/internal/rootfs"
+	"github.com/sandboxkit/sandboxkit/server"
+)
+
+const osbKey = "osb-roundtrip-key-1b2c3d"
+
+// osbClient is the project's opensandbox backend pointed at an sbx serve
+// handler over b: client -> OpenSandbox API -> sandboxkit backend.
+func osbClient(t *testing.T, b backend.Backend, proxied bool) *opensandbox.Backend {
+	return osbClientOf(t, newServer(t, b, func(o *server.Options) { o.APIKey = osbKey }), proxied)
+}
+
+// osbClientOf is osbClient for a server of the caller's (with APIKey
+// osbKey).
+func osbClientOf(t *testing.T, s *server.Server, proxied bool) *opensandbox.Backend {
+	t.Helper()
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	c, err := opensandbox.New(opensandbox.Config{Domain: strings.TrimPrefix(hs.URL, "http://"), APIKey: osbKey, UseServerProxy: proxied})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// traversableLocal is a local backend whose state folder other users can
+// pass through (t.TempDir is 0700), for commands run as another user.
+func traversableLocal(t *testing.T) *local.Backend {
+	t.Helper()
+	dir := t.TempDir()
+	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		require.NoError(t, os.Chmod(d, 0o755))
+	}
+	b, err := local.New(local.Config{StateDir: dir})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// TestOpenSandboxAPILocal runs the backend suite and the fileops table
+// through the OpenSandbox API of a server over the local backend.
+func TestOpenSandboxAPILocal(t *testing.T) {
+	s := newServer(t, traversableLocal(t), func(o *server.Options) { o.APIKey = osbKey })
+	osbRoundTrip(t, s, "ubuntu:24.04")
+}
+
+// osbRoundTrip runs the backend suite and the fileops table through the
+// OpenSandbox API of server s, sandboxes made from image.
+func osbRoundTrip(t *testing.T, s *server.Server, image string) {
+	t.Run("conformance", func(t *testing.T) {
+		backendtest.Run(t, func(t *testing.T) backend.Backend { return osbClientOf(t, s, false) }, backendtest.WithImage(image))
+	})
+	t.Run("fileops", func(t *testing.T) {
+		c := osbClientOf(t, s, true)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		sb, err := c.Create(ctx, backend.Spec{Name: "fileops", Image: image, TTL: 10 * time.Minute})
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, sb.Destroy(context.Background())) })
+		fileopstest.Run(t, func(t *testing.T) backend.Sandbox { return sb })
+	})
+}
+
+// TestOpenSandboxAPILite is the round trip over lite busybox sandboxes
+// (the image URI a lite "dir:" reference).
+func TestOpenSandboxAPILite(t *testing.T) {
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root")
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		missing = append(missing, "runc")
+	}
+	if _, err := rootfs.BusyboxPath(); err != nil {
+		missing = append(missing, "busybox (busybox-static)")
+	}
+	if len(missing) > 0 {
+		t.Skipf("the lite backend needs %s", strings.Join(missing, ", "))
+	}
+	dir, err := rootfs.Busybox()
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// Not t.TempDir: overlayfs options cannot hold a subtest's comma.
+	base, err := os.MkdirTemp("", "sbx-osb-lite-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(base) })
+	b, err := lite.New(lite.Config{Runtime: "runc", StateDir: filepath.Join(base, "state"),
+		ImageDir: filepath.Join(base, "images"), RuntimeRoot: filepath.Join(base, "runtime")})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	s := newServer(t, b, func(o *server.Options) {
+		o.APIKey = osbKey
+		// The fileops table builds expected paths as wd+"/"+name.
+		o.Spec = func(typ string) (backend.Spec, error) { return backend.Spec{Name: typ, WorkingDir: "/work"}, nil }
+	})
+	osbRoundTrip(t, s, "dir:"+dir)
+}
+
+// TestOpenSandboxAPINative is the round trip over native busybox
+// containers.
+func TestOpenSandboxAPINative(t *testing.T) {
+	s, _, _ := nativeServer(t, func(o *server.Options) { o.APIKey = osbKey })
+	osbRoundTrip(t, s, dockertest.BusyboxImage)
+}
+
+// osbWire is a raw HTTP client of a server's OpenSandbox API.
+type osbWire struct {
+	t     testing.TB
+	base  string
+	image string
+}
+
+func newOSBWire(t *testing.T) osbWire {
+	s := newServer(t, localBackend(t), func(o *server.Options) { o.APIKey = osbKey })
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	return osbWire{t: t, base: hs.URL}
+}
+
+// do sends a request (JSON body when body is not nil) and returns the status
+// and the decoded answer (nil for none).
+func (c osbWire) do(method, path string, body any, header map[string]string) (int, map[string]any, http.Header) {
+	c.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		require.NoError(c.t, err)
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, c.base+path, rd)
+	require.NoError(c.t, err)
+	req.Header.Set("OPEN-SANDBOX-API-KEY", osbKey)
+	for k, v := range header {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(c.t, err)
+	var out map[string]any
+	if len(raw) > 0 && raw[0] == '{' {
+		require.NoError(c.t, json.Unmarshal(raw, &out), "%s", raw)
+	} else if len(raw) > 0 {
+		out = map[string]any{"raw": string(raw)}
+	}
+	return resp.StatusCode, out, resp.Header
+}
+
+// create makes a sandbox of c.image (default ubuntu:24.04, which local
+// ignores) and returns its ID.
+func (c osbWire) create(extra map[string]any) string {
+	c.t.Helper()
+	image := c.image
+	if image == "" {
+		image = "ubuntu:24.04"
+	}
+	body := map[string]any{"image": map[string]any{"uri": image}, "entrypoint": []string{"tail", "-f", "/dev/null"},
+		"timeout": 600, "resourceLimits": map[string]string{"cpu": "500m", "memory": "512Mi"}}
+	for k, v := range extra {
+		body[k] = v
+	}
+	code, out, _ := c.do("POST", "/v1/sandboxes", body, nil)
+	require.Equal(c.t, http.StatusAccepted, code, "%v", out)
+	id, _ := out["id"].(string)
+	require.NotEmpty(c.t, id)
+	c.t.Cleanup(func() { c.do("DELETE", "/v1/sandboxes/"+id, nil, nil) })
+	return id
+}
+
+// TestOpenSandboxAPIWire checks the lifecycle API's status codes, error
+// shapes and field names against the spec (sandbox-lifecycle.yml).
+func TestOpenSandboxAPIWire(t *testing.T) {
+	c := newOSBWire(t)
+	// Auth: OpenSandbox's 401 codes.
+	code, out, _ := c.do("GET", "/v1/sandboxes", nil, map[string]string{"OPEN-SANDBOX-API-KEY": ""})
+	assert.Equal(t, 401, code)
+	assert.Equal(t, "MISSING_API_KEY", out["code"])
+	code, out, _ = c.do("GET", "/v1/sandboxes", nil, map[string]string{"OPEN-SANDBOX-API-KEY": "wrong"})
+	assert.Equal(t, 401, code)
+	assert.Equal(t, "INVALID_API_KEY", out["code"])
+	code, _, _ = c.do("GET", "/health", nil, map[string]string{"OPEN-SANDBOX-API-KEY": ""})
+	assert.Equal(t, 200, code)
+
+	// Create: 202 with the Sandbox fields; bad bodies are 422 or 400.
+	id := c.create(map[string]any{"metadata": map[string]string{"team": "ml", "project": "x"}, "env": map[string]string{"GREETING": "hi"}})
+	code, out, _ = c.do("GET", "/v1/sandboxes/"+id, nil, nil)
+	require.Equal(t, 200, code)
+	assert.Equal(t, "Running", out["status"].(map[string]any)["state"])
+	assert.Equal(t, map[string]any{"team": "ml", "project": "x"}, out["metadata"])
+	assert.Equal(t, []any{"tail", "-f", "/dev/null"}, out["entrypoint"])
+	assert.Equal(t, map[string]any{"uri": "ubuntu:24.04"}, out["image"])
+	for _, k := range []string{"createdAt", "expiresAt"} {
+		_, err := time.Parse(time.RFC3339Nano, out[k].(string))
+		assert.NoError(t, err, k)
+	}
+	for name, body := range map[string]map[string]any{
+		"no entrypoint": {"image": map[string]any{"uri": "x"}, "resourceLimits": map[string]string{}},
+		"no image":      {"entrypoint": []string{"sh"}},
+		"short timeout": {"image": map[string]any{"uri": "x"}, "entrypoint": []string{"sh"}, "timeout": 10},
+	} {
+		code, out, _ = c.do("POST", "/v1/sandboxes", body, nil)
+		assert.Equal(t, 422, code, name)
+		assert.NotEmpty(t, out["detail"], name)
+	}
+	code, out, _ = c.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": "x"}, "entrypoint": []string{"sh"},
+		"metadata": map[string]string{"opensandbox.io/x": "y"}}, nil)
+	assert.Equal(t, 400, code)
+	assert.Equal(t, "SANDBOX::INVALID_METADATA_LABEL", out["code"])
+	code, out, _ = c.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": "x"}, "entrypoint": []string{"sh"},
+		"resourceLimits": map[string]string{"cpu": "lots"}}, nil)
+	assert.Equal(t, 400, code)
+	assert.Contains(t, out["message"], "cpu")
+
+	// Unknown sandboxes: 404 with {code, message}.
+	code, out, _ = c.do("GET", "/v1/sandboxes/nope", nil, nil)
+	assert.Equal(t, 404, code)
+	assert.NotEmpty(t, out["code"])
+	assert.NotEmpty(t, out["message"])
+
+	// List: filters and pagination.
+	id2 := c.create(map[string]any{"metadata": map[string]string{"team": "web"}})
+	id3 := c.create(nil)
+	code, out, _ = c.do("GET", "/v1/sandboxes?pageSize=2", nil, nil)
+	require.Equal(t, 200, code)
+	assert.Len(t, out["items"], 2)
+	assert.Equal(t, map[string]any{"page": 1.0, "pageSize": 2.0, "totalItems": 3.0, "totalPages": 2.0, "hasNextPage": true}, out["pagination"])
+	code, out, _ = c.do("GET", "/v1/sandboxes?page=2&pageSize=2", nil, nil)
+	require.Equal(t, 200, code)
+	require.Len(t, out["items"], 1)
+	assert.Equal(t, id3, out["items"].([]any)[0].(map[string]any)["id"])
+	code, out, _ = c.do("GET", "/v1/sandboxes?metadata="+url.QueryEscape("team=web"), nil, nil)
+	require.Equal(t, 200, code)
+	require.Len(t, out["items"], 1)
+	assert.Equal(t, id2, out["items"].([]any)[0].(map[string]any)["id"])
+	code, out, _ = c.do("GET", "/v1/sandboxes?state=Paused", nil, nil)
+	require.Equal(t, 200, code)
+	assert.Empty(t, out["items"])
+	code, _, _ = c.do("GET", "/v1/sandboxes?pageSize=500", nil, nil)
+	assert.Equal(t, 422, code)
+	code, out, _ = c.do("GET", "/v1/sandboxes?metadata=novalue", nil, nil)
+	assert.Equal(t, 400, code)
+	assert.Equal(t, "INVALID_METADATA_FORMAT", out["code"])
+
+	// Metadata: a JSON merge patch.
+	code, out, _ = c.do("PATCH", "/v1/sandboxes/"+id+"/metadata", map[string]any{"team": nil, "env": "prod"}, nil)
+	require.Equal(t, 200, code)
+	assert.Equal(t, map[string]any{"project": "x", "env": "prod"}, out["metadata"])
+
+	// Renew: an absolute time in the future.
+	code, out, _ = c.do("POST", "/v1/sandboxes/"+id+"/renew-expiration", map[string]string{"expiresAt": time.Now().Add(-time.Hour).Format(time.RFC3339)}, nil)
+	assert.Equal(t, 400, code)
+	assert.Equal(t, "SANDBOX::INVALID_EXPIRATION", out["code"])
+	want := time.Now().Add(3 * time.Hour).UTC().Truncate(time.Second)
+	code, out, _ = c.do("POST", "/v1/sandboxes/"+id+"/renew-expiration", map[string]string{"expiresAt": want.Format(time.RFC3339)}, nil)
+	require.Equal(t, 200, code)
+	got, err := time.Parse(time.RFC3339Nano, out["expiresAt"].(string))
+	require.NoError(t, err)
+	assert.True(t, got.Equal(want), "renewed to %v, want %v", got, want)
+
+	// Endpoints: execd's, direct with a route header, or through the proxy.
+	code, out, _ = c.do("GET", "/v1/sandboxes/"+id+"/endpoints/0", nil, nil)
+	assert.Equal(t, 400, code)
+	assert.Equal(t, "SANDBOX::INVALID_PORT", out["code"])
+	code, _, _ = c.do("GET", "/v1/sandboxes/"+id+"/endpoints/abc", nil, nil)
+	assert.Equal(t, 422, code)
+	code, out, _ = c.do("GET", "/v1/sandboxes/"+id+"/endpoints/44772", nil, nil)
+	require.Equal(t, 200, code)
+	ep := out["endpoint"].(string)
+	route := out["headers"].(map[string]any)["X-Sandboxkit-Execd-Route"].(string)
+	assert.NotContains(t, ep, "://")
+	direct := "/" + strings.SplitN(ep, "/", 2)[1]
+	code, _, _ = c.do("GET", direct+"/ping", nil, map[string]string{"OPEN-SANDBOX-API-KEY": ""})
+	assert.Equal(t, 401, code, "direct execd without its route header")
+	code, _, _ = c.do("GET", direct+"/ping", nil, map[string]string{"OPEN-SANDBOX-API-KEY": "", "X-Sandboxkit-Execd-Route": route})
+	assert.Equal(t, 200, code)
+	code, _, _ = c.do("GET", "/v1/sandboxes/"+id2+"/endpoints/44772", nil, nil)
+	require.Equal(t, 200, code)
+	code, _, _ = c.do("GET", direct+"/ping", nil, map[string]string{"X-Sandboxkit-Execd-Route": route[:10]})
+	assert.Equal(t, 401, code, "another sandbox's or a wrong route")
+	code, _, _ = c.do("GET", "/sandboxes/"+id+"/proxy/44772/ping", nil, nil)
+	assert.Equal(t, 200, code)
+
+	// Delete: 204, then gone.
+	code, _, _ = c.do("DELETE", "/v1/sandboxes/"+id, nil, nil)
+	assert.Equal(t, 204, code)
+	code, _, _ = c.do("GET", "/v1/sandboxes/"+id, nil, nil)
+	assert.Equal(t, 404, code)
+	code, _, _ = c.do("DELETE", "/v1/sandboxes/"+id, nil, nil)
+	assert.Equal(t, 404, code)
+}
+
+// events reads execd's command stream to its end: one JSON object and a
+// blank line each.
+func events(t *testing.T, r io.Reader) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	dec := json.NewDecoder(r)
+	for {
+		var ev map[string]any
+		if err := dec.Decode(&ev); err == io.EOF {
+			return out
+		} else if err != nil {
+			t.Fatalf("reading events: %v", err)
+		}
+		out = append(out, ev)
+	}
+}
+
+// TestOpenSandboxAPIExecd checks execd's command API: the event stream of
+// foreground commands (ending with its last event), the exit code in the
+// error event, background commands with their logs and status, and the
+// access token.
+func TestOpenSandboxAPIExecd(t *testing.T) {
+	c := newOSBWire(t)
+	id := c.create(map[string]any{"env": map[string]string{"EXECD_ACCESS_TOKEN": "tok-123"}})
+	run := func(body map[string]any, token string) []map[string]any {
+		data, _ := json.Marshal(body)
+		req, _ := http.NewRequest("POST", c.base+"/sandboxes/"+id+"/proxy/44772/command", bytes.NewReader(data))
+		req.Header.Set("OPEN-SANDBOX-API-KEY", osbKey)
+		req.Header.Set("X-EXECD-ACCESS-TOKEN", token)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode)
+		assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+		return events(t, resp.Body)
+	}
+	code, _, _ := c.do("GET", "/sandboxes/"+id+"/proxy/44772/ping", nil, nil)
+	assert.Equal(t, 401, code, "execd without the access token")
+
+	evs := run(map[string]any{"command": `printf 'a\n\nb'; echo err >&2; echo "$X"`, "envs": map[string]string{"X": "y"}}, "tok-123")
+	var types, texts []string
+	for _, ev := range evs {
+		types = append(types, ev["type"].(string))
+		if ev["type"] == "stdout" || ev["type"] == "stderr" {
+			texts = append(texts, ev["type"].(string)+":"+ev["text"].(string))
+		}
+	}
+	assert.Equal(t, "init", types[0])
+	assert.Equal(t, "execution_complete", types[len(types)-1])
+	assert.ElementsMatch(t, []string{"stdout:a", "stdout:\n", "stdout:by", "stderr:err"}, texts)
+
+	evs = run(map[string]any{"command": "exit 7"}, "tok-123")
+	last := evs[len(evs)-1]
+	require.Equal(t, "error", last["type"])
+	assert.Equal(t, "CommandExecError", last["error"].(map[string]any)["ename"])
+	assert.Equal(t, "7", last["error"].(map[string]any)["evalue"])
+
+	evs = run(map[string]any{"command": "sleep 30", "timeout": 200}, "tok-123")
+	last = evs[len(evs)-1]
+	require.Equal(t, "error", last["type"])
+	assert.Equal(t, "-1", last["error"].(map[string]any)["evalue"], "a timed-out command")
+
+	evs = run(map[string]any{"command": "echo one; echo two; sleep 0.2; echo three", "background": true}, "tok-123")
+	require.Len(t, evs, 1)
+	cmd := evs[0]["text"].(string)
+	tok := map[string]string{"X-EXECD-ACCESS-TOKEN": "tok-123"}
+	for {
+		code, out, _ := c.do("GET", "/sandboxes/"+id+"/proxy/44772/command/status/"+cmd, nil, tok)
+		require.Equal(t, 200, code)
+		if out["running"] == false {
+			assert.Equal(t, 0.0, out["exit_code"])
+			break
+		}
+	}
+	code, out, h := c.do("GET", "/sandboxes/"+id+"/proxy/44772/command/"+cmd+"/logs?cursor=1", nil, tok)
+	require.Equal(t, 200, code)
+	assert.Equal(t, "two\nthree\n", out["raw"])
+	assert.Equal(t, "3", h.Get("EXECD-COMMANDS-TAIL-CURSOR"))
+	code, out, _ = c.do("DELETE", "/sandboxes/"+id+"/proxy/44772/command?id=nope", nil, tok)
+	assert.Equal(t, 404, code)
+	assert.Equal(t, "COMMAND_NOT_FOUND", out["code"])
+}
