@@ -48,6 +48,10 @@ type GDBMCPConfig struct {
 	// WorkDir is where programs are debugged from ("": the sandbox's
 	// working directory).
 	WorkDir string `toml:"work_dir"`
+	// LoadGDBInit: gdb reads its init files (the image's gdbinit, such
+	// as pwndbg's in OpenSage's image). Default true; false starts gdb
+	// with -nx.
+	LoadGDBInit bool `toml:"load_gdbinit"`
 	// BinaryPath is a host path of a static gdbmcp binary for the
 	// sandbox's architecture, instead of the embedded one (also: env
 	// SBX_GDBMCP_PATH).
@@ -57,7 +61,7 @@ type GDBMCPConfig struct {
 // GDBMCPFactory is the gdb_mcp initializer.
 func GDBMCPFactory() Factory {
 	return Factory{
-		NewConfig: func() any { return &GDBMCPConfig{Port: DefaultGDBMCPPort, GDB: "gdb"} },
+		NewConfig: func() any { return &GDBMCPConfig{Port: DefaultGDBMCPPort, GDB: "gdb", LoadGDBInit: true} },
 		New: func(cfg any) (Initializer, error) {
 			c := cfg.(*GDBMCPConfig)
 			if c.Port < 1 || c.Port > 65535 {
@@ -118,6 +122,9 @@ func (g *GDBMCPInit) Provision(ctx context.Context, in *Instance) error {
 		"--gdb", g.Config.GDB, "--log", gdbmcpLogPath}
 	if g.Config.WorkDir != "" {
 		argv = append(argv, "--workdir", g.Config.WorkDir)
+	}
+	if !g.Config.LoadGDBInit {
+		argv = append(argv, "--nx")
 	}
 	res, err = in.Sandbox.Exec(ctx, backend.ExecRequest{Cmd: argv, Timeout: time.Minute})
 	if err != nil {

@@ -63,6 +63,7 @@ func serveMain(args []string) int {
 	workDir := fs.String("workdir", "", "working directory of gdb and the program (default: the current one)")
 	logPath := fs.String("log", "", "with --detach: file for the server's output (default /tmp/gdbmcp.log)")
 	detach := fs.Bool("detach", false, "start in the background and exit once serving")
+	noInit := fs.Bool("nx", false, "do not read gdb's init files (gdb -nx); by default an image's gdbinit (pwndbg, gef) loads")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -74,7 +75,7 @@ func serveMain(args []string) int {
 		return 1
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	d, err := newDebugger(*gdb, *workDir)
+	d, err := newDebugger(*gdb, *workDir, *noInit)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gdbmcp:", err)
 		return 1

@@ -59,7 +59,7 @@ func TestToolsWithHostGDB(t *testing.T) {
 	input := filepath.Join(dir, "input.txt")
 	os.WriteFile(input, []byte("boom\n"), 0o644)
 
-	d, err := newDebugger("gdb", dir)
+	d, err := newDebugger("gdb", dir, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,5 +135,39 @@ func TestToolsWithHostGDB(t *testing.T) {
 	os.WriteFile(input, []byte("ok\n"), 0o644)
 	if got := call("run", nil); !strings.Contains(got, "exited normally") {
 		t.Errorf("second run: %q", got)
+	}
+}
+
+// TestGDBInit: gdb reads the user's gdbinit (an image's pwndbg) unless the
+// server runs with --nx.
+func TestGDBInit(t *testing.T) {
+	if _, err := exec.LookPath("gdb"); err != nil {
+		t.Skip("no gdb on this host")
+	}
+	home := t.TempDir()
+	if err := os.WriteFile(filepath.Join(home, ".gdbinit"), []byte("set $sbx_init_marker = 4242\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HOME", home)
+	for _, noInit := range []bool{false, true} {
+		d, err := newDebugger("gdb", home, noInit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := d.proc()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, out, err := g.run(ctx, `-interpreter-exec console "print $sbx_init_marker"`)
+		cancel()
+		d.close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		loaded := strings.Contains(out, "4242")
+		if loaded == noInit {
+			t.Errorf("noInit=%v: print of the gdbinit's variable gave %q", noInit, out)
+		}
 	}
 }

@@ -226,9 +226,14 @@ const answerTimeout = 2 * time.Minute
 // -exec-interrupt, kill and print work on a running program.
 var asyncSettings = []string{"-gdb-set mi-async on", "-gdb-set target-async on"}
 
-// startGDB starts gdb in MI mode.
-func startGDB(gdb, workDir string) (*gdbProc, error) {
-	cmd := exec.Command(gdb, "--interpreter=mi3", "-q", "-nx")
+// startGDB starts gdb in MI mode; it reads its init files (an image's
+// gdbinit: pwndbg, gef) unless noInit.
+func startGDB(gdb, workDir string, noInit bool) (*gdbProc, error) {
+	args := []string{"--interpreter=mi3", "-q"}
+	if noInit {
+		args = append(args, "-nx")
+	}
+	cmd := exec.Command(gdb, args...)
 	cmd.Dir = workDir
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

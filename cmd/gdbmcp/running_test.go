@@ -22,7 +22,7 @@ func httpSession(t *testing.T) (call func(name string, args map[string]any) (str
 	if _, err := exec.LookPath("gdb"); err != nil {
 		t.Skip("no gdb on this host")
 	}
-	d, err := newDebugger("gdb", t.TempDir())
+	d, err := newDebugger("gdb", t.TempDir(), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestRunningProgram(t *testing.T) {
 // The SSE transport at /sse (the one OpenSage's gdb_mcp image serves, and
 // GDB_MCP_SSE_URL names) gives an MCP client the same tools as /mcp.
 func TestSSETransport(t *testing.T) {
-	d, err := newDebugger("gdb", t.TempDir())
+	d, err := newDebugger("gdb", t.TempDir(), true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 type debugger struct {
 	gdbPath string
 	workDir string
+	noInit  bool // gdb -nx: no init files
 
 	mu        sync.Mutex // one tool call at a time
 	gdb       *gdbProc
@@ -38,13 +39,13 @@ type debugger struct {
 // to stop when the call gives no timeout.
 const defaultStopWait = 30 * time.Second
 
-func newDebugger(gdbPath, workDir string) (*debugger, error) {
+func newDebugger(gdbPath, workDir string, noInit bool) (*debugger, error) {
 	out, err := os.CreateTemp("", "gdbmcp-output-*.txt")
 	if err != nil {
 		return nil, err
 	}
 	out.Close()
-	return &debugger{gdbPath: gdbPath, workDir: workDir, outFile: out.Name()}, nil
+	return &debugger{gdbPath: gdbPath, workDir: workDir, noInit: noInit, outFile: out.Name()}, nil
 }
 
 // proc returns the running gdb, starting one (and loading the program
@@ -53,7 +54,7 @@ func (d *debugger) proc() (*gdbProc, error) {
 	if d.gdb != nil && d.gdb.alive() {
 		return d.gdb, nil
 	}
-	g, err := startGDB(d.gdbPath, d.workDir)
+	g, err := startGDB(d.gdbPath, d.workDir, d.noInit)
 	if err != nil {
 		return nil, err
 	}
