@@ -304,3 +304,35 @@ func TestVolumeSource(t *testing.T) {
 		assert.ErrorIs(t, err, backend.ErrInvalidConfig, bad)
 	}
 }
+
+// TestPodForHosts maps hostname and extra_hosts to the pod's hostname and
+// host aliases, and refuses what a pod cannot take, naming the key.
+func TestPodForHosts(t *testing.T) {
+	b := newBackend(Config{}, nil, nil, fake.NewClientset(), "ns")
+	pod, err := b.podFor("x", backend.Spec{Image: "i", Hostname: "worker-1",
+		ExtraHosts: []string{"db:10.0.0.5", "cache=10.0.0.5", "v6:::1", "api:10.0.0.6"}})
+	require.NoError(t, err)
+	assert.Equal(t, "worker-1", pod.Spec.Hostname)
+	assert.Equal(t, []corev1.HostAlias{
+		{IP: "10.0.0.5", Hostnames: []string{"db", "cache"}},
+		{IP: "::1", Hostnames: []string{"v6"}},
+		{IP: "10.0.0.6", Hostnames: []string{"api"}},
+	}, pod.Spec.HostAliases)
+	for _, c := range []struct {
+		spec backend.Spec
+		want string
+		is   error
+	}{
+		{backend.Spec{Hostname: "Not_A_Label"}, "hostname", backend.ErrInvalidConfig},
+		{backend.Spec{ExtraHosts: []string{"nohost"}}, "extra_hosts", backend.ErrInvalidConfig},
+		{backend.Spec{ExtraHosts: []string{"db:not-an-ip"}}, "not an IP", backend.ErrInvalidConfig},
+		{backend.Spec{ExtraHosts: []string{"gw:host-gateway"}}, "host-gateway", errors.ErrUnsupported},
+	} {
+		c.spec.Image = "i"
+		_, err := b.podFor("x", c.spec)
+		assert.ErrorIs(t, err, c.is, c.want)
+		if err != nil {
+			assert.Contains(t, err.Error(), c.want)
+		}
+	}
+}

@@ -137,6 +137,8 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		ReadOnlyRootfs: true,
 		Runtimes:       runtimes,
 		ImageCommand:   true,
+		Hostname:       true,
+		ExtraHosts:     true,
 		AttachExisting: true,
 		Persistent:     true,
 	}

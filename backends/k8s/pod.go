@@ -105,6 +105,9 @@ func (b *Backend) podFor(id string, spec backend.Spec) (*corev1.Pod, error) {
 	if err := applyNetwork(&ps, spec.Network); err != nil {
 		return nil, err
 	}
+	if err := applyHosts(&ps, spec); err != nil {
+		return nil, err
+	}
 	if rc := cmpOr(spec.Runtime, b.cfg.RuntimeClass); rc != "" {
 		ps.RuntimeClassName = &rc
 	}
@@ -264,6 +267,45 @@ func (b *Backend) podSpec(c corev1.Container, volumes []corev1.Volume) corev1.Po
 		ps.ImagePullSecrets = append(ps.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
 	}
 	return ps
+}
+
+// applyHosts sets the pod's hostname (a DNS label) and its extra /etc/hosts
+// entries ("name:ip", as docker run --add-host takes them) as host
+// aliases, one per address in the order given.
+func applyHosts(ps *corev1.PodSpec, spec backend.Spec) error {
+	if h := spec.Hostname; h != "" {
+		if errs := validation.IsDNS1123Label(h); len(errs) > 0 {
+			return fmt.Errorf("%w: hostname %q: a pod's hostname is a DNS label: %s", backend.ErrInvalidConfig, h, strings.Join(errs, "; "))
+		}
+		if ps.HostNetwork {
+			return fmt.Errorf("%w: hostname %q: a pod on the host's network (network = \"host\") has the node's hostname", errors.ErrUnsupported, h)
+		}
+		ps.Hostname = h
+	}
+	byIP := map[string]int{}
+	for _, e := range spec.ExtraHosts {
+		name, ip, ok := strings.Cut(e, ":")
+		if i := strings.IndexByte(e, '='); i > 0 && (!ok || i < len(name)) {
+			name, ip, ok = e[:i], e[i+1:], true
+		}
+		switch {
+		case !ok || name == "":
+			return fmt.Errorf("%w: extra_hosts %q: want name:ip", backend.ErrInvalidConfig, e)
+		case ip == "host-gateway":
+			return fmt.Errorf("%w: extra_hosts %q: the k8s backend has no host-gateway address (name the node's address instead)", errors.ErrUnsupported, e)
+		case net.ParseIP(strings.Trim(ip, "[]")) == nil:
+			return fmt.Errorf("%w: extra_hosts %q: %q is not an IP address", backend.ErrInvalidConfig, e, ip)
+		}
+		ip = strings.Trim(ip, "[]")
+		i, seen := byIP[ip]
+		if !seen {
+			i = len(ps.HostAliases)
+			byIP[ip] = i
+			ps.HostAliases = append(ps.HostAliases, corev1.HostAlias{IP: ip})
+		}
+		ps.HostAliases[i].Hostnames = append(ps.HostAliases[i].Hostnames, name)
+	}
+	return nil
 }
 
 func cmpOr(a, b string) string {
