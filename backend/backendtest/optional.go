@@ -34,6 +34,8 @@ func (s *suite) testOptional(t *testing.T) {
 		{"Endpointer", s.testEndpointer},
 		{"Checkpointer", s.testCheckpointer},
 		{"Resetter", s.testResetter},
+		{"Snapshotter", s.testSnapshotter},
+		{"Forker", s.testForker},
 		{"LogReader", s.testLogReader},
 		{"AgentDialer", testAgentDialer(s.cfg.agentCheck)},
 		{"Terminaler", testTerminaler},

@@ -36,6 +36,7 @@
 //	oci-archive:/abs/x.tar[:tag] a tar of an OCI image layout
 //	/abs/path                    any of the above, told apart by its content
 //	[docker://]ref               a registry reference, pulled with go-containerregistry
+//	snapshot:NAME                a snapshot of a sandbox (Sandbox.Snapshot; see snapshot.go)
 //
 // Images (all but dir:) are flattened once, whiteouts applied, into
 // image_dir/sha256-<image ID>, whatever name reached them; a registry tag

@@ -99,7 +99,7 @@ func (s *imageStore) resolve(ctx context.Context, ref, platform string) (*image,
 	}
 	registry := strings.HasPrefix(ref, srcRegistry) || !(strings.HasPrefix(ref, srcDir) ||
 		strings.HasPrefix(ref, srcDockerArchive) || strings.HasPrefix(ref, srcOCILayout) ||
-		strings.HasPrefix(ref, srcOCIArchive) || filepath.IsAbs(ref))
+		strings.HasPrefix(ref, srcOCIArchive) || strings.HasPrefix(ref, srcSnapshot) || filepath.IsAbs(ref))
 	if platform != "" && !registry {
 		return nil, fmt.Errorf("%w: platform %q: the lite backend selects a platform only when pulling from a registry, and image %q is local files (remove platform or name a registry image)",
 			errors.ErrUnsupported, platform, ref)
@@ -115,6 +115,8 @@ func (s *imageStore) resolve(ctx context.Context, ref, platform string) (*image,
 	case strings.HasPrefix(ref, srcOCIArchive):
 		p, tag := splitLayoutRef(strings.TrimPrefix(ref, srcOCIArchive))
 		return s.fromOCIArchive(p, tag)
+	case strings.HasPrefix(ref, srcSnapshot):
+		return s.snapshot(strings.TrimPrefix(ref, srcSnapshot))
 	case strings.HasPrefix(ref, srcRegistry):
 		return s.fromRegistry(ctx, strings.TrimPrefix(ref, srcRegistry), platform)
 	case filepath.IsAbs(ref):

@@ -88,7 +88,10 @@ func probeUserNS() (*userNS, error) {
 // in a new user and mount namespace after mounting generation gen's
 // overlay there.
 func (u *userNS) launchPrefix(lower, dir string, gen int) []string {
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upperDir(dir, gen), workDir(dir, gen))
+	// userxattr: overlayfs keeps its marks (opaque folders) in user.overlay.*
+	// xattrs, which a user namespace may set (trusted.* it may not: removing
+	// a folder of the image then fails with EIO).
+	opts := fmt.Sprintf("userxattr,lowerdir=%s,upperdir=%s,workdir=%s", lower, upperDir(dir, gen), workDir(dir, gen))
 	const script = `mount -t overlay overlay -o "$1" "$2" || exit 125; shift 2; exec "$@"`
 	return []string{u.unshare, "--user", "--map-root-user", "--mount", "--", "/bin/sh", "-c", script, "sh", opts, rootfsDir(dir, gen)}
 }

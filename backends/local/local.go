@@ -112,17 +112,19 @@ func (b *Backend) Capabilities() backend.Capabilities {
 
 // meta is what meta.json holds.
 type meta struct {
-	ID        string            `json:"id"`
-	Name      string            `json:"name,omitempty"`
-	Session   string            `json:"session,omitempty"`
-	Image     string            `json:"image,omitempty"`
-	Owner     string            `json:"owner,omitempty"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-	User      string            `json:"user,omitempty"`
-	WorkDir   string            `json:"workdir"`
-	CreatedAt time.Time         `json:"created_at"`
-	ExpiresAt time.Time         `json:"expires_at,omitzero"`
+	ID      string            `json:"id"`
+	Name    string            `json:"name,omitempty"`
+	Session string            `json:"session,omitempty"`
+	Image   string            `json:"image,omitempty"`
+	Owner   string            `json:"owner,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	User    string            `json:"user,omitempty"`
+	// Command is the entry's command (forks start it afresh).
+	Command   []string  `json:"command,omitempty"`
+	WorkDir   string    `json:"workdir"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	// MainPID and MainStart identify the entry's command, if it has one.
 	MainPID   int    `json:"main_pid,omitempty"`
 	MainStart uint64 `json:"main_start,omitempty"`
@@ -152,7 +154,12 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err := b.Capabilities().Check(Name, spec); err != nil {
 		return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
 	}
-	if spec.Image != "" {
+	snapshot := strings.HasPrefix(spec.Image, srcSnapshot)
+	if snapshot {
+		if _, err := b.readRecord(strings.TrimPrefix(spec.Image, srcSnapshot)); err != nil {
+			return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
+		}
+	} else if spec.Image != "" {
 		b.log.Warn("local backend runs host processes and ignores the image", "sandbox", spec.Name, "image", spec.Image)
 	}
 	if spec.User != "" {
@@ -167,7 +174,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	dir := filepath.Join(b.dir, id)
 	m := &meta{
 		ID: id, Name: spec.Name, Session: spec.Session, Image: spec.Image, Owner: spec.Owner,
-		Labels: maps.Clone(spec.Labels), Env: maps.Clone(spec.Env), User: spec.User,
+		Labels: maps.Clone(spec.Labels), Env: maps.Clone(spec.Env), User: spec.User, Command: spec.Command,
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
 	}
 	if spec.TTL > 0 {
@@ -203,6 +210,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "work"), 0o755); err != nil {
 		return fail(err)
+	}
+	if snapshot {
+		if err := b.restoreSnapshot(spec.Image, filepath.Join(dir, "work")); err != nil {
+			return fail(err)
+		}
 	}
 	if err := os.MkdirAll(m.WorkDir, 0o755); err != nil {
 		return fail(err)

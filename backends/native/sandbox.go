@@ -404,18 +404,28 @@ func (s *Sandbox) Checkpoint(ctx context.Context, ref string) (string, error) {
 	if ref == "" {
 		ref = "sandboxkit-checkpoint/" + s.id + ":" + strconv.FormatInt(time.Now().Unix(), 10)
 	}
-	_, err := s.b.cli.ContainerCommit(ctx, s.cid, container.CommitOptions{
-		Reference: ref,
-		Comment:   "sandboxkit checkpoint of sandbox " + s.id,
-		Pause:     true,
-		// Empty, not nil: Podman's compat API fails to decode a commit
-		// without a body; Docker merges it with the container's config.
-		Config: &container.Config{},
-	})
-	if err != nil {
+	if _, err := s.commit(ctx, ref, "sandboxkit checkpoint of sandbox "+s.id, nil); err != nil {
 		return "", s.opErr("checkpoint", err)
 	}
 	return ref, nil
+}
+
+// commit commits the container's file system (paused meanwhile) to an
+// image named ref, with labels added to the container's, and returns the
+// image's ID. Checkpoint, Snapshot and Fork share it.
+func (s *Sandbox) commit(ctx context.Context, ref, comment string, labels map[string]string) (string, error) {
+	res, err := s.b.cli.ContainerCommit(ctx, s.cid, container.CommitOptions{
+		Reference: ref,
+		Comment:   comment,
+		Pause:     true,
+		// Never nil: Podman's compat API fails to decode a commit without
+		// a body; Docker merges it with the container's config.
+		Config: &container.Config{Labels: labels},
+	})
+	if err != nil {
+		return "", s.b.translate(err)
+	}
+	return res.ID, nil
 }
 
 // Attach starts a long-lived command (how sbxd's stream mode will be

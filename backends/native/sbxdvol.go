@@ -114,7 +114,15 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 		return pruned, b.opErr("prune caches", "", err)
 	}
 	vols, err := b.pruneSbxdVolumes(ctx, dryRun)
-	return append(pruned, vols...), err
+	pruned = append(pruned, vols...)
+	if err != nil {
+		return pruned, err
+	}
+	imgs, err := b.pruneForkImages(ctx, dryRun)
+	if err != nil {
+		err = b.opErr("prune caches", "", err)
+	}
+	return append(pruned, imgs...), err
 }
 
 // pruneSbxdVolumes removes the sbxd volumes of other builds no container

@@ -1,0 +1,313 @@
+package lite
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/owner"
+	"github.com/sandboxkit/sandboxkit/internal/statedir"
+)
+
+var _ backend.Forker = (*Sandbox)(nil)
+
+// Fork makes req.N sandboxes from this one's files: each gets a copy of
+// its upper layer over the same image, and runs its OCI config (command,
+// environment, limits, volumes) in new namespaces and a cgroup of its
+// own. The copies are reflinks where the file system shares blocks
+// copy-on-write (FICLONE: btrfs, XFS), else real copies; no fork shares a
+// writable file with another or with the parent. A running parent is
+// paused while the first copy is made; the others are copied from that
+// one. Processes are not carried over (see backend.Forker).
+func (s *Sandbox) Fork(ctx context.Context, req backend.ForkRequest) ([]backend.Sandbox, error) {
+	out, err := s.fork(ctx, req)
+	if err != nil {
+		return nil, s.opErr("fork", err)
+	}
+	return out, nil
+}
+
+// forkPlan is one fork being made.
+type forkPlan struct {
+	sb *Sandbox
+	m  *meta
+}
+
+func (s *Sandbox) fork(ctx context.Context, req backend.ForkRequest) (_ []backend.Sandbox, err error) {
+	if req.N < 1 {
+		return nil, fmt.Errorf("%w: fork: n must be at least 1, got %d", backend.ErrInvalidConfig, req.N)
+	}
+	if req.TTL < 0 {
+		return nil, fmt.Errorf("%w: fork: ttl must not be negative, got %s", backend.ErrInvalidConfig, req.TTL)
+	}
+	plans := make([]*forkPlan, req.N)
+	defer func() {
+		if err != nil {
+			s.dropForks(ctx, plans)
+		}
+	}()
+	parent, cfg, err := s.forkFirst(ctx, req, plans)
+	if err != nil {
+		return nil, err
+	}
+	// The rest copy the first fork's layer, which nothing runs on yet, so
+	// the parent runs again meanwhile.
+	first := upperDir(plans[0].sb.dir, 0)
+	errs := make([]error, req.N)
+	var wg sync.WaitGroup
+	for i := range plans {
+		wg.Go(func() {
+			if i > 0 {
+				if plans[i], errs[i] = s.b.prepareFork(parent, req, first); errs[i] != nil {
+					return
+				}
+			}
+			errs[i] = s.b.startFork(ctx, plans[i], cfg, s)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	out := make([]backend.Sandbox, req.N)
+	for i, p := range plans {
+		out[i] = p.sb
+	}
+	return out, nil
+}
+
+// forkFirst copies the parent's layer for the first fork, under the
+// parent's lock and with the parent paused, and returns the parent's
+// record and OCI config.
+func (s *Sandbox) forkFirst(ctx context.Context, req backend.ForkRequest, plans []*forkPlan) (*meta, *specs.Spec, error) {
+	defer s.lock()()
+	m, err := s.meta()
+	if err != nil {
+		return nil, nil, err
+	}
+	if m.Creator != "" || m.Removing {
+		return nil, nil, fmt.Errorf("%w: the sandbox is being created or removed", backend.ErrUnavailable)
+	}
+	cfg, err := readConfig(bundleDir(s.dir, m.Gen))
+	if err != nil {
+		return nil, nil, err
+	}
+	resume, err := s.freeze(ctx, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resume()
+	plans[0], err = s.b.prepareFork(m, req, upperDir(s.dir, m.Gen))
+	return m, cfg, err
+}
+
+// prepareFork records a new sandbox like parent and copies the layer at
+// upper as its writable layer. Nothing is mounted or started.
+func (b *Backend) prepareFork(parent *meta, req backend.ForkRequest, upper string) (*forkPlan, error) {
+	id, err := statedir.NewID()
+	if err != nil {
+		return nil, err
+	}
+	m := forkMeta(parent, id, req)
+	dir := filepath.Join(b.dir, id)
+	p := &forkPlan{sb: &Sandbox{b: b, id: id, dir: dir}, m: m}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, lockFile), nil, 0o600); err != nil {
+		return p, err
+	}
+	if err := writeMeta(dir, m); err != nil {
+		return p, err
+	}
+	for _, d := range []string{rootfsDir(dir, 0), workDir(dir, 0)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return p, err
+		}
+	}
+	if err := copyTree(upper, upperDir(dir, 0), cloneFiles); err != nil {
+		return p, fmt.Errorf("copying the sandbox's layer: %w", err)
+	}
+	return p, nil
+}
+
+// forkMeta is the record of fork id of parent.
+func forkMeta(parent *meta, id string, req backend.ForkRequest) *meta {
+	m := &meta{
+		Lifecycle: statedir.Lifecycle{Creator: owner.Self()},
+		ID:        id,
+		Name:      cmp.Or(req.Name, parent.Name),
+		Session:   cmp.Or(req.Session, parent.Session),
+		Owner:     cmp.Or(req.Owner, parent.Owner),
+		Image:     parent.Image, ImageDigest: parent.ImageDigest,
+		CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
+		WorkDir:   parent.WorkDir, Runtime: parent.Runtime, RuntimeRoot: parent.RuntimeRoot,
+		ContainerID: containerID(id, 0), Lower: parent.Lower, Network: parent.Network,
+		ReadOnly: parent.ReadOnly, Volumes: parent.Volumes, UID: parent.UID, GID: parent.GID,
+		Agent: parent.Agent, Rootless: parent.Rootless,
+	}
+	// The parent's own labels, not those the backend or a pool manage.
+	m.Labels = map[string]string{}
+	for k, v := range parent.Labels {
+		if !strings.HasPrefix(k, backend.LabelPrefix) {
+			m.Labels[k] = v
+		}
+	}
+	maps.Copy(m.Labels, req.Labels)
+	m.Labels[backend.LabelForkOf] = parent.ID
+	ttl := req.TTL
+	if ttl == 0 && !parent.ExpiresAt.IsZero() {
+		ttl = parent.ExpiresAt.Sub(parent.CreatedAt)
+	}
+	if ttl > 0 {
+		m.ExpiresAt = m.CreatedAt.Add(ttl)
+	}
+	return m
+}
+
+// startFork mounts a prepared fork's root file system, writes its bundle
+// (the parent's config, with the fork's ID, cgroup and host files) and
+// runs it.
+func (b *Backend) startFork(ctx context.Context, p *forkPlan, parentCfg *specs.Spec, parent *Sandbox) error {
+	m, dir := p.m, p.sb.dir
+	if !m.Rootless {
+		if err := mountOverlay(m.Lower, dir, 0); err != nil {
+			return err
+		}
+	}
+	if m.Agent {
+		if err := os.MkdirAll(agentHostDir(dir), 0o700); err != nil {
+			return err
+		}
+	}
+	if _, _, err := writeHostFiles(dir, m.ID); err != nil {
+		return err
+	}
+	cfg, err := forkConfig(parentCfg, parent.id, parent.dir, m.ID, dir)
+	if err != nil {
+		return err
+	}
+	if err := writeConfig(bundleDir(dir, 0), cfg); err != nil {
+		return err
+	}
+	if err := p.sb.start(ctx, m); err != nil {
+		return err
+	}
+	return b.update(m, func(cur *meta) { cur.Creator = "" })
+}
+
+// forkConfig is the parent's OCI config made the fork's: what names the
+// parent (its ID as host name, HOSTNAME and agent argument; its folder in
+// mount sources; its cgroup) names the fork instead.
+func forkConfig(parent *specs.Spec, parentID, parentDir, id, dir string) (*specs.Spec, error) {
+	data, err := json.Marshal(parent)
+	if err != nil {
+		return nil, err
+	}
+	var cfg specs.Spec
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Hostname == parentID {
+		cfg.Hostname = id
+	}
+	for i, src := range cfg.Mounts {
+		if rel, ok := strings.CutPrefix(src.Source, parentDir+string(filepath.Separator)); ok {
+			cfg.Mounts[i].Source = filepath.Join(dir, rel)
+		}
+	}
+	if cfg.Process != nil {
+		for i, e := range cfg.Process.Env {
+			if e == "HOSTNAME="+parentID {
+				cfg.Process.Env[i] = "HOSTNAME=" + id
+			}
+		}
+		for i, a := range cfg.Process.Args {
+			if a == parentID && i > 0 && cfg.Process.Args[i-1] == "--sandbox" {
+				cfg.Process.Args[i] = id
+			}
+		}
+	}
+	if cfg.Linux != nil && cfg.Linux.CgroupsPath != "" {
+		cfg.Linux.CgroupsPath = "/" + cgroupParent + "/" + cgroupName(id, 0)
+	}
+	return &cfg, nil
+}
+
+// dropForks removes the forks made so far after a failure.
+func (s *Sandbox) dropForks(ctx context.Context, plans []*forkPlan) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	for _, p := range plans {
+		if p == nil {
+			continue
+		}
+		if _, err := readMeta(p.sb.dir); errors.Is(err, backend.ErrNotFound) {
+			removeTree(p.sb.dir) // failed before its record was written
+			continue
+		}
+		if err := p.sb.teardown(cctx, p.m); err != nil {
+			s.b.log.Warn("cleaning up a failed fork", "sandbox", p.sb.id, "err", err)
+		}
+	}
+}
+
+// freezeCgroup freezes (or thaws) the cgroup of sandbox m's running
+// generation through the kernel's freezer (cgroup v2's cgroup.freeze, v1's
+// freezer.state) and waits until it holds: what the runtime's pause does,
+// without starting the runtime twice. It fails when the sandbox has no
+// such cgroup (rootless).
+func freezeCgroup(m *meta, frozen bool) error {
+	name := cgroupName(m.ID, m.Gen)
+	v2 := filepath.Join("/sys/fs/cgroup", cgroupParent, name)
+	if _, err := os.Stat(filepath.Join(v2, "cgroup.freeze")); err == nil {
+		val, want := "0", "frozen 0"
+		if frozen {
+			val, want = "1", "frozen 1"
+		}
+		if err := os.WriteFile(filepath.Join(v2, "cgroup.freeze"), []byte(val), 0); err != nil {
+			return err
+		}
+		return waitFile(filepath.Join(v2, "cgroup.events"), want)
+	}
+	v1 := filepath.Join("/sys/fs/cgroup/freezer", cgroupParent, name, "freezer.state")
+	val := "THAWED"
+	if frozen {
+		val = "FROZEN"
+	}
+	if err := os.WriteFile(v1, []byte(val), 0); err != nil {
+		return err
+	}
+	return waitFile(v1, val)
+}
+
+// waitFile waits (up to 2 s) until file holds a line want.
+func waitFile(file, want string) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		for line := range strings.Lines(string(data)) {
+			if strings.TrimSpace(line) == want {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: no %q after 2 s", file, want)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}

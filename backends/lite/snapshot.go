@@ -1,0 +1,416 @@
+package lite
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/procfs"
+	"github.com/sandboxkit/sandboxkit/internal/statedir"
+)
+
+// Snapshots.
+//
+// A snapshot of a sandbox is its overlay's upper folder written as an OCI
+// layer (layer.tar: a tar with OCI whiteouts; see writeLayer) on top of
+// the sandbox's image, kept in the image folder like any unpacked image:
+//
+//	<images>/snapshot-<id>/layer.tar    the layer
+//	<images>/snapshot-<id>/rootfs/      the image with the layer applied
+//	<images>/snapshot-<id>/config.json  the image's config (entrypoint, env)
+//	<images>/snapshots/<hash of name>.json  the name's record (snapshotRecord)
+//
+// Spec.Image "snapshot:NAME" starts a sandbox from it: rootfs is the
+// overlay's lower layer, as an unpacked image's is. rootfs is the base
+// image's files hard-linked (lower layers are never written in place) with
+// the layer applied (each file it holds written anew), so it costs the
+// layer's size plus a link per file of the image.
+//
+// Removing a snapshot removes its name; its folder goes with it when no
+// sandbox runs on it, else Backend.PruneCaches (sbx gc) removes it once
+// none does. PruneCaches also removes snapshots whose TTL has run out.
+
+// srcSnapshot prefixes the image reference of a snapshot.
+const srcSnapshot = "snapshot:"
+
+// snapshotRecord is a snapshot name's record.
+type snapshotRecord struct {
+	Name string `json:"name"`
+	// Key is the snapshot's folder under the image folder.
+	Key       string            `json:"key"`
+	Base      string            `json:"base,omitempty"`
+	Size      int64             `json:"size"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	ExpiresAt time.Time         `json:"expires_at,omitzero"`
+}
+
+func (r *snapshotRecord) snapshot() backend.Snapshot {
+	return backend.Snapshot{Ref: srcSnapshot + r.Name, Base: r.Base, Size: r.Size,
+		Labels: maps.Clone(r.Labels), CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt}
+}
+
+func (s *imageStore) snapshotDir() string { return filepath.Join(s.dir, "snapshots") }
+
+func (s *imageStore) recordPath(name string) string {
+	return filepath.Join(s.snapshotDir(), hashString(name)+".json")
+}
+
+// snapshotName strips the prefix of a snapshot reference.
+func snapshotName(ref string) string { return strings.TrimPrefix(ref, srcSnapshot) }
+
+func (s *imageStore) readRecord(name string) (*snapshotRecord, error) {
+	data, err := os.ReadFile(s.recordPath(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: image %q: no such snapshot", backend.ErrNotFound, srcSnapshot+name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r snapshotRecord
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("snapshot %q: %w", name, err)
+	}
+	return &r, nil
+}
+
+// snapshot resolves a snapshot's name to its unpacked image.
+func (s *imageStore) snapshot(name string) (*image, error) {
+	r, err := s.readRecord(name)
+	if err != nil {
+		return nil, err
+	}
+	img, err := s.cached(r.Key)
+	if err != nil {
+		return nil, imageErr(srcSnapshot+name, err)
+	}
+	return img, nil
+}
+
+// records lists every snapshot name's record.
+func (s *imageStore) records() ([]*snapshotRecord, error) {
+	entries, err := os.ReadDir(s.snapshotDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []*snapshotRecord
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(s.snapshotDir(), e.Name()))
+		if err != nil || !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		var r snapshotRecord
+		if json.Unmarshal(data, &r) == nil && r.Name != "" {
+			out = append(out, &r)
+		}
+	}
+	return out, nil
+}
+
+var (
+	_ backend.Snapshotter     = (*Sandbox)(nil)
+	_ backend.SnapshotManager = (*Backend)(nil)
+	_ backend.CachePruner     = (*Backend)(nil)
+)
+
+// Snapshot writes the sandbox's upper layer as an OCI layer on top of its
+// image and makes the image that layer gives, named req.Ref ("" names it
+// <sandbox id>-<time>); Spec.Image "snapshot:NAME" (the Ref returned)
+// starts sandboxes from it. A running sandbox is paused while its layer
+// is written. An existing snapshot of the same name is replaced.
+func (s *Sandbox) Snapshot(ctx context.Context, req backend.SnapshotRequest) (backend.Snapshot, error) {
+	snap, err := s.snapshot(ctx, req)
+	if err != nil {
+		return backend.Snapshot{}, s.opErr("snapshot", err)
+	}
+	return snap, nil
+}
+
+func (s *Sandbox) snapshot(ctx context.Context, req backend.SnapshotRequest) (backend.Snapshot, error) {
+	if req.TTL < 0 {
+		return backend.Snapshot{}, fmt.Errorf("%w: ttl must not be negative, got %s", backend.ErrInvalidConfig, req.TTL)
+	}
+	name := snapshotName(req.Ref)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	if name == "" {
+		name = s.id + "-" + now.Format("20060102T150405.000")
+	}
+	store := s.b.images
+	id, err := statedir.NewID()
+	if err != nil {
+		return backend.Snapshot{}, err
+	}
+	key := "snapshot-" + id
+	tmp, err := os.MkdirTemp(store.dir, ".snapshot-")
+	if err != nil {
+		return backend.Snapshot{}, err
+	}
+	defer os.RemoveAll(tmp)
+
+	unlock := s.lock()
+	m, size, digest, err := s.writeUpperLayer(ctx, filepath.Join(tmp, "layer.tar"))
+	unlock()
+	if err != nil {
+		return backend.Snapshot{}, err
+	}
+	if err := buildSnapshotRootfs(m.Lower, tmp); err != nil {
+		return backend.Snapshot{}, err
+	}
+	cfg := imageConfig{}
+	if m.ImageDigest != "" {
+		if base, err := store.cached(cacheKey(m.ImageDigest)); err == nil {
+			cfg = base.config
+		}
+	}
+	// The snapshot's image ID, which a sandbox made from it records as
+	// its ImageDigest.
+	cfg.Digest = strings.Replace(key, "-", ":", 1)
+	data, _ := json.MarshalIndent(cfg, "", "  ")
+	if err := os.WriteFile(filepath.Join(tmp, "config.json"), data, 0o644); err != nil {
+		return backend.Snapshot{}, err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return backend.Snapshot{}, err
+	}
+	if err := os.Rename(tmp, filepath.Join(store.dir, key)); err != nil {
+		return backend.Snapshot{}, err
+	}
+	rec := &snapshotRecord{Name: name, Key: key, Base: m.Image, Size: size, CreatedAt: now, Labels: maps.Clone(req.Labels)}
+	if rec.Labels == nil {
+		rec.Labels = map[string]string{}
+	}
+	rec.Labels[backend.LabelSnapshotOf] = s.id
+	rec.Labels[backend.LabelBackend] = Name
+	rec.Labels["sandboxkit.layer-digest"] = digest
+	if m.Session != "" {
+		rec.Labels[backend.LabelSession] = m.Session
+	}
+	if req.TTL > 0 {
+		rec.ExpiresAt = now.Add(req.TTL)
+		rec.Labels[backend.LabelExpiresAt] = rec.ExpiresAt.Format(time.RFC3339)
+	}
+	old, _ := store.readRecord(name)
+	data, _ = json.MarshalIndent(rec, "", "  ")
+	if err := statedir.WriteFileAtomic(store.recordPath(name), data); err != nil {
+		removeTree(filepath.Join(store.dir, key))
+		return backend.Snapshot{}, err
+	}
+	if old != nil && old.Key != key {
+		s.b.dropSnapshotDir(old.Key)
+	}
+	s.b.log.Debug("snapshot", "sandbox", s.id, "ref", srcSnapshot+name, "layer_bytes", size)
+	return rec.snapshot(), nil
+}
+
+// writeUpperLayer writes the sandbox's upper layer to file as an OCI layer
+// (the sandbox paused meanwhile if it runs) and returns the sandbox's
+// record, the layer's size and its digest (its OCI diff ID). The caller
+// holds the sandbox's lock.
+func (s *Sandbox) writeUpperLayer(ctx context.Context, file string) (*meta, int64, string, error) {
+	m, err := s.meta()
+	if err != nil {
+		return nil, 0, "", err
+	}
+	resume, err := s.freeze(ctx, m)
+	if err != nil {
+		return nil, 0, "", err
+	}
+	defer resume()
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, 0, "", err
+	}
+	h := sha256.New()
+	cw := &countWriter{w: io.MultiWriter(f, h)}
+	err = writeLayer(cw, upperDir(s.dir, m.Gen), m.Rootless)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, 0, "", fmt.Errorf("writing the sandbox's layer: %w", err)
+	}
+	return m, cw.n, "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// freeze pauses the sandbox, when it runs and is not paused, so that its
+// files hold still, and returns what undoes it: the cgroup's freezer
+// where the sandbox has a cgroup, else Pause.
+func (s *Sandbox) freeze(ctx context.Context, m *meta) (resume func(), err error) {
+	if m.Paused || m.InitPID == 0 || !procfs.Alive(m.InitPID, m.InitStart) {
+		return func() {}, nil
+	}
+	if !m.Rootless && freezeCgroup(m, true) == nil {
+		return func() {
+			if err := freezeCgroup(m, false); err != nil {
+				s.b.log.Warn("thawing a sandbox after copying its files", "sandbox", s.id, "err", err)
+			}
+		}, nil
+	}
+	if err := s.setPaused(ctx, true); err != nil {
+		return nil, err
+	}
+	return func() {
+		if err := s.setPaused(context.WithoutCancel(ctx), false); err != nil {
+			s.b.log.Warn("resuming a sandbox after copying its files", "sandbox", s.id, "err", err)
+		}
+	}, nil
+}
+
+// buildSnapshotRootfs makes dir/rootfs: lower hard-linked, with the layer
+// dir/layer.tar applied.
+func buildSnapshotRootfs(lower, dir string) error {
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := copyTree(lower, rootfs, linkFiles); err != nil {
+		return fmt.Errorf("copying the image: %w", err)
+	}
+	f, err := os.Open(filepath.Join(dir, "layer.tar"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := applyLayer(f, rootfs); err != nil {
+		return fmt.Errorf("applying the sandbox's layer: %w", err)
+	}
+	return nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// ListSnapshots lists the snapshots in the image folder that match filter.
+func (b *Backend) ListSnapshots(ctx context.Context, filter backend.Filter) ([]backend.Snapshot, error) {
+	recs, err := b.images.records()
+	if err != nil {
+		return nil, &backend.OpError{Op: "list snapshots", Backend: Name, Err: err}
+	}
+	var out []backend.Snapshot
+	for _, r := range recs {
+		f := backend.Filter{Session: filter.Session, Labels: filter.Labels}
+		if f.Match(backend.Info{Session: r.Labels[backend.LabelSession], Labels: r.Labels}) {
+			out = append(out, r.snapshot())
+		}
+	}
+	return out, nil
+}
+
+// RemoveSnapshot removes a snapshot's name and, unless a sandbox runs on
+// it, its folder (else PruneCaches removes that later).
+func (b *Backend) RemoveSnapshot(ctx context.Context, ref string) error {
+	name := snapshotName(ref)
+	r, err := b.images.readRecord(name)
+	if errors.Is(err, backend.ErrNotFound) {
+		return nil
+	}
+	if err == nil {
+		err = os.Remove(b.images.recordPath(name))
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return &backend.OpError{Op: "remove snapshot", Backend: Name, Err: err}
+	}
+	b.dropSnapshotDir(r.Key)
+	return nil
+}
+
+// dropSnapshotDir removes snapshot folder key unless a name or a sandbox
+// still uses it, and reports whether it did.
+func (b *Backend) dropSnapshotDir(key string) bool {
+	if used, err := b.snapshotDirsInUse(); err != nil || used[key] {
+		return false
+	}
+	if err := removeTree(filepath.Join(b.images.dir, key)); err != nil {
+		b.log.Warn("removing a snapshot's folder", "folder", key, "err", err)
+		return false
+	}
+	return true
+}
+
+// snapshotDirsInUse returns the snapshot folders a name or a sandbox uses.
+func (b *Backend) snapshotDirsInUse() (map[string]bool, error) {
+	used := map[string]bool{}
+	recs, err := b.images.records()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		used[r.Key] = true
+	}
+	ids, err := statedir.IDs(b.dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		m, err := readMeta(filepath.Join(b.dir, id))
+		if err != nil {
+			if errors.Is(err, backend.ErrNotFound) {
+				continue // half made or removed: no overlay of its own yet
+			}
+			return nil, err
+		}
+		if rel, err := filepath.Rel(b.images.dir, m.Lower); err == nil && strings.HasPrefix(rel, "snapshot-") {
+			used[strings.Split(rel, string(filepath.Separator))[0]] = true
+		}
+	}
+	return used, nil
+}
+
+// PruneCaches removes the snapshots whose TTL has run out, and snapshot
+// folders that neither a name nor a sandbox uses (a snapshot removed while
+// a sandbox ran on it); with dryRun it only names them. sbx gc calls it.
+func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error) {
+	recs, err := b.images.records()
+	if err != nil {
+		return nil, &backend.OpError{Op: "prune", Backend: Name, Err: err}
+	}
+	var names []string
+	now := time.Now()
+	for _, r := range recs {
+		if r.ExpiresAt.IsZero() || now.Before(r.ExpiresAt) {
+			continue
+		}
+		names = append(names, "snapshot "+srcSnapshot+r.Name)
+		if !dryRun {
+			if err := b.RemoveSnapshot(ctx, r.Name); err != nil {
+				return names, err
+			}
+		}
+	}
+	used, err := b.snapshotDirsInUse()
+	if err != nil {
+		return names, &backend.OpError{Op: "prune", Backend: Name, Err: err}
+	}
+	entries, _ := os.ReadDir(b.images.dir)
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "snapshot-") || used[e.Name()] {
+			continue
+		}
+		names = append(names, filepath.Join(b.images.dir, e.Name()))
+		if !dryRun {
+			if err := removeTree(filepath.Join(b.images.dir, e.Name())); err != nil {
+				return names, &backend.OpError{Op: "prune", Backend: Name, Err: err}
+			}
+		}
+	}
+	return names, nil
+}

@@ -1,0 +1,593 @@
+package local
+
+import (
+	"archive/tar"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/statedir"
+)
+
+// Snapshots and forks.
+//
+// A local sandbox's files are its folder <state>/<id>/work (the default
+// working directory, or a folder under it). A snapshot is that folder as
+// a tar archive in <state>/snapshots (<key>.tar, and <hash of name>.json
+// naming it); Spec.Image "snapshot:NAME" starts a sandbox with the
+// archive unpacked into its folder. A fork is a sandbox of the same
+// configuration whose folder starts as a copy of the parent's. A sandbox
+// whose working directory is a host folder outside its own has no files
+// of its own to save: Snapshot and Fork refuse it.
+
+// srcSnapshot prefixes the image reference of a snapshot.
+const srcSnapshot = "snapshot:"
+
+var (
+	_ backend.Snapshotter     = (*Sandbox)(nil)
+	_ backend.Forker          = (*Sandbox)(nil)
+	_ backend.SnapshotManager = (*Backend)(nil)
+	_ backend.CachePruner     = (*Backend)(nil)
+)
+
+// snapshotRecord is a snapshot name's record.
+type snapshotRecord struct {
+	Name      string            `json:"name"`
+	Key       string            `json:"key"` // the archive is <key>.tar
+	Size      int64             `json:"size"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	ExpiresAt time.Time         `json:"expires_at,omitzero"`
+}
+
+func (r *snapshotRecord) snapshot() backend.Snapshot {
+	return backend.Snapshot{Ref: srcSnapshot + r.Name, Size: r.Size, Labels: maps.Clone(r.Labels),
+		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt}
+}
+
+func (b *Backend) snapshotDir() string { return filepath.Join(b.dir, "snapshots") }
+
+func (b *Backend) recordPath(name string) string {
+	h := sha256.Sum256([]byte(name))
+	return filepath.Join(b.snapshotDir(), hex.EncodeToString(h[:])+".json")
+}
+
+func (b *Backend) readRecord(name string) (*snapshotRecord, error) {
+	data, err := os.ReadFile(b.recordPath(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: image %q: no such snapshot", backend.ErrNotFound, srcSnapshot+name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r snapshotRecord
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("snapshot %q: %w", name, err)
+	}
+	return &r, nil
+}
+
+func (b *Backend) records() ([]*snapshotRecord, error) {
+	entries, err := os.ReadDir(b.snapshotDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []*snapshotRecord
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(b.snapshotDir(), e.Name()))
+		if err != nil {
+			continue
+		}
+		var r snapshotRecord
+		if json.Unmarshal(data, &r) == nil && r.Name != "" {
+			out = append(out, &r)
+		}
+	}
+	return out, nil
+}
+
+// filesDir is the folder holding the sandbox's files (see above), or an
+// error when its working directory is elsewhere.
+func (s *Sandbox) filesDir(m *meta) (string, error) {
+	work := filepath.Join(s.dir, "work")
+	if rel, err := filepath.Rel(work, m.WorkDir); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", fmt.Errorf("%w: the sandbox's working directory %s is a host folder outside the sandbox's own; the local backend saves and copies only a sandbox's own folder", errors.ErrUnsupported, m.WorkDir)
+	}
+	return work, nil
+}
+
+// Snapshot saves the sandbox's folder as an archive named req.Ref ("":
+// <sandbox id>-<time>) and returns "snapshot:NAME", which Spec.Image takes.
+// The sandbox's processes keep running meanwhile (the local backend
+// cannot pause them). An existing snapshot of the same name is replaced.
+func (s *Sandbox) Snapshot(ctx context.Context, req backend.SnapshotRequest) (backend.Snapshot, error) {
+	snap, err := s.snapshot(req)
+	if err != nil {
+		return backend.Snapshot{}, s.opErr("snapshot", err)
+	}
+	return snap, nil
+}
+
+func (s *Sandbox) snapshot(req backend.SnapshotRequest) (backend.Snapshot, error) {
+	if req.TTL < 0 {
+		return backend.Snapshot{}, fmt.Errorf("%w: ttl must not be negative, got %s", backend.ErrInvalidConfig, req.TTL)
+	}
+	m, err := s.meta()
+	if err != nil {
+		return backend.Snapshot{}, err
+	}
+	work, err := s.filesDir(m)
+	if err != nil {
+		return backend.Snapshot{}, err
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	name := strings.TrimPrefix(req.Ref, srcSnapshot)
+	if name == "" {
+		name = s.id + "-" + now.Format("20060102T150405.000")
+	}
+	key, err := statedir.NewID()
+	if err != nil {
+		return backend.Snapshot{}, err
+	}
+	dir := s.b.snapshotDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return backend.Snapshot{}, err
+	}
+	archive := filepath.Join(dir, key+".tar")
+	size, err := writeArchive(archive, work)
+	if err != nil {
+		os.Remove(archive)
+		return backend.Snapshot{}, fmt.Errorf("archiving %s: %w", work, err)
+	}
+	rec := &snapshotRecord{Name: name, Key: key, Size: size, CreatedAt: now, Labels: maps.Clone(req.Labels)}
+	if rec.Labels == nil {
+		rec.Labels = map[string]string{}
+	}
+	rec.Labels[backend.LabelSnapshotOf] = s.id
+	rec.Labels[backend.LabelBackend] = Name
+	if m.Session != "" {
+		rec.Labels[backend.LabelSession] = m.Session
+	}
+	if req.TTL > 0 {
+		rec.ExpiresAt = now.Add(req.TTL)
+		rec.Labels[backend.LabelExpiresAt] = rec.ExpiresAt.Format(time.RFC3339)
+	}
+	old, _ := s.b.readRecord(name)
+	data, _ := json.MarshalIndent(rec, "", "  ")
+	if err := statedir.WriteFileAtomic(s.b.recordPath(name), data); err != nil {
+		os.Remove(archive)
+		return backend.Snapshot{}, err
+	}
+	if old != nil {
+		os.Remove(filepath.Join(dir, old.Key+".tar"))
+	}
+	return rec.snapshot(), nil
+}
+
+// writeArchive writes the tree at dir to a tar file and returns its size.
+// Regular files, folders and symlinks are kept with their modes and times
+// (and owners, which only root can give back); other kinds are skipped.
+func writeArchive(file, dir string) (int64, error) {
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	tw := tar.NewWriter(f)
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		var link string
+		switch fi.Mode().Type() {
+		case fs.ModeSymlink:
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case 0, fs.ModeDir:
+		default:
+			return nil
+		}
+		hdr, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		hdr.Uname, hdr.Gname = "", ""
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			return nil
+		}
+		src, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		_, err = io.Copy(tw, io.LimitReader(src, hdr.Size))
+		return err
+	})
+	if err == nil {
+		err = tw.Close()
+	}
+	var size int64
+	if err == nil {
+		if fi, serr := f.Stat(); serr == nil {
+			size = fi.Size()
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return size, err
+}
+
+// unpackArchive unpacks a snapshot's archive into dst, confined to it.
+func unpackArchive(file, dst string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	root, err := os.OpenRoot(dst)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	tr := tar.NewReader(f)
+	var dirs []*tar.Header
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		name := strings.TrimPrefix(path.Clean("/"+hdr.Name), "/")
+		if name == "" {
+			continue
+		}
+		if err := unpackEntry(root, name, hdr, tr); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if hdr.Typeflag == tar.TypeDir {
+			dirs = append(dirs, hdr)
+		}
+	}
+	// Folder times last: making their entries changed them.
+	for _, hdr := range dirs {
+		name := strings.TrimPrefix(path.Clean("/"+hdr.Name), "/")
+		root.Chtimes(name, hdr.ModTime, hdr.ModTime)
+	}
+	return nil
+}
+
+func unpackEntry(root *os.Root, name string, hdr *tar.Header, content io.Reader) error {
+	if dir := path.Dir(name); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	mode := hdr.FileInfo().Mode()
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if err := root.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	case tar.TypeReg:
+		root.Remove(name)
+		out, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(out, content)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	case tar.TypeSymlink:
+		root.Remove(name)
+		return root.Symlink(hdr.Linkname, name)
+	default:
+		return nil
+	}
+	if os.Geteuid() == 0 {
+		if err := root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {
+			return err
+		}
+	}
+	if err := root.Chmod(name, mode&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
+		return err
+	}
+	return root.Chtimes(name, hdr.ModTime, hdr.ModTime)
+}
+
+// restoreSnapshot unpacks snapshot ref (Spec.Image) into a new sandbox's
+// folder.
+func (b *Backend) restoreSnapshot(ref, work string) error {
+	r, err := b.readRecord(strings.TrimPrefix(ref, srcSnapshot))
+	if err != nil {
+		return err
+	}
+	if err := unpackArchive(filepath.Join(b.snapshotDir(), r.Key+".tar"), work); err != nil {
+		return fmt.Errorf("image %q: unpacking: %w", ref, err)
+	}
+	return nil
+}
+
+// ListSnapshots lists the snapshots of this state folder that match filter.
+func (b *Backend) ListSnapshots(ctx context.Context, filter backend.Filter) ([]backend.Snapshot, error) {
+	recs, err := b.records()
+	if err != nil {
+		return nil, &backend.OpError{Op: "list snapshots", Backend: Name, Err: err}
+	}
+	var out []backend.Snapshot
+	for _, r := range recs {
+		f := backend.Filter{Session: filter.Session, Labels: filter.Labels}
+		if f.Match(backend.Info{Session: r.Labels[backend.LabelSession], Labels: r.Labels}) {
+			out = append(out, r.snapshot())
+		}
+	}
+	return out, nil
+}
+
+// RemoveSnapshot removes a snapshot's name and archive. Sandboxes made
+// from it keep their files (each has its own copy).
+func (b *Backend) RemoveSnapshot(ctx context.Context, ref string) error {
+	name := strings.TrimPrefix(ref, srcSnapshot)
+	r, err := b.readRecord(name)
+	if errors.Is(err, backend.ErrNotFound) {
+		return nil
+	}
+	if err == nil {
+		err = os.Remove(b.recordPath(name))
+	}
+	if err == nil || errors.Is(err, fs.ErrNotExist) {
+		err = os.Remove(filepath.Join(b.snapshotDir(), r.Key+".tar"))
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return &backend.OpError{Op: "remove snapshot", Backend: Name, Err: err}
+	}
+	return nil
+}
+
+// PruneCaches removes the snapshots whose TTL has run out and archives no
+// name uses (left by a crash); with dryRun it only names them. sbx gc
+// calls it.
+func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error) {
+	recs, err := b.records()
+	if err != nil {
+		return nil, &backend.OpError{Op: "prune", Backend: Name, Err: err}
+	}
+	var names []string
+	known := map[string]bool{}
+	now := time.Now()
+	for _, r := range recs {
+		known[r.Key+".tar"] = true
+		if r.ExpiresAt.IsZero() || now.Before(r.ExpiresAt) {
+			continue
+		}
+		names = append(names, "snapshot "+srcSnapshot+r.Name)
+		if !dryRun {
+			if err := b.RemoveSnapshot(ctx, r.Name); err != nil {
+				return names, err
+			}
+		}
+	}
+	entries, _ := os.ReadDir(b.snapshotDir())
+	for _, e := range entries {
+		// Archives are written under their final name before their
+		// record: one younger than a minute may be a snapshot being taken.
+		fi, err := e.Info()
+		if !strings.HasSuffix(e.Name(), ".tar") || known[e.Name()] || err != nil || now.Sub(fi.ModTime()) < time.Minute {
+			continue
+		}
+		names = append(names, filepath.Join(b.snapshotDir(), e.Name()))
+		if !dryRun {
+			if err := os.Remove(filepath.Join(b.snapshotDir(), e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return names, &backend.OpError{Op: "prune", Backend: Name, Err: err}
+			}
+		}
+	}
+	return names, nil
+}
+
+// Fork makes req.N sandboxes of this one's configuration (environment,
+// user, working directory, command) whose folders start as copies of
+// this one's. The local backend cannot pause the parent: a process
+// writing meanwhile may leave a fork a file half written. Processes are
+// not carried over; the command, if any, starts afresh in each fork.
+func (s *Sandbox) Fork(ctx context.Context, req backend.ForkRequest) ([]backend.Sandbox, error) {
+	out, err := s.fork(ctx, req)
+	if err != nil {
+		return nil, s.opErr("fork", err)
+	}
+	return out, nil
+}
+
+func (s *Sandbox) fork(ctx context.Context, req backend.ForkRequest) (_ []backend.Sandbox, err error) {
+	if req.N < 1 {
+		return nil, fmt.Errorf("%w: fork: n must be at least 1, got %d", backend.ErrInvalidConfig, req.N)
+	}
+	m, err := s.meta()
+	if err != nil {
+		return nil, err
+	}
+	work, err := s.filesDir(m)
+	if err != nil {
+		return nil, err
+	}
+	wd, _ := filepath.Rel(work, m.WorkDir)
+	if wd == "." {
+		wd = ""
+	}
+	spec := backend.Spec{
+		Name: cmp.Or(req.Name, m.Name), Session: cmp.Or(req.Session, m.Session), Owner: cmp.Or(req.Owner, m.Owner),
+		Env: m.Env, User: m.User, WorkingDir: wd, TTL: req.TTL, Labels: map[string]string{},
+	}
+	if spec.TTL == 0 && !m.ExpiresAt.IsZero() {
+		spec.TTL = m.ExpiresAt.Sub(m.CreatedAt)
+	}
+	for k, v := range m.Labels {
+		if !strings.HasPrefix(k, backend.LabelPrefix) {
+			spec.Labels[k] = v
+		}
+	}
+	maps.Copy(spec.Labels, req.Labels)
+	spec.Labels[backend.LabelForkOf] = s.id
+	var forks []backend.Sandbox
+	defer func() {
+		if err != nil {
+			for _, f := range forks {
+				f.Destroy(context.WithoutCancel(ctx))
+			}
+		}
+	}()
+	for range req.N {
+		f, err := s.b.Create(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		forks = append(forks, f)
+		child := f.(*Sandbox)
+		if err := copyFolder(work, filepath.Join(child.dir, "work")); err != nil {
+			return nil, fmt.Errorf("copying the sandbox's folder: %w", err)
+		}
+		if m.Command != nil {
+			if err := child.startMainOf(m.Command); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return forks, nil
+}
+
+// startMainOf starts the command of a fork made without one.
+func (s *Sandbox) startMainOf(argv []string) error {
+	m, err := s.meta()
+	if err != nil {
+		return err
+	}
+	pid, start, err := s.startMain(m, argv)
+	if err != nil {
+		return fmt.Errorf("command %q: %w", argv, err)
+	}
+	return statedir.Update(s.b.dir, s.id, func(r *meta) error {
+		r.Command, r.MainPID, r.MainStart = argv, pid, start
+		return nil
+	})
+}
+
+// copyFolder copies the tree at src into the folder dst (which may
+// exist): folders, regular files (copy_file_range) and symlinks, with
+// modes, times and (as root) owners.
+func copyFolder(src, dst string) error {
+	var dirs []string
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch fi.Mode().Type() {
+		case fs.ModeDir:
+			if err := os.MkdirAll(to, 0o700); err != nil {
+				return err
+			}
+			dirs = append(dirs, p)
+		case fs.ModeSymlink:
+			link, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(link, to); err != nil {
+				return err
+			}
+		case 0:
+			if err := copyFile(p, to); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+		return copyAttrs(to, fi)
+	})
+	if err != nil {
+		return err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- { // children first
+		fi, err := os.Lstat(dirs[i])
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, dirs[i])
+		if err := os.Chtimes(filepath.Join(dst, rel), fi.ModTime(), fi.ModTime()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func copyAttrs(dst string, fi fs.FileInfo) error {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 {
+		if err := os.Lchown(dst, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+	}
+	if fi.Mode().Type() == fs.ModeSymlink {
+		return nil
+	}
+	if err := os.Chmod(dst, fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
+		return err
+	}
+	return os.Chtimes(dst, fi.ModTime(), fi.ModTime())
+}
