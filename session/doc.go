@@ -17,8 +17,10 @@
 // A session's resources carry labels (backend.LabelSession and the ones
 // here), so [Launcher.Resume] reattaches after a restart and [Destroy]
 // removes a session by ID with nothing but the backend. [Session.Checkpoint]
-// commits each sandbox to an image and writes a [Manifest] that a later
-// Launcher starts from.
+// commits each sandbox to an image, saves the read-write session volumes
+// (/shared, /bash_tools) as tar files and writes a [Manifest] that a later
+// Launcher starts from, the volumes restored before anything is
+// provisioned.
 //
 // This package imports no backend: the config's registry opens the backend
 // (config.Config.Open), or the Launcher is handed one.

@@ -36,6 +36,8 @@ type Session struct {
 
 	// Where the shared folders are inside the sandboxes ("": not mounted).
 	shared, bashTools, scripts string
+	// volumes are the session volumes, for Checkpoint.
+	volumes []sessionVolume
 
 	mu      sync.Mutex
 	members map[string]*Member
@@ -304,6 +306,9 @@ func (l *Launcher) makeShared(ctx context.Context, s *Session, ms []*member) err
 		if v.target == "" {
 			continue
 		}
+		if !v.readOnly && l.Manifest.hasVolume(v.role) {
+			v.from = "" // the checkpoint's archive holds what the seed became
+		}
 		name, err := vm.CreateVolume(ctx, backend.VolumeSpec{
 			Name: "sbx-" + s.ID + "-" + strings.ReplaceAll(v.role, "_", "-"), Session: s.ID,
 			Labels:   withLabels(labels, map[string]string{"sandboxkit.session.volume": v.role}),
@@ -317,6 +322,8 @@ func (l *Launcher) makeShared(ctx context.Context, s *Session, ms []*member) err
 			return fmt.Errorf("session %s: creating the %s volume: %w", s.ID, v.role, err)
 		}
 		*v.set = v.target
+		s.volumes = append(s.volumes, sessionVolume{role: v.role, name: name, target: v.target, readOnly: v.readOnly,
+			members: volumeMembers(ms, v.target)})
 		for _, m := range ms {
 			if slices.ContainsFunc(m.spec.Volumes, func(x backend.Volume) bool { return x.Target == v.target }) {
 				s.Warnings = append(s.Warnings, fmt.Sprintf("sandbox %q mounts %s itself, so it does not see the session's %s volume", m.name, v.target, v.role))

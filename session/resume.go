@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -94,15 +95,22 @@ func (l *Launcher) Resume(ctx context.Context, id string) (*Session, error) {
 		if vols, err := vm.ListVolumes(ctx, backend.Filter{Session: id}); err == nil {
 			paths := l.Config.Sandbox.Paths
 			for _, v := range vols {
-				switch v.Labels["sandboxkit.session.volume"] {
+				role := v.Labels["sandboxkit.session.volume"]
+				switch role {
 				case "shared":
 					s.shared = paths.Shared
 				case "bash_tools":
 					s.bashTools = paths.BashTools
 				case "sandbox_scripts":
 					s.scripts = paths.SandboxScripts
+				default:
+					continue
 				}
+				target := map[string]string{"shared": s.shared, "bash_tools": s.bashTools, "sandbox_scripts": s.scripts}[role]
+				s.volumes = append(s.volumes, sessionVolume{role: role, name: v.Name, target: target,
+					readOnly: role == "sandbox_scripts", members: volumeMembers(ms, target)})
 			}
+			slices.SortFunc(s.volumes, func(a, b sessionVolume) int { return strings.Compare(a.role, b.role) })
 		}
 	}
 	for _, m := range ms {
@@ -139,13 +147,28 @@ func (l *Launcher) resumeMember(name string, info backend.Info) (*member, error)
 	return &member{name: name, typ: typ, init: init, ready: make(chan struct{})}, nil
 }
 
+// ManifestVersion is the manifest format Checkpoint writes: 1 (no
+// "version" key) held only images; 2 adds the session volumes.
+const ManifestVersion = 2
+
 // Manifest records a session's checkpoint: the image each sandbox was
-// committed to. Launcher.Manifest starts a later launch from it.
+// committed to and, since version 2, the contents of the session's
+// read-write volumes (/shared, /bash_tools) as tar files next to it.
+// Launcher.Manifest starts a later launch from it.
 type Manifest struct {
+	// Version is the format (see ManifestVersion); 0 reads as 1.
+	Version   int                        `json:"version,omitempty"`
 	Session   string                     `json:"session"`
 	Backend   string                     `json:"backend"`
 	CreatedAt time.Time                  `json:"created_at"`
 	Sandboxes map[string]ManifestSandbox `json:"sandboxes"`
+	// Volumes are the saved session volumes by role ("shared",
+	// "bash_tools"); a launch from the manifest restores them.
+	Volumes map[string]ManifestVolume `json:"volumes,omitempty"`
+
+	// dir is the manifest's folder, against which Volumes' archives
+	// resolve ("": the working directory).
+	dir string
 }
 
 // ManifestSandbox is one sandbox of a Manifest.
@@ -154,7 +177,8 @@ type ManifestSandbox struct {
 	Image string `json:"image"`
 }
 
-// LoadManifest reads a manifest Checkpoint wrote.
+// LoadManifest reads a manifest Checkpoint wrote (any version up to
+// ManifestVersion).
 func LoadManifest(path string) (*Manifest, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -164,17 +188,30 @@ func LoadManifest(path string) (*Manifest, error) {
 	if err := json.Unmarshal(data, &m); err != nil {
 		return nil, fmt.Errorf("manifest %s: %w", path, err)
 	}
+	if m.Version > ManifestVersion {
+		return nil, fmt.Errorf("manifest %s: format version %d is newer than this sandboxkit reads (%d): %w", path, m.Version, ManifestVersion, backend.ErrInvalidConfig)
+	}
+	if m.dir, err = filepath.Abs(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", path, err)
+	}
 	return &m, nil
 }
 
 var notRepoChar = regexp.MustCompile(`[^a-z0-9]+`)
 
 // Checkpoint commits every sandbox of the session to an image (where the
-// backend can: backend.Checkpointer) and, when path is not "", writes the
-// manifest there as JSON. A sandbox whose backend cannot checkpoint is an
-// error wrapping errors.ErrUnsupported; nothing is written then.
+// backend can: backend.Checkpointer) and, when path is not "", saves the
+// session's read-write volumes as tar files next to it (path's name
+// without its extension, then ".shared.tar", ".bash-tools.tar") and writes
+// the manifest there as JSON. A sandbox whose backend cannot checkpoint is
+// an error wrapping errors.ErrUnsupported; nothing is written then. The
+// files are written under temporary names and renamed once all of them
+// are complete, the manifest last, so a checkpoint cut short leaves no
+// manifest naming a partial archive (the images committed before the
+// failure stay).
 func (s *Session) Checkpoint(ctx context.Context, path string) (*Manifest, error) {
-	m := &Manifest{Session: s.ID, Backend: s.backend.Name(), CreatedAt: time.Now().UTC(), Sandboxes: map[string]ManifestSandbox{}}
+	m := &Manifest{Version: ManifestVersion, Session: s.ID, Backend: s.backend.Name(), CreatedAt: time.Now().UTC(),
+		Sandboxes: map[string]ManifestSandbox{}, Volumes: map[string]ManifestVolume{}}
 	stamp := strconv.FormatInt(time.Now().Unix(), 10)
 	for _, mem := range s.Members() {
 		cp, ok := backend.As[backend.Checkpointer](mem.Sandbox)
@@ -188,10 +225,41 @@ func (s *Session) Checkpoint(ctx context.Context, path string) (*Manifest, error
 		}
 		m.Sandboxes[mem.Name] = ManifestSandbox{Type: mem.Type, Image: ref}
 	}
-	if path != "" {
-		data, _ := json.MarshalIndent(m, "", "  ")
-		if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-			return nil, fmt.Errorf("session %s: writing the manifest: %w", s.ID, err)
+	if path == "" {
+		m.Volumes = nil // nowhere to put them
+		return m, nil
+	}
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("session %s: manifest %s: %w", s.ID, path, err)
+	}
+	m.dir = dir
+	base := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	staged, err := s.saveVolumes(ctx, m, dir, base)
+	if err != nil {
+		return nil, err
+	}
+	data, _ := json.MarshalIndent(m, "", "  ")
+	mf, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err == nil {
+		staged = append(staged, stagedFile{tmp: mf.Name(), final: filepath.Join(dir, filepath.Base(path))})
+		_, err = mf.Write(append(data, '\n'))
+		if cerr := mf.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Chmod(mf.Name(), 0o644)
+		}
+	}
+	if err != nil {
+		removeStaged(staged)
+		return nil, fmt.Errorf("session %s: writing the manifest: %w", s.ID, err)
+	}
+	// The archives first, the manifest (which names them) last.
+	for i, f := range staged {
+		if err := os.Rename(f.tmp, f.final); err != nil {
+			removeStaged(staged[i:])
+			return nil, fmt.Errorf("session %s: writing the checkpoint: %w", s.ID, err)
 		}
 	}
 	return m, nil

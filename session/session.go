@@ -431,6 +431,11 @@ func (l *Launcher) Launch(ctx context.Context, names ...string) (*Session, error
 	if err := l.checkHostPaths(ms); err != nil {
 		return nil, err
 	}
+	if l.Manifest != nil {
+		if err := l.Manifest.checkVolumeArchives(); err != nil {
+			return nil, err
+		}
+	}
 	b, owned, err := l.open(ctx)
 	if err != nil {
 		return nil, err
@@ -455,6 +460,9 @@ func (l *Launcher) Launch(ctx context.Context, names ...string) (*Session, error
 		}
 	}()
 	if err := l.makeShared(ctx, s, ms); err != nil {
+		return nil, err
+	}
+	if err := l.checkManifestVolumes(s); err != nil {
 		return nil, err
 	}
 	if err := l.start(ctx, s, ms); err != nil {
@@ -521,7 +529,11 @@ func (l *Launcher) start(ctx context.Context, s *Session, ms []*member) error {
 		return err
 	}
 
-	// The env file, once, before anyone is provisioned.
+	// A checkpoint's volumes, then the env file (its addresses are this
+	// session's), once, before anyone is provisioned.
+	if err := l.restoreVolumes(ctx, s); err != nil {
+		return err
+	}
 	if s.shared != "" {
 		if err := backend.WriteFile(ctx, ms[0].sb, s.shared+"/"+EnvFile, strings.NewReader(envFileText(s.ID, s.Env)), 0o644); err != nil {
 			return &Error{Session: s.ID, Sandbox: ms[0].name, Step: "write " + s.shared + "/" + EnvFile, Err: err}
