@@ -224,6 +224,18 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request, conv string) 
 		idle = time.Duration(*req.Timeout) * time.Second
 	}
 	entry, _ := json.Marshal(req.Entrypoint)
+	labels := map[string]string{LabelOSBEntrypoint: string(entry), LabelOSBImage: req.Image.URI}
+	for k, v := range req.Metadata {
+		labels[LabelOSBMetadata+k] = v
+	}
+	if req.Timeout == nil {
+		labels[LabelOSBNoTimeout] = "1"
+	}
+	if tok := req.Env[osbEnvToken]; tok != "" {
+		sum := sha256.Sum256([]byte(tok))
+		labels[LabelOSBToken] = hex.EncodeToString(sum[:])
+	}
+	typ := s.opts.Types[0]
 	custom := func(spec *backend.Spec) error {
 		spec.Image = req.Image.URI
 		spec.Build = nil
@@ -233,50 +245,12 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request, conv string) 
 			spec.Env = map[string]string{}
 		}
 		maps.Copy(spec.Env, req.Env)
-		// SDKs always send limits (the API requires them): a backend
-		// that cannot enforce one runs without it, and the server says so
-		// once per sandbox in its log.
-		caps := s.opts.Backend.Capabilities()
-		var ignored []string
-		if res.CPUs > 0 {
-			if caps.CPULimit {
-				spec.Resources.CPUs = res.CPUs
-			} else {
-				ignored = append(ignored, "cpu")
-			}
-		}
-		if res.MemoryBytes > 0 {
-			if caps.MemoryLimit {
-				spec.Resources.MemoryBytes = res.MemoryBytes
-			} else {
-				ignored = append(ignored, "memory")
-			}
-		}
-		if res.GPUs != "" {
-			if !caps.GPUs {
-				return fmt.Errorf("%w: resourceLimits.gpu: the %s backend has no GPUs", backend.ErrInvalidConfig, s.opts.Backend.Name())
-			}
-			spec.Resources.GPUs = res.GPUs
-		}
-		if len(ignored) > 0 {
-			s.opts.Logger.Warn("OpenSandbox API: this backend cannot enforce these resource limits; the sandbox runs without them",
-				"backend", s.opts.Backend.Name(), "limits", strings.Join(ignored, ","))
-		}
-		for k, v := range req.Metadata {
-			spec.Labels[LabelOSBMetadata+k] = v
-		}
-		if req.Timeout == nil {
-			spec.Labels[LabelOSBNoTimeout] = "1"
-		}
-		spec.Labels[LabelOSBEntrypoint] = string(entry)
-		spec.Labels[LabelOSBImage] = req.Image.URI
-		if tok := req.Env[osbEnvToken]; tok != "" {
-			sum := sha256.Sum256([]byte(tok))
-			spec.Labels[LabelOSBToken] = hex.EncodeToString(sum[:])
-		}
-		return nil
+		return s.osbLimits(spec, res, false)
 	}
-	in, err := s.create(r.Context(), conv, "", idle, custom)
+	if s.osbPoolable(typ, req, res) {
+		custom = nil // a ready sandbox of the type's pool is this one
+	}
+	in, err := s.create(r.Context(), conv, typ, idle, custom, labels)
 	if err != nil {
 		s.osbFail(w, err, "SANDBOX::CREATE_FAILED")
 		return
@@ -287,6 +261,73 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request, conv string) 
 		return
 	}
 	writeJSON(w, http.StatusAccepted, body)
+}
+
+// osbLimits applies the request's resource limits to spec. SDKs always send
+// limits (the API requires them): a limit the backend cannot enforce is
+// left out, and the server's log says so.
+func (s *Server) osbLimits(spec *backend.Spec, res backend.Resources, quiet bool) error {
+	caps := s.opts.Backend.Capabilities()
+	var ignored []string
+	if res.CPUs > 0 {
+		if caps.CPULimit {
+			spec.Resources.CPUs = res.CPUs
+		} else {
+			ignored = append(ignored, "cpu")
+		}
+	}
+	if res.MemoryBytes > 0 {
+		if caps.MemoryLimit {
+			spec.Resources.MemoryBytes = res.MemoryBytes
+		} else {
+			ignored = append(ignored, "memory")
+		}
+	}
+	if res.GPUs != "" {
+		if !caps.GPUs {
+			return fmt.Errorf("%w: resourceLimits.gpu: the %s backend has no GPUs", backend.ErrInvalidConfig, s.opts.Backend.Name())
+		}
+		spec.Resources.GPUs = res.GPUs
+	}
+	if len(ignored) > 0 && !quiet {
+		s.opts.Logger.Warn("OpenSandbox API: this backend cannot enforce these resource limits; the sandbox runs without them",
+			"backend", s.opts.Backend.Name(), "limits", strings.Join(ignored, ","))
+	}
+	return nil
+}
+
+// keepAlive reports whether argv only keeps a sandbox running (the SDKs'
+// default entrypoint, or none: the backend's own keep-alive).
+func keepAlive(argv []string) bool {
+	return len(argv) == 0 || slices.Equal(argv, []string{"tail", "-f", "/dev/null"}) || slices.Equal(argv, []string{"sleep", "infinity"})
+}
+
+// osbPoolable reports whether a ready sandbox of typ's pool is the sandbox
+// req asks for: the same image, a keep-alive entrypoint where the pool's
+// members keep alive (or the same one), no environment but the execd
+// token, and the limits the members were made with (as far as the backend
+// enforces them).
+func (s *Server) osbPoolable(typ string, req osbCreateRequest, res backend.Resources) bool {
+	if s.pools[typ] == nil {
+		return false
+	}
+	spec, err := s.typeSpec(typ)
+	if err != nil || spec.Image != req.Image.URI || spec.ImageCommand || spec.Build != nil {
+		return false
+	}
+	if !slices.Equal(spec.Command, req.Entrypoint) && !(keepAlive(spec.Command) && keepAlive(req.Entrypoint)) {
+		return false
+	}
+	for k := range req.Env {
+		if k != osbEnvToken {
+			return false
+		}
+	}
+	want := spec
+	if s.osbLimits(&want, res, true) != nil {
+		return false
+	}
+	return want.Resources == spec.Resources
 }
 
 // osbResources parses resourceLimits: cpu ("1", "500m"), memory ("512Mi",
@@ -440,6 +481,11 @@ func osbMetadata(b *box, labels map[string]string) map[string]string {
 
 // osbJSON is sandbox b (info) as the API shows it.
 func (s *Server) osbJSON(b *box, info backend.Info) map[string]any {
+	info.Labels = maps.Clone(info.Labels)
+	if info.Labels == nil {
+		info.Labels = map[string]string{}
+	}
+	maps.Copy(info.Labels, b.labels)
 	s.mu.Lock()
 	meta := osbMetadata(b, info.Labels)
 	expires := b.expiry()

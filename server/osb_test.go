@@ -402,3 +402,35 @@ func TestOpenSandboxAPIExecd(t *testing.T) {
 	assert.Equal(t, 404, code)
 	assert.Equal(t, "COMMAND_NOT_FOUND", out["code"])
 }
+
+// TestOpenSandboxAPIPool: a create that asks for what the first type's pool
+// keeps (its image, a keep-alive entrypoint, no environment) gets a ready
+// sandbox; one with environment of its own is made cold. Either way the
+// sandbox carries the request's metadata and execd token.
+func TestOpenSandboxAPIPool(t *testing.T) {
+	b := localBackend(t)
+	s := poolServer(t, b, 1, func(o *server.Options) {
+		o.APIKey = osbKey
+		o.Spec = func(typ string) (backend.Spec, error) { return backend.Spec{Name: typ, Image: "ubuntu:24.04"}, nil }
+	})
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	c := osbWire{t: t, base: hs.URL}
+	ready := members(t, b, poolOf(t, s, "main").Pool, readyState)
+	require.Len(t, ready, 1)
+
+	id := c.create(map[string]any{"metadata": map[string]string{"team": "ml"}, "env": map[string]string{"EXECD_ACCESS_TOKEN": "tok"}})
+	assert.Equal(t, ready[0].ID, id, "the create did not claim the ready sandbox")
+	assert.Equal(t, int64(1), poolOf(t, s, "main").Claimed)
+	code, out, _ := c.do("GET", "/v1/sandboxes/"+id, nil, nil)
+	require.Equal(t, 200, code)
+	assert.Equal(t, map[string]any{"team": "ml"}, out["metadata"])
+	code, _, _ = c.do("GET", "/sandboxes/"+id+"/proxy/44772/ping", nil, nil)
+	assert.Equal(t, 401, code, "the claimed sandbox's execd without its token")
+	code, _, _ = c.do("GET", "/sandboxes/"+id+"/proxy/44772/ping", nil, map[string]string{"X-EXECD-ACCESS-TOKEN": "tok"})
+	assert.Equal(t, 200, code)
+
+	cold := c.create(map[string]any{"env": map[string]string{"MODE": "x"}})
+	assert.NotEqual(t, ready[0].ID, cold)
+	assert.Equal(t, int64(1), poolOf(t, s, "main").Claimed, "a create with its own environment came from the pool")
+}

@@ -66,13 +66,14 @@ func (s *Server) callContext(ctx context.Context) (context.Context, func()) {
 // server's idle TTL; at most MaxLifetime). A type with a pool claims one of
 // its ready sandboxes (a new one when none is ready).
 func (s *Server) Create(ctx context.Context, conv, typ string, idle time.Duration) (SandboxInfo, error) {
-	return s.create(ctx, conv, typ, idle, nil)
+	return s.create(ctx, conv, typ, idle, nil, nil)
 }
 
 // create is Create; custom, when set, changes the type's Spec (the
 // OpenSandbox API's image, entrypoint, environment and limits), and such a
-// sandbox never comes from a pool.
-func (s *Server) create(ctx context.Context, conv, typ string, idle time.Duration, custom func(*backend.Spec) error) (SandboxInfo, error) {
+// sandbox never comes from a pool; extra labels go on the sandbox either way
+// (with the claim, for one from a pool).
+func (s *Server) create(ctx context.Context, conv, typ string, idle time.Duration, custom func(*backend.Spec) error, extra map[string]string) (SandboxInfo, error) {
 	if conv == "" {
 		return SandboxInfo{}, errNoConversation
 	}
@@ -89,10 +90,12 @@ func (s *Server) create(ctx context.Context, conv, typ string, idle time.Duratio
 		idle = s.opts.MaxLifetime
 	}
 	// What makes the sandbox this conversation's.
-	labels := map[string]string{
-		LabelConversation: OwnerKey(conv),
-		LabelIdleTTL:      strconv.FormatInt(int64((idle+time.Second-1)/time.Second), 10), // whole seconds, rounded up
+	labels := maps.Clone(extra)
+	if labels == nil {
+		labels = map[string]string{}
 	}
+	labels[LabelConversation] = OwnerKey(conv)
+	labels[LabelIdleTTL] = strconv.FormatInt(int64((idle+time.Second-1)/time.Second), 10) // whole seconds, rounded up
 
 	ctx, stop := s.callContext(ctx)
 	defer stop()

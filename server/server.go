@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -81,8 +82,11 @@ type box struct {
 	// to (activity cannot bring it closer); osbMeta the metadata after a
 	// PATCH (nil: as the labels say); osbNoExpiry, a sandbox made without
 	// a timeout (reaped only at its hard limit).
-	until       time.Time
-	osbMeta     map[string]string
+	until   time.Time
+	osbMeta map[string]string
+	// labels are the sandbox's labels as registered: with a pool claim's
+	// (which some backends keep in a record their Info does not read).
+	labels      map[string]string
 	osbNoExpiry bool
 	jobs        jobRunner
 	// claimed is the pool claim the sandbox came from in this run (nil:
@@ -185,6 +189,7 @@ func (s *Server) register(info backend.Info, sb backend.Sandbox) (*box, bool) {
 		id: info.ID, conv: conv, typ: info.Labels[LabelType],
 		idleTTL: s.opts.IdleTTL, created: info.CreatedAt, hardDeadline: info.ExpiresAt,
 		sb: sb, osbToken: info.Labels[LabelOSBToken], osbNoExpiry: info.Labels[LabelOSBNoTimeout] != "",
+		labels: maps.Clone(info.Labels),
 	}
 	if secs, err := strconv.ParseInt(info.Labels[LabelIdleTTL], 10, 64); err == nil && secs > 0 {
 		b.idleTTL = time.Duration(secs) * time.Second
