@@ -1189,3 +1189,17 @@ func mustParseDefault(t *testing.T, text string) *Config {
 	require.NoError(t, err)
 	return cfg
 }
+
+// OpenSage's cache manifest folders for remotedocker and opensandbox are
+// named in a warning when set, never silently taken.
+func TestOpenSageCacheVarsWarn(t *testing.T) {
+	t.Setenv("OPENSAGE_REMOTE_DOCKER_CACHE_DIR", "/var/cache/os")
+	t.Setenv("OPENSAGE_OPENSANDBOX_CACHE_DIR", "")
+	cfg, err := builtinRegistry().ParseConfig([]byte("[sandbox]\nbackend = \"remotedocker\"\n[sandbox.remotedocker]\ndocker_host = \"ssh://u@h\"\n"), "sandbox.toml")
+	require.NoError(t, err)
+	require.Len(t, cfg.Warnings, 1, "%q", cfg.Warnings)
+	assert.Contains(t, cfg.Warnings[0], "$OPENSAGE_REMOTE_DOCKER_CACHE_DIR")
+	cfg, err = builtinRegistry().ParseConfig([]byte("[sandbox]\nbackend = \"native\"\n"), "sandbox.toml")
+	require.NoError(t, err)
+	assert.Empty(t, cfg.Warnings, "the variable of another backend")
+}

@@ -127,6 +127,7 @@ func (p *parser) parse(data []byte) error {
 	p.checkHostSharedMemDir()
 	p.finishEntries()
 	p.checkMCPServices()
+	p.warnOpenSageCacheVars()
 	return p.err()
 }
 

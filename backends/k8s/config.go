@@ -37,6 +37,26 @@ const (
 	EnvOpenSagePVCSize = "OPENSAGE_K8S_PVC_SIZE"
 )
 
+// envOpenSageImageCache are OpenSage's settings of its k8s image cache
+// (nerdctl commit on the node, and where it keeps manifests). sandboxkit
+// does not commit pods' images: New warns, naming each one set.
+var envOpenSageImageCache = []string{
+	"OPENSAGE_K8S_NERDCTL", "OPENSAGE_K8S_CONTAINERD_SOCKET", "OPENSAGE_K8S_CONTAINERD_NAMESPACE", "OPENSAGE_K8S_CACHE_DIR",
+}
+
+// imageCacheWarnings says why OpenSage's image cache variables set in the
+// environment do nothing here.
+func imageCacheWarnings() []string {
+	var out []string
+	for _, env := range envOpenSageImageCache {
+		if os.Getenv(env) != "" {
+			out = append(out, "$"+env+" is set, but the k8s backend does not commit pods' images (OpenSage's nerdctl cache): "+
+				"k8s sandboxes cannot be checkpointed, and the variable is not used")
+		}
+	}
+	return out
+}
+
 // withEnv fills Kubeconfig, Context, Namespace, HelperImage and VolumeSize
 // from OpenSage's variables where they are empty, and records which, so
 // errors name the variable.

@@ -336,3 +336,17 @@ func TestPodForHosts(t *testing.T) {
 		}
 	}
 }
+
+// TestImageCacheWarnings: OpenSage's k8s image cache variables are named
+// when set, never silently taken.
+func TestImageCacheWarnings(t *testing.T) {
+	for _, env := range envOpenSageImageCache {
+		t.Setenv(env, "")
+	}
+	assert.Empty(t, imageCacheWarnings())
+	t.Setenv("OPENSAGE_K8S_NERDCTL", "/usr/local/bin/nerdctl")
+	w := imageCacheWarnings()
+	require.Len(t, w, 1)
+	assert.Contains(t, w[0], "$OPENSAGE_K8S_NERDCTL")
+	assert.Contains(t, w[0], "cannot be checkpointed")
+}

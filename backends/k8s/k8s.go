@@ -75,6 +75,11 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	for _, w := range imageCacheWarnings() {
+		if logger != nil {
+			logger.Warn(w)
+		}
+	}
 	rc, ns, err := cfg.restConfig()
 	if err != nil {
 		return nil, err
