@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/execdws"
 )
 
 // execd's bash sessions with their WebSocket (newer execd versions than the
@@ -177,29 +177,23 @@ func (x *osbExecd) sessionSocket(ctx context.Context, w http.ResponseWriter, r *
 		se.connected, se.sink = false, nil
 		se.mu.Unlock()
 	}()
-	conn, err := osbUpgrader.Upgrade(w, r, nil)
+	ws, err := osbUpgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return
 	}
+	conn := execdws.New(ws)
 	defer conn.Close()
-	var writeMu sync.Mutex
-	send := func(v map[string]any) error {
-		writeMu.Lock()
-		defer writeMu.Unlock()
-		conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		return conn.WriteJSON(v)
-	}
 	if r.URL.Query().Get("pty") != "1" {
-		send(map[string]any{"type": "error", "error": "sandboxkit runs sessions on a terminal only: connect with ?pty=1", "code": "START_FAILED"})
+		conn.Error("sandboxkit runs sessions on a terminal only: connect with ?pty=1", "START_FAILED")
 		return
 	}
 	tr, ok := backend.As[backend.Terminaler](x.sb)
 	if !ok {
-		send(map[string]any{"type": "error", "error": "this sandbox cannot run programs on a terminal (no sbxd agent, and the backend has no terminals)", "code": "START_FAILED"})
+		conn.Error("this sandbox cannot run programs on a terminal (no sbxd agent, and the backend has no terminals)", "START_FAILED")
 		return
 	}
 	if err := se.start(x.s.life, tr); err != nil {
-		send(map[string]any{"type": "error", "error": "failed to start bash: " + err.Error(), "code": "START_FAILED"})
+		conn.Error("failed to start bash: "+err.Error(), "START_FAILED")
 		return
 	}
 	// The live sink first, then the replay: nothing falls between them.
@@ -212,15 +206,13 @@ func (x *osbExecd) sessionSocket(ctx context.Context, w http.ResponseWriter, r *
 		}
 	}
 	offset := se.dropped + int64(len(se.out))
-	se.sink = func(p []byte) {
-		send(map[string]any{"type": "stdout", "data": string(p), "timestamp": time.Now().UnixMilli()})
-	}
+	se.sink = func(p []byte) { conn.Output(p) }
 	term, done := se.term, se.done
 	se.mu.Unlock()
 	if len(replay) > 0 {
-		send(map[string]any{"type": "replay", "data": string(replay), "offset": offset})
+		conn.Send(map[string]any{"type": "replay", "data": string(replay), "offset": offset})
 	}
-	send(map[string]any{"type": "connected", "session_id": se.id, "mode": "pty"})
+	conn.Send(map[string]any{"type": "connected", "session_id": se.id, "mode": "pty"})
 	go func() {
 		select {
 		case <-done:
@@ -231,42 +223,17 @@ func (x *osbExecd) sessionSocket(ctx context.Context, w http.ResponseWriter, r *
 		se.mu.Lock()
 		code := se.code
 		se.mu.Unlock()
-		send(map[string]any{"type": "exit", "exit_code": code})
-		writeMu.Lock()
-		conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "process exited"))
-		writeMu.Unlock()
-		conn.Close()
+		conn.Exit(code)
 	}()
-	for {
-		_, msg, err := conn.ReadMessage()
-		if err != nil {
-			return
-		}
-		var f struct {
-			Type   string `json:"type"`
-			Data   string `json:"data"`
-			Cols   int    `json:"cols"`
-			Rows   int    `json:"rows"`
-			Signal string `json:"signal"`
-		}
-		if json.Unmarshal(msg, &f) != nil {
-			send(map[string]any{"type": "error", "error": "unreadable frame", "code": "INVALID_FRAME"})
-			continue
-		}
-		switch f.Type {
-		case "stdin":
-			if _, err := term.Write([]byte(f.Data)); err != nil {
-				send(map[string]any{"type": "error", "error": err.Error(), "code": "STDIN_WRITE_FAILED"})
-				return
-			}
-		case "resize":
-			if err := term.Resize(ctx, backend.TermSize{Rows: f.Rows, Cols: f.Cols}); err != nil {
-				send(map[string]any{"type": "error", "error": "resize failed: " + err.Error(), "code": "RUNTIME_ERROR"})
-			}
-		case "signal":
-			// The terminal's own keys for the common signals; anything
-			// else ends the session.
-			switch f.Signal {
+	conn.Serve(execdws.Handlers{
+		Stdin: func(p []byte) error { _, err := term.Write(p); return err },
+		Resize: func(rows, cols int) error {
+			return term.Resize(ctx, backend.TermSize{Rows: rows, Cols: cols})
+		},
+		// The terminal's own keys for the common signals; anything else
+		// ends the session.
+		Signal: func(name string) {
+			switch name {
 			case "SIGINT":
 				term.Write([]byte{0x03})
 			case "SIGQUIT":
@@ -276,10 +243,6 @@ func (x *osbExecd) sessionSocket(ctx context.Context, w http.ResponseWriter, r *
 			default:
 				term.Kill(ctx)
 			}
-		case "ping":
-			send(map[string]any{"type": "pong"})
-		default:
-			send(map[string]any{"type": "error", "error": "unknown frame type", "code": "INVALID_FRAME"})
-		}
-	}
+		},
+	})
 }

@@ -8,10 +8,10 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/sandboxkit/sandboxkit/internal/execdws"
 	"github.com/sandboxkit/sandboxkit/internal/pty"
 )
 
@@ -131,24 +131,18 @@ func (sb *sandbox) sessionWebSocket(w http.ResponseWriter, r *http.Request) {
 		s.connected, s.sink = false, nil
 		s.mu.Unlock()
 	}()
-	conn, err := upgrader.Upgrade(w, r, nil)
+	ws, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return
 	}
+	conn := execdws.New(ws)
 	defer conn.Close()
-	var writeMu sync.Mutex
-	send := func(v map[string]any) error {
-		writeMu.Lock()
-		defer writeMu.Unlock()
-		conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		return conn.WriteJSON(v)
-	}
 	if r.URL.Query().Get("pty") != "1" {
-		send(map[string]any{"type": "error", "error": "opensandboxtest runs PTY sessions only (?pty=1)", "code": "START_FAILED"})
+		conn.Error("opensandboxtest runs PTY sessions only (?pty=1)", "START_FAILED")
 		return
 	}
 	if err := sb.startSession(s); err != nil {
-		send(map[string]any{"type": "error", "error": "failed to start bash: " + err.Error(), "code": "START_FAILED"})
+		conn.Error("failed to start bash: "+err.Error(), "START_FAILED")
 		return
 	}
 	// The live sink first, then the replay: nothing falls between them.
@@ -158,15 +152,13 @@ func (sb *sandbox) sessionWebSocket(w http.ResponseWriter, r *http.Request) {
 		replay = append(replay, s.output[since:]...)
 	}
 	offset := len(s.output)
-	s.sink = func(p []byte) {
-		send(map[string]any{"type": "stdout", "data": string(p), "timestamp": time.Now().UnixMilli()})
-	}
+	s.sink = func(p []byte) { conn.Output(p) }
 	master, done := s.master, s.done
 	s.mu.Unlock()
 	if len(replay) > 0 {
-		send(map[string]any{"type": "replay", "data": string(replay), "offset": offset})
+		conn.Send(map[string]any{"type": "replay", "data": string(replay), "offset": offset})
 	}
-	send(map[string]any{"type": "connected", "session_id": s.id, "mode": "pty"})
+	conn.Send(map[string]any{"type": "connected", "session_id": s.id, "mode": "pty"})
 	go func() {
 		select {
 		case <-done:
@@ -176,44 +168,20 @@ func (sb *sandbox) sessionWebSocket(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		code := s.exitCode
 		s.mu.Unlock()
-		send(map[string]any{"type": "exit", "exit_code": code})
-		writeMu.Lock()
-		conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "process exited"))
-		writeMu.Unlock()
-		conn.Close()
+		conn.Exit(code)
 	}()
-	for {
-		var f struct {
-			Type       string `json:"type"`
-			Data       string `json:"data"`
-			Cols, Rows int
-			Signal     string `json:"signal"`
-		}
-		if err := conn.ReadJSON(&f); err != nil {
-			return
-		}
-		switch f.Type {
-		case "stdin":
-			if _, err := master.Write([]byte(f.Data)); err != nil {
-				send(map[string]any{"type": "error", "error": err.Error(), "code": "STDIN_WRITE_FAILED"})
-				return
-			}
-		case "resize":
-			if err := pty.SetSize(master, f.Rows, f.Cols); err != nil {
-				send(map[string]any{"type": "error", "error": "resize failed: " + err.Error(), "code": codeRuntimeError})
-			}
-		case "signal":
-			if sig, ok := map[string]syscall.Signal{"SIGINT": syscall.SIGINT, "SIGTERM": syscall.SIGTERM, "SIGKILL": syscall.SIGKILL, "SIGHUP": syscall.SIGHUP}[f.Signal]; ok {
+	signals := map[string]syscall.Signal{"SIGINT": syscall.SIGINT, "SIGTERM": syscall.SIGTERM, "SIGKILL": syscall.SIGKILL, "SIGHUP": syscall.SIGHUP}
+	conn.Serve(execdws.Handlers{
+		Stdin:  func(p []byte) error { _, err := master.Write(p); return err },
+		Resize: func(rows, cols int) error { return pty.SetSize(master, rows, cols) },
+		Signal: func(name string) {
+			if sig, ok := signals[name]; ok {
 				s.mu.Lock()
 				syscall.Kill(-s.cmd.Process.Pid, sig)
 				s.mu.Unlock()
 			}
-		case "ping":
-			send(map[string]any{"type": "pong"})
-		default:
-			send(map[string]any{"type": "error", "error": "unknown frame type", "code": "INVALID_FRAME"})
-		}
-	}
+		},
+	})
 }
 
 // startSession starts the session's bash on a 24x80 terminal unless it
