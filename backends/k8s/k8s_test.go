@@ -500,3 +500,21 @@ func TestSpecUser(t *testing.T) {
 	assert.ErrorIs(t, err, backend.ErrInvalidConfig)
 	assert.Contains(t, err.Error(), `user "nobody"`)
 }
+
+// hostname and extra_hosts reach the pod: its hostname, and /etc/hosts as
+// the kubelet writes it from the host aliases.
+func TestHostnameAndExtraHosts(t *testing.T) {
+	t.Parallel()
+	b, _, _ := newBackend(t)
+	s := spec("hosts", k8stest.BusyboxImage)
+	s.Hostname = "sage"
+	s.ExtraHosts = []string{"db.local:10.0.0.5", "cache.local:10.0.0.5"}
+	sb := create(t, b, s)
+	res, err := sb.Exec(t.Context(), backend.ExecRequest{Shell: "hostname; grep -E 'db.local|cache.local' /etc/hosts"})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "%s", res.Stderr)
+	lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+	require.Len(t, lines, 2, "%q", res.Stdout)
+	assert.Equal(t, "sage", lines[0])
+	assert.Equal(t, []string{"10.0.0.5", "db.local", "cache.local"}, strings.Fields(lines[1]))
+}
