@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -433,4 +434,98 @@ func TestOpenSandboxAPIPool(t *testing.T) {
 	cold := c.create(map[string]any{"env": map[string]string{"MODE": "x"}})
 	assert.NotEqual(t, ready[0].ID, cold)
 	assert.Equal(t, int64(1), poolOf(t, s, "main").Claimed, "a create with its own environment came from the pool")
+}
+
+// TestOpenSandboxAPIFiles checks execd's file endpoints on the wire:
+// status codes, error codes and the ranged download.
+func TestOpenSandboxAPIFiles(t *testing.T) {
+	c := newOSBWire(t)
+	id := c.create(nil)
+	base := "/sandboxes/" + id + "/proxy/44772"
+	upload := func(path, content string, withMeta bool) int {
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		if withMeta {
+			part, _ := mw.CreateFormFile("metadata", "metadata")
+			json.NewEncoder(part).Encode(map[string]any{"path": path, "mode": 640})
+		}
+		part, _ := mw.CreateFormFile("file", "file")
+		io.WriteString(part, content)
+		mw.Close()
+		req, _ := http.NewRequest("POST", c.base+base+"/files/upload", &body)
+		req.Header.Set("OPEN-SANDBOX-API-KEY", osbKey)
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, 200, upload("dir/a.txt", "0123456789", true))
+	assert.Equal(t, 400, upload("dir/b.txt", "x", false), "a file part without its metadata")
+
+	code, out, _ := c.do("GET", base+"/files/info?path=dir/a.txt", nil, nil)
+	require.Equal(t, 200, code, "%v", out)
+	info := out["dir/a.txt"].(map[string]any)
+	assert.Equal(t, "file", info["type"])
+	assert.Equal(t, 10.0, info["size"])
+	assert.Equal(t, 640.0, info["mode"])
+	code, out, _ = c.do("GET", base+"/files/info?path=dir/none", nil, nil)
+	assert.Equal(t, 404, code)
+	assert.Equal(t, "FILE_NOT_FOUND", out["code"])
+	code, out, _ = c.do("GET", base+"/files/info", nil, nil)
+	assert.Equal(t, 400, code)
+	assert.Equal(t, "MISSING_QUERY", out["code"])
+
+	code, out, h := c.do("GET", base+"/files/download?path=dir/a.txt", nil, map[string]string{"Range": "bytes=2-5"})
+	assert.Equal(t, 206, code)
+	assert.Equal(t, "2345", out["raw"])
+	assert.Equal(t, "bytes 2-5/10", h.Get("Content-Range"))
+	code, _, h = c.do("GET", base+"/files/download?path=dir/a.txt", nil, map[string]string{"Range": "bytes=20-"})
+	assert.Equal(t, 416, code)
+	assert.Equal(t, "bytes */10", h.Get("Content-Range"))
+	code, out, _ = c.do("GET", base+"/files/download?path=dir/none", nil, nil)
+	assert.Equal(t, 404, code)
+	assert.Equal(t, "FILE_NOT_FOUND", out["code"])
+
+	code, _, _ = c.do("POST", base+"/files/replace", map[string]any{"dir/a.txt": map[string]string{"old": "345", "new": "-"}}, nil)
+	require.Equal(t, 200, code)
+	code, out, _ = c.do("GET", base+"/files/download?path=dir/a.txt", nil, nil)
+	assert.Equal(t, "012-6789", out["raw"])
+
+	code, _, _ = c.do("POST", base+"/directories", map[string]any{"dir/sub/deep": map[string]any{"mode": 700}}, nil)
+	require.Equal(t, 200, code)
+	code, raw, _ := c.do("GET", base+"/directories/list?path=dir&depth=2", nil, nil)
+	require.Equal(t, 200, code)
+	var list []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(raw["raw"].(string)), &list))
+	var paths []string
+	for _, e := range list {
+		paths = append(paths, e["path"].(string)+":"+e["type"].(string))
+	}
+	assert.Equal(t, []string{"dir/a.txt:file", "dir/sub:directory", "dir/sub/deep:directory"}, paths)
+	assert.Equal(t, 700.0, list[2]["mode"])
+	code, out, _ = c.do("GET", base+"/directories/list?path=dir/a.txt", nil, nil)
+	assert.Equal(t, 400, code, "listing a file")
+	code, raw, _ = c.do("GET", base+"/files/search?path=dir&pattern=*.txt", nil, nil)
+	require.Equal(t, 200, code)
+	assert.Contains(t, raw["raw"], "a.txt")
+
+	code, _, _ = c.do("POST", base+"/files/mv", []map[string]string{{"src": "dir/a.txt", "dest": "dir/sub/a.txt"}}, nil)
+	require.Equal(t, 200, code)
+	code, out, _ = c.do("POST", base+"/files/mv", []map[string]string{{"src": "dir/a.txt", "dest": "dir/x.txt"}}, nil)
+	assert.Equal(t, 404, code, "moving what is gone")
+	code, _, _ = c.do("POST", base+"/files/permissions", map[string]any{"dir/sub/a.txt": map[string]any{"mode": 600}}, nil)
+	require.Equal(t, 200, code)
+	code, out, _ = c.do("GET", base+"/files/info?path=dir/sub/a.txt", nil, nil)
+	assert.Equal(t, 600.0, out["dir/sub/a.txt"].(map[string]any)["mode"])
+	code, _, _ = c.do("DELETE", base+"/files?path=dir/sub/a.txt&path=dir/never", nil, nil)
+	assert.Equal(t, 200, code, "removing a missing file is fine")
+	code, out, _ = c.do("DELETE", base+"/files?path=dir/sub", nil, nil)
+	assert.Equal(t, 500, code, "files/remove of a directory")
+	code, _, _ = c.do("DELETE", base+"/directories?path=dir", nil, nil)
+	assert.Equal(t, 200, code)
+	code, _, _ = c.do("GET", base+"/files/info?path=dir", nil, nil)
+	assert.Equal(t, 404, code)
+	code, _, _ = c.do("GET", base+"/metrics", nil, nil)
+	assert.Equal(t, 200, code)
 }
