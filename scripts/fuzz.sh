@@ -13,7 +13,16 @@ while IFS= read -r line; do
 	pkg=./$(dirname "$file")
 	echo "== fuzz $pkg $name ($fuzztime)"
 	log=$(mktemp)
-	if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$pkg" >"$log" 2>&1; then
+	run() { go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$pkg" >"$log" 2>&1; }
+	# Go's fuzz coordinator can fail a target with a bare "context
+	# deadline exceeded" as -fuzztime runs out, having found nothing (a
+	# race in its deadline handling, seen under load): such a run, with no
+	# failing input written, is run once more; a second one fails.
+	if ! run && grep -q '^    context deadline exceeded$' "$log" && ! grep -q 'Failing input written to' "$log"; then
+		echo "scripts/fuzz.sh: $name: the fuzz coordinator's deadline race, no failing input; once more" >&2
+		run || true
+	fi
+	if ! grep -q '^ok' "$log"; then
 		cat "$log"
 		rc=1
 	elif ! grep -q '^fuzz: elapsed' "$log"; then
