@@ -141,6 +141,8 @@ func WithStateDir(dir string) Option { return func(o *options) { o.stateDir = di
 type Client struct {
 	sb   backend.Sandbox
 	opts options
+	// with are the options Wrap was given, for Fork to wrap forks with.
+	with []Option
 
 	mu       sync.Mutex
 	conn     *agentConn
@@ -181,7 +183,7 @@ func Wrap(ctx context.Context, sb backend.Sandbox, opts ...Option) (*Client, err
 	if o.stateDir == "" {
 		o.stateDir = o.injectDir + "/jobs-" + safeName(sb.ID())
 	}
-	c := &Client{sb: sb, opts: o}
+	c := &Client{sb: sb, opts: o, with: opts}
 	if !o.lazy {
 		if _, err := c.agent(ctx); err != nil {
 			return nil, err

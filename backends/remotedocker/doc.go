@@ -84,9 +84,10 @@
 //
 // Everything is on the remote engine: images (pulled there, or built there
 // from a build context uploaded through the Engine API), containers,
-// volumes, checkpoints. Files move through the archive API over the same
-// connection. Nothing falls back to the local daemon. Bind volumes name
-// paths on the remote host.
+// volumes, checkpoints, snapshots (images committed there) and forks
+// (containers started there from one commit of the parent). Files move
+// through the archive API over the same connection. Nothing falls back to
+// the local daemon. Bind volumes name paths on the remote host.
 //
 // Sandboxes carry native's labels (including sandboxkit.backend=native, as
 // native writes them), so Get, List, TTL expiry and sbx gc work from the

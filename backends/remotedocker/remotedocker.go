@@ -35,6 +35,7 @@ var (
 	_ backend.Backend       = (*Backend)(nil)
 	_ backend.VolumeManager = (*Backend)(nil)
 	_ backend.Claimer       = (*Backend)(nil)
+	_ backend.CachePruner   = (*Backend)(nil)
 )
 
 // New returns a backend for the engine cfg.Host (else DOCKER_HOST) names.
@@ -275,7 +276,8 @@ func (b *Backend) RemoveVolume(ctx context.Context, name string) error {
 }
 
 // PruneCaches removes the remote engine's unused sbxd volumes of other
-// builds; see native.Backend.PruneCaches.
+// builds and the fork images no container uses any more; see
+// native.Backend.PruneCaches.
 func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error) {
 	if err := b.ready(ctx); err != nil {
 		return nil, b.opErr("prune caches", "", err)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -390,4 +391,78 @@ func TestVolumeOnRemote(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, vols, 1)
 	assert.Equal(t, name, vols[0].Name)
+}
+
+// Snapshots and forks go through to native's, on the remote engine: the
+// snapshot image and the forks' containers are there and not on the local
+// engine, the forks are remotedocker's sandboxes, errors name
+// remotedocker, and PruneCaches removes the fork image once the last fork
+// is gone.
+func TestSnapshotAndForkOnRemote(t *testing.T) {
+	h := remotetest.Get(t)
+	ctx := t.Context()
+	b := open(t, config(h))
+	sb := create(t, b, spec("fork-parent", dockertest.BusyboxImage))
+	remote := h.DockerClient(t)
+	local := dockertest.Client(t)
+	_, err := sb.Exec(ctx, backend.ExecRequest{Shell: "echo parent > /root/f"})
+	require.NoError(t, err)
+
+	sn, ok := backend.As[backend.Snapshotter](sb)
+	require.True(t, ok, "a remotedocker sandbox is a Snapshotter")
+	ref := "sandboxkit-test/remote-snapshot:" + testRun
+	snap, err := sn.Snapshot(ctx, backend.SnapshotRequest{Ref: ref, TTL: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, b.RemoveSnapshot(context.Background(), ref)) })
+	assert.Equal(t, ref, snap.Ref)
+	_, err = remote.ImageInspect(ctx, ref)
+	assert.NoError(t, err, "snapshot image on the remote")
+	_, err = local.ImageInspect(ctx, ref)
+	assert.Error(t, err, "snapshot image on the local engine")
+	list, err := b.ListSnapshots(ctx, backend.Filter{Labels: map[string]string{backend.LabelSnapshotOf: sb.ID()}})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Equal(t, ref, list[0].Ref)
+
+	fk, ok := backend.As[backend.Forker](sb)
+	require.True(t, ok, "a remotedocker sandbox is a Forker")
+	_, err = fk.Fork(ctx, backend.ForkRequest{N: 0})
+	require.ErrorIs(t, err, backend.ErrInvalidConfig)
+	var oe *backend.OpError
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, remotedocker.Name, oe.Backend, "a fork error names remotedocker: %v", err)
+
+	// native carries over only the parent's labels outside sandboxkit.*,
+	// so the leak check's label is asked for again.
+	forks, err := fk.Fork(ctx, backend.ForkRequest{N: 2, Labels: map[string]string{labelTestRun: testRun}})
+	require.NoError(t, err)
+	for _, f := range forks {
+		t.Cleanup(func() { f.Destroy(context.Background()) })
+	}
+	require.Len(t, forks, 2)
+	for _, f := range forks {
+		require.IsType(t, &remotedocker.Sandbox{}, f)
+		info, err := f.Info(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, remotedocker.Name, info.Backend)
+		assert.Equal(t, testRun, info.Labels[labelTestRun])
+		byID := filters.NewArgs(filters.Arg("label", backend.LabelID+"="+f.ID()))
+		rc, err := remote.ContainerList(ctx, container.ListOptions{All: true, Filters: byID})
+		require.NoError(t, err)
+		assert.Len(t, rc, 1, "the fork's container is not on the remote engine")
+		res, err := f.Exec(ctx, backend.ExecRequest{Shell: "cat /root/f; echo fork > /root/f"})
+		require.NoError(t, err)
+		assert.Equal(t, "parent\n", string(res.Stdout))
+	}
+	res, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"cat", "/root/f"}})
+	require.NoError(t, err)
+	assert.Equal(t, "parent\n", string(res.Stdout), "a fork's write shows in the parent")
+
+	for _, f := range forks {
+		require.NoError(t, f.Destroy(ctx))
+	}
+	pruned, err := b.PruneCaches(ctx, false)
+	require.NoError(t, err)
+	assert.True(t, slices.ContainsFunc(pruned, func(p string) bool { return strings.HasPrefix(p, "fork image ") }),
+		"PruneCaches after the last fork is gone = %v, want the fork image", pruned)
 }

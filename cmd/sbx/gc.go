@@ -30,7 +30,8 @@ whose record was lost stays its keeper's).
 On backends with shared volumes it then removes the volumes whose TTL has run
 out, and those of a session that has no sandboxes left (once the volume is
 older than 10 minutes, so a session being launched keeps its volumes).
-Volumes still mounted by a sandbox are kept. Last it removes caches and
+Volumes still mounted by a sandbox are kept. Then it removes the snapshots
+whose TTL has run out (sbx snapshot --ttl). Last it removes caches and
 records nothing uses any more (native: the agent's volumes of other sbx
 builds, and the claim records of pool members that are gone).`,
 		Args: exactArgs(0, "no arguments"),
@@ -47,7 +48,7 @@ builds, and the claim records of pool members that are gone).`,
 }
 
 type gcResult struct {
-	Kind    string `json:"kind"` // "sandbox", "volume", "network" or "cache" (ID is its name)
+	Kind    string `json:"kind"` // "sandbox", "volume", "network", "snapshot" (ID is its reference) or "cache" (ID is its name)
 	ID      string `json:"id"`
 	Name    string `json:"name"`
 	Reason  string `json:"reason"`
@@ -118,6 +119,12 @@ func (a *app) gc(ctx context.Context, dryRun bool, grace time.Duration) error {
 	}
 	results = append(results, shared...)
 	failed = failed || sharedFailed
+	snaps, snapsFailed, err := a.gcSnapshots(ctx, b, dryRun)
+	if err != nil {
+		return err
+	}
+	results = append(results, snaps...)
+	failed = failed || snapsFailed
 	caches, err := a.gcCaches(ctx, b, dryRun)
 	if err != nil {
 		return err

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// gcSnapshots removes the snapshots whose TTL has run out (sbx snapshot
+// --ttl), on a backend with snapshots. It goes through the backend's
+// SnapshotManager, so that every backend's expired snapshots go the same
+// way (native's images as well as lite's and local's folders).
+func (a *app) gcSnapshots(ctx context.Context, b backend.Backend, dryRun bool) ([]gcResult, bool, error) {
+	m, ok := backend.AsBackend[backend.SnapshotManager](b)
+	if !ok {
+		return nil, false, nil
+	}
+	snaps, err := m.ListSnapshots(ctx, backend.Filter{})
+	if err != nil {
+		return nil, false, err
+	}
+	now := time.Now()
+	var results []gcResult
+	failed := false
+	for _, sn := range snaps {
+		if sn.ExpiresAt.IsZero() || now.Before(sn.ExpiresAt) {
+			continue
+		}
+		r := gcResult{Kind: "snapshot", ID: sn.Ref, Reason: "expired " + sn.ExpiresAt.Local().Format(time.DateTime)}
+		if !dryRun {
+			if err := m.RemoveSnapshot(ctx, sn.Ref); err != nil {
+				if ctx.Err() != nil {
+					return results, failed, ctx.Err()
+				}
+				r.Error = err.Error()
+				failed = true
+				a.printError(fmt.Errorf("removing the snapshot %s: %w", sn.Ref, err))
+			} else {
+				r.Removed = true
+			}
+		}
+		results = append(results, r)
+		if !a.json && r.Error == "" {
+			verb := "removed"
+			if dryRun {
+				verb = "would remove"
+			}
+			fmt.Fprintf(a.stdout, "%s snapshot %s: %s\n", verb, r.ID, r.Reason)
+		}
+	}
+	return results, failed, nil
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+func (a *app) snapshotCmd() *cobra.Command {
+	var (
+		ref string
+		ttl time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "snapshot [flags] ID|NAME",
+		Short: "Save a sandbox's files as an image and print its reference",
+		Long: `Snapshot saves a sandbox's file system as an image of its backend and prints
+the image's reference, which a config entry's image or sbx run --image takes to
+start sandboxes with those files. The sandbox keeps running (it may be frozen
+while its files are read). Processes and memory are not saved, nor bind-mounted
+volumes.
+
+native and remotedocker commit the container to an image (--ref is an image
+reference); lite saves its upper folder as a layer over the sandbox's image and
+local its folder as an archive (--ref is any name; the reference is
+snapshot:NAME). k8s and opensandbox cannot take snapshots.
+
+A snapshot of the same name replaces the one before. With --ttl, sbx gc
+removes the snapshot once the TTL has run out; without, it stays until
+removed.`,
+		Example: `  sbx snapshot main
+  sbx snapshot --ref before-tests --ttl 24h 3f9c2a
+  sbx run --image "$(sbx snapshot main)" -- ls`,
+		Args: exactArgs(1, "a sandbox ID or name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if ttl < 0 {
+				return usageError(cmd, "--ttl must not be negative, got %s", ttl)
+			}
+			return a.snapshot(cmd.Context(), args[0], backend.SnapshotRequest{Ref: ref, TTL: ttl})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&ref, "ref", "", "name of the snapshot (default: the backend chooses one)")
+	f.DurationVar(&ttl, "ttl", 0, "remove the snapshot with sbx gc after this long (e.g. 24h; default: keep it)")
+	return cmd
+}
+
+// snapshotJSON is a snapshot in --json output.
+type snapshotJSON struct {
+	Ref       string            `json:"ref"`
+	Sandbox   string            `json:"sandbox"`
+	Backend   string            `json:"backend"`
+	Base      string            `json:"base,omitempty"`
+	Size      int64             `json:"size"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
+}
+
+func (a *app) snapshot(ctx context.Context, ref string, req backend.SnapshotRequest) error {
+	_, b, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	sb, err := resolve(ctx, b, ref)
+	if err != nil {
+		return err
+	}
+	sn, ok := backend.As[backend.Snapshotter](sb)
+	if !ok {
+		return cannot(b, "take snapshots", sb)
+	}
+	snap, err := sn.Snapshot(ctx, req)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return cannot(b, "take snapshots", sb, err)
+	}
+	if err != nil {
+		return err
+	}
+	if !a.json {
+		fmt.Fprintln(a.stdout, snap.Ref)
+		return nil
+	}
+	out := snapshotJSON{Ref: snap.Ref, Sandbox: sb.ID(), Backend: b.Name(), Base: snap.Base, Size: snap.Size,
+		Labels: snap.Labels, CreatedAt: snap.CreatedAt}
+	if !snap.ExpiresAt.IsZero() {
+		out.ExpiresAt = &snap.ExpiresAt
+	}
+	return printJSON(a.stdout, out)
+}
+
+// whyNot says why a built-in backend has no snapshots or forks.
+var whyNot = map[string]string{
+	"k8s":         "Kubernetes has no API that saves a pod's file system as an image",
+	"opensandbox": "the OpenSandbox API has no call that saves or copies a sandbox",
+}
+
+// cannot is the error for a sandbox whose backend lacks a capability:
+// it names the backend and, for the built-in ones, why; cause is the
+// backend's own ErrUnsupported error, when it answered one.
+func cannot(b backend.Backend, what string, sb backend.Sandbox, cause ...error) error {
+	if len(cause) > 0 {
+		return fmt.Errorf("sandbox %s: the %s backend cannot %s: %w", sb.ID(), b.Name(), what, cause[0])
+	}
+	why := whyNot[b.Name()]
+	if why == "" {
+		why = "its sandboxes do not implement it"
+	}
+	return fmt.Errorf("sandbox %s: the %s backend cannot %s: %s: %w", sb.ID(), b.Name(), what, why, errors.ErrUnsupported)
+}
