@@ -146,13 +146,15 @@ func (s *Sandbox) snapshot(ctx context.Context, req backend.SnapshotRequest) (ba
 	}
 	name := snapshotName(req.Ref)
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	if name == "" {
-		name = s.id + "-" + now.Format("20060102T150405.000")
-	}
 	store := s.b.images
 	id, err := statedir.NewID()
 	if err != nil {
 		return backend.Snapshot{}, err
+	}
+	if name == "" {
+		// The time, and part of the key: two snapshots of one
+		// sandbox in one millisecond must not share a name.
+		name = s.id + "-" + now.Format("20060102T150405.000") + "-" + id[:6]
 	}
 	key := "snapshot-" + id
 	tmp, err := os.MkdirTemp(store.dir, ".snapshot-")

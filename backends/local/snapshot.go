@@ -141,13 +141,15 @@ func (s *Sandbox) snapshot(req backend.SnapshotRequest) (backend.Snapshot, error
 		return backend.Snapshot{}, err
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	name := strings.TrimPrefix(req.Ref, srcSnapshot)
-	if name == "" {
-		name = s.id + "-" + now.Format("20060102T150405.000")
-	}
 	key, err := statedir.NewID()
 	if err != nil {
 		return backend.Snapshot{}, err
+	}
+	name := strings.TrimPrefix(req.Ref, srcSnapshot)
+	if name == "" {
+		// The time, and part of the key: two snapshots of one
+		// sandbox in one millisecond must not share a name.
+		name = s.id + "-" + now.Format("20060102T150405.000") + "-" + key[:6]
 	}
 	dir := s.b.snapshotDir()
 	if err := os.MkdirAll(dir, 0o700); err != nil {

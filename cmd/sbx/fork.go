@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -46,23 +45,11 @@ type forkJSON struct {
 }
 
 func (a *app) fork(ctx context.Context, ref string, req backend.ForkRequest) error {
-	_, b, err := a.open(ctx)
-	if err != nil {
+	var forks []backend.Sandbox
+	b, sb, err := withCapability(ctx, a, ref, "fork sandboxes", func(f backend.Forker) (err error) {
+		forks, err = f.Fork(ctx, req)
 		return err
-	}
-	defer b.Close()
-	sb, err := resolve(ctx, b, ref)
-	if err != nil {
-		return err
-	}
-	f, ok := backend.As[backend.Forker](sb)
-	if !ok {
-		return cannot(b, "fork sandboxes", sb)
-	}
-	forks, err := f.Fork(ctx, req)
-	if errors.Is(err, errors.ErrUnsupported) {
-		return cannot(b, "fork sandboxes", sb, err)
-	}
+	})
 	if err != nil {
 		return err
 	}

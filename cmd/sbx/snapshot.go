@@ -63,23 +63,11 @@ type snapshotJSON struct {
 }
 
 func (a *app) snapshot(ctx context.Context, ref string, req backend.SnapshotRequest) error {
-	_, b, err := a.open(ctx)
-	if err != nil {
+	var snap backend.Snapshot
+	b, sb, err := withCapability(ctx, a, ref, "take snapshots", func(sn backend.Snapshotter) (err error) {
+		snap, err = sn.Snapshot(ctx, req)
 		return err
-	}
-	defer b.Close()
-	sb, err := resolve(ctx, b, ref)
-	if err != nil {
-		return err
-	}
-	sn, ok := backend.As[backend.Snapshotter](sb)
-	if !ok {
-		return cannot(b, "take snapshots", sb)
-	}
-	snap, err := sn.Snapshot(ctx, req)
-	if errors.Is(err, errors.ErrUnsupported) {
-		return cannot(b, "take snapshots", sb, err)
-	}
+	})
 	if err != nil {
 		return err
 	}
@@ -99,6 +87,33 @@ func (a *app) snapshot(ctx context.Context, ref string, req backend.SnapshotRequ
 var whyNot = map[string]string{
 	"k8s":         "Kubernetes has no API that saves a pod's file system as an image",
 	"opensandbox": "the OpenSandbox API has no call that saves or copies a sandbox",
+}
+
+// withCapability opens the config's backend, finds sandbox ref (an ID or a
+// name, as sbx rm does) and runs do with it as a C; a backend without the
+// capability, or one answering ErrUnsupported, gets cannot's error (what:
+// "fork sandboxes"). It returns the backend (closed by then: for its name)
+// and the sandbox.
+func withCapability[C any](ctx context.Context, a *app, ref, what string, do func(C) error) (backend.Backend, backend.Sandbox, error) {
+	_, b, err := a.open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer b.Close()
+	sb, err := resolve(ctx, b, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, ok := backend.As[C](sb)
+	if !ok {
+		return nil, nil, cannot(b, what, sb)
+	}
+	if err := do(c); errors.Is(err, errors.ErrUnsupported) {
+		return nil, nil, cannot(b, what, sb, err)
+	} else if err != nil {
+		return nil, nil, err
+	}
+	return b, sb, nil
 }
 
 // cannot is the error for a sandbox whose backend lacks a capability:

@@ -165,7 +165,7 @@ func checkSnapshotAndFork(t *testing.T) {
 		t.Errorf("sbx gc after the snapshot %s expired: %+v, want it removed", short, gc)
 	}
 	if slices.ContainsFunc(gc, func(r gcResult) bool { return r.ID == ref || r.ID == sj.Ref }) {
-		t.Errorf("sbx gc removed a snapshot whose TTL has not run out: %+v", gc)
+		t.Errorf("sbx gc removed a snapshot whose TTL has not run out: %+v (ref %q, json %q, short %q)", gc, ref, sj.Ref, short)
 	}
 	if r := sbx(t, "run", "--image", short, "--", "true"); r.code == 0 {
 		t.Errorf("sbx run --image %s after sbx gc removed it: exit 0", short)
