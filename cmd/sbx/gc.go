@@ -90,27 +90,13 @@ func (a *app) gc(ctx context.Context, dryRun bool, grace time.Duration) error {
 			continue
 		}
 		r := gcResult{Kind: "sandbox", ID: info.ID, Name: info.Name, Reason: reason}
-		if !dryRun {
-			err := reap(ctx, b, info)
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if err != nil {
-				r.Error = err.Error()
-				failed = true
-				a.printError(fmt.Errorf("removing %s: %w", info.ID, err))
-			} else {
-				r.Removed = true
-			}
+		ok, err := a.gcRemove(ctx, &r, dryRun, info.ID, fmt.Sprintf("%s (%s)", r.ID, orDash(r.Name)),
+			func() error { return reap(ctx, b, info) })
+		if err != nil {
+			return err
 		}
+		failed = failed || !ok
 		results = append(results, r)
-		if !a.json && r.Error == "" {
-			verb := "removed"
-			if dryRun {
-				verb = "would remove"
-			}
-			fmt.Fprintf(a.stdout, "%s %s (%s): %s\n", verb, r.ID, orDash(r.Name), r.Reason)
-		}
 	}
 	// Volumes and networks go after the sandboxes that used them.
 	shared, sharedFailed, err := a.gcShared(ctx, b, infos, results, dryRun, grace)
@@ -219,28 +205,42 @@ func (a *app) gcShared(ctx context.Context, b backend.Backend, infos []backend.I
 			continue
 		}
 		r := gcResult{Kind: sr.kind, ID: sr.info.Name, Reason: reason}
-		if !dryRun {
-			if err := sr.remove(ctx, sr.info.Name); err != nil {
-				if ctx.Err() != nil {
-					return nil, false, ctx.Err()
-				}
-				r.Error = err.Error()
-				failed = true
-				a.printError(fmt.Errorf("removing %s %s: %w", sr.kind, sr.info.Name, err))
-			} else {
-				r.Removed = true
-			}
+		name := sr.kind + " " + sr.info.Name
+		ok, err := a.gcRemove(ctx, &r, dryRun, name, name, func() error { return sr.remove(ctx, sr.info.Name) })
+		if err != nil {
+			return nil, false, err
 		}
+		failed = failed || !ok
 		results = append(results, r)
-		if !a.json && r.Error == "" {
-			verb := "removed"
-			if dryRun {
-				verb = "would remove"
-			}
-			fmt.Fprintf(a.stdout, "%s %s %s: %s\n", verb, sr.kind, r.ID, r.Reason)
-		}
 	}
 	return results, failed, nil
+}
+
+// gcRemove runs remove for r unless dryRun, records the outcome in r,
+// names a failure (what: "volume x") and prints the line (line: how it names
+// r) unless --json. ok is false when the removal failed; err is the
+// context's error when it ended meanwhile.
+func (a *app) gcRemove(ctx context.Context, r *gcResult, dryRun bool, what, line string, remove func() error) (ok bool, err error) {
+	if !dryRun {
+		err := remove()
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		if err != nil {
+			r.Error = err.Error()
+			a.printError(fmt.Errorf("removing %s: %w", what, err))
+			return false, nil
+		}
+		r.Removed = true
+	}
+	if !a.json {
+		verb := "removed"
+		if dryRun {
+			verb = "would remove"
+		}
+		fmt.Fprintf(a.stdout, "%s %s: %s\n", verb, line, r.Reason)
+	}
+	return true, nil
 }
 
 // volumeReapReason says why gc removes a volume (or network), or "" to

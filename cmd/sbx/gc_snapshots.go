@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
@@ -29,26 +28,12 @@ func (a *app) gcSnapshots(ctx context.Context, b backend.Backend, dryRun bool) (
 			continue
 		}
 		r := gcResult{Kind: "snapshot", ID: sn.Ref, Reason: "expired " + sn.ExpiresAt.Local().Format(time.DateTime)}
-		if !dryRun {
-			if err := m.RemoveSnapshot(ctx, sn.Ref); err != nil {
-				if ctx.Err() != nil {
-					return results, failed, ctx.Err()
-				}
-				r.Error = err.Error()
-				failed = true
-				a.printError(fmt.Errorf("removing the snapshot %s: %w", sn.Ref, err))
-			} else {
-				r.Removed = true
-			}
+		ok, err := a.gcRemove(ctx, &r, dryRun, "the snapshot "+sn.Ref, "snapshot "+sn.Ref, func() error { return m.RemoveSnapshot(ctx, sn.Ref) })
+		if err != nil {
+			return results, failed, err
 		}
+		failed = failed || !ok
 		results = append(results, r)
-		if !a.json && r.Error == "" {
-			verb := "removed"
-			if dryRun {
-				verb = "would remove"
-			}
-			fmt.Fprintf(a.stdout, "%s snapshot %s: %s\n", verb, r.ID, r.Reason)
-		}
 	}
 	return results, failed, nil
 }
