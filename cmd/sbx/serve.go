@@ -24,6 +24,12 @@ HTTP at /mcp, the same tools as JSON endpoints at /tools/NAME, /health,
 /sandbox/status and /pools. Settings are in [sandbox.serve] (see
 config.example.toml).
 
+It also serves OpenSandbox's lifecycle API (/v1/sandboxes...) and, per
+sandbox, its execd API, so OpenSandbox's SDKs work against this backend: point
+their domain at serve's address and their API key at $SBX_API_KEY (sent as
+OPEN-SANDBOX-API-KEY). Sandboxes are made from the first entry with the
+request's image, entrypoint, environment and limits.
+
 An entry with a [sandbox.sandboxes.NAME.pool] table gets a warm pool while
 serve runs: size ready sandboxes (provisioned, their agent connected), one
 of which create_sandbox hands out in milliseconds; the pool refills behind
