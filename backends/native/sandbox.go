@@ -414,10 +414,18 @@ func (s *Sandbox) Checkpoint(ctx context.Context, ref string) (string, error) {
 // image named ref, with labels added to the container's, and returns the
 // image's ID. Checkpoint, Snapshot and Fork share it.
 func (s *Sandbox) commit(ctx context.Context, ref, comment string, labels map[string]string) (string, error) {
+	// The labels both ways: Docker merges Config with the container's;
+	// Podman's compat API ignores Config's labels and applies LABEL
+	// changes.
+	var changes []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		changes = append(changes, "LABEL "+strconv.Quote(k)+"="+strconv.Quote(labels[k]))
+	}
 	res, err := s.b.cli.ContainerCommit(ctx, s.cid, container.CommitOptions{
 		Reference: ref,
 		Comment:   comment,
 		Pause:     true,
+		Changes:   changes,
 		// Never nil: Podman's compat API fails to decode a commit without
 		// a body; Docker merges it with the container's config.
 		Config: &container.Config{Labels: labels},

@@ -19,8 +19,8 @@ import (
 
 // Snapshots are images committed from a sandbox's container, as
 // Checkpoint's are, labelled labelSnapshot so that ListSnapshots finds
-// them; a fork's image is labelled labelForkImage, and untagged once the
-// forks exist, so that PruneCaches removes it when the last fork is gone.
+// them; a fork's image is labelled labelForkImage, so that PruneCaches
+// removes it when the last fork is gone.
 const (
 	labelSnapshot  = "sandboxkit.native.snapshot"
 	labelForkImage = "sandboxkit.native.fork-image"
@@ -111,12 +111,21 @@ func (b *Backend) ListSnapshots(ctx context.Context, filter backend.Filter) ([]b
 			continue
 		}
 		for _, tag := range slices.DeleteFunc(slices.Clone(img.RepoTags), func(t string) bool { return !isTag(t) }) {
-			sn := snapshotOf(tag, "", img.Size, img.Labels, "")
+			sn := snapshotOf(shortTag(tag), "", img.Size, img.Labels, "")
 			sn.CreatedAt = time.Unix(img.Created, 0).UTC()
 			out = append(out, sn)
 		}
 	}
 	return out, nil
+}
+
+// shortTag is a tag as Docker lists it: Podman lists docker.io/NAME:TAG for
+// the NAME:TAG that was asked for.
+func shortTag(tag string) string {
+	if t, ok := strings.CutPrefix(tag, "docker.io/"); ok {
+		return strings.TrimPrefix(t, "library/")
+	}
+	return tag
 }
 
 // RemoveSnapshot removes a snapshot's tag; the image goes with its last
@@ -133,8 +142,8 @@ func (b *Backend) RemoveSnapshot(ctx context.Context, ref string) error {
 // starts req.N containers from it with the parent's configuration
 // (command, environment, mounts, networks, limits), each a sandbox of
 // its own. Processes are not carried over (see backend.Forker). The
-// image is untagged when the forks exist; PruneCaches removes it once
-// the last fork is gone. Published ports with a fixed host port cannot be
+// image (sandboxkit-fork/ID:...) stays while forks use it; PruneCaches
+// removes it once the last fork is gone. Published ports with a fixed host port cannot be
 // forked (the engine refuses the second binding).
 func (s *Sandbox) Fork(ctx context.Context, req backend.ForkRequest) ([]backend.Sandbox, error) {
 	out, err := s.fork(ctx, req)
@@ -161,19 +170,19 @@ func (s *Sandbox) fork(ctx context.Context, req backend.ForkRequest) (_ []backen
 	if _, err := s.commit(ctx, ref, "sandboxkit fork of sandbox "+s.id, labels); err != nil {
 		return nil, err
 	}
-	defer func() {
-		// Untagged: the image lives as long as a fork uses it.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if _, rerr := s.b.cli.ImageRemove(rctx, ref, image.RemoveOptions{Force: true}); rerr != nil {
-			s.b.log.Warn("untagging a fork image", "image", ref, "err", rerr)
-		}
-	}()
+	// The image keeps its tag while forks use it (untagging a used
+	// image needs force, and Podman's force removes the containers too):
+	// PruneCaches removes it once the last fork is gone.
 	forks := make([]backend.Sandbox, 0, req.N)
 	defer func() {
 		if err != nil {
 			for _, f := range forks {
 				f.Destroy(context.WithoutCancel(ctx))
+			}
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if _, rerr := s.b.cli.ImageRemove(rctx, ref, image.RemoveOptions{}); rerr != nil {
+				s.b.log.Warn("removing the image of a failed fork (sbx gc removes it later)", "image", ref, "err", rerr)
 			}
 		}
 	}()
@@ -228,6 +237,17 @@ func (s *Sandbox) startFork(ctx context.Context, c container.InspectResponse, re
 		}
 	}
 	hc := *c.HostConfig
+	// Podman reports ulimits by their kernel names (RLIMIT_NOFILE), which
+	// its own create refuses: the names create takes are nofile, nproc...
+	hc.Ulimits = nil
+	for _, u := range c.HostConfig.Ulimits {
+		if u == nil {
+			continue
+		}
+		v := *u
+		v.Name = strings.ToLower(strings.TrimPrefix(v.Name, "RLIMIT_"))
+		hc.Ulimits = append(hc.Ulimits, &v)
+	}
 	var nc *network.NetworkingConfig
 	if c.NetworkSettings != nil {
 		for name := range c.NetworkSettings.Networks {
@@ -266,15 +286,15 @@ func labelsOfImage(ctx context.Context, b *Backend, ref string) map[string]strin
 	return img.Config.Labels
 }
 
-// pruneForkImages removes the untagged fork images no container uses.
+// pruneForkImages removes the fork images no container uses.
 func (b *Backend) pruneForkImages(ctx context.Context, dryRun bool) ([]string, error) {
-	imgs, err := b.cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", labelForkImage), filters.Arg("dangling", "true"))})
+	imgs, err := b.cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", labelForkImage))})
 	if err != nil {
 		return nil, b.translate(err)
 	}
 	var pruned []string
 	for _, img := range imgs {
-		if img.Labels[labelForkImage] == "" || slices.ContainsFunc(img.RepoTags, isTag) {
+		if img.Labels[labelForkImage] == "" {
 			continue
 		}
 		users, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("ancestor", img.ID))})
@@ -288,8 +308,12 @@ func (b *Backend) pruneForkImages(ctx context.Context, dryRun bool) ([]string, e
 		if dryRun {
 			continue
 		}
-		if _, err := b.cli.ImageRemove(ctx, img.ID, image.RemoveOptions{}); err != nil && !errors.Is(b.translate(err), backend.ErrNotFound) {
-			return pruned, b.translate(err)
+		// Its tags first (the last one takes the image), then the
+		// image itself where it had none.
+		for _, ref := range append(slices.DeleteFunc(slices.Clone(img.RepoTags), func(t string) bool { return !isTag(t) }), img.ID) {
+			if _, err := b.cli.ImageRemove(ctx, ref, image.RemoveOptions{}); err != nil && !errors.Is(b.translate(err), backend.ErrNotFound) {
+				return pruned, b.translate(err)
+			}
 		}
 	}
 	return pruned, nil

@@ -13,7 +13,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
 )
 
-// A fork's image is untagged once the forks exist and goes at the first
+// A fork's image stays while its forks exist and goes at the first
 // PruneCaches (sbx gc) after the last fork is gone, not before.
 func TestForkImagePrunedAfterLastFork(t *testing.T) {
 	b := newBackend(t, dockertest.BusyboxImage)
@@ -27,9 +27,6 @@ func TestForkImagePrunedAfterLastFork(t *testing.T) {
 		require.NoError(t, err)
 		var ids []string
 		for _, img := range imgs {
-			for _, tag := range img.RepoTags {
-				require.Equal(t, "<none>:<none>", tag, "a fork image keeps its tag")
-			}
 			ids = append(ids, img.ID)
 		}
 		return ids
