@@ -7,6 +7,7 @@ package pipeterm
 import (
 	"context"
 	"io"
+	"math"
 	"os"
 	"sync"
 	"time"
@@ -174,6 +175,25 @@ type PTYProgram struct {
 // nothing holds it; children still holding it get a second after the
 // program ended). Resize sizes the master.
 func StartPTY(p PTYProgram) *Terminal {
+	waited := make(chan struct{}) // closed when Wait returned
+	// killUntilEnded kills the program's tree every 50 ms until it ended
+	// (a process between fork and exec, or in the middle of an exec, can
+	// slip past one look for it), for at most bound.
+	killUntilEnded := func(ctx context.Context, bound time.Duration) {
+		deadline := time.After(bound)
+		for {
+			p.Kill(ctx)
+			select {
+			case <-waited:
+				return
+			case <-ctx.Done():
+				return
+			case <-deadline:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
 	run := func(ctx context.Context, stdin io.Reader, stdout io.Writer) (int, error) {
 		go io.Copy(p.Master, stdin)
 		copied := make(chan struct{})
@@ -181,7 +201,6 @@ func StartPTY(p PTYProgram) *Terminal {
 			io.Copy(stdout, p.Master)
 			close(copied)
 		}()
-		waited := make(chan struct{})
 		go func() {
 			p.Wait()
 			close(waited)
@@ -189,14 +208,7 @@ func StartPTY(p PTYProgram) *Terminal {
 		select {
 		case <-waited:
 		case <-ctx.Done():
-			for killed := false; !killed; {
-				p.Kill(context.Background())
-				select {
-				case <-waited:
-					killed = true
-				case <-time.After(50 * time.Millisecond):
-				}
-			}
+			killUntilEnded(context.Background(), time.Duration(math.MaxInt64))
 		}
 		select {
 		case <-copied:
@@ -209,7 +221,10 @@ func StartPTY(p PTYProgram) *Terminal {
 		Resize: func(_ context.Context, size backend.TermSize) error {
 			return pty.SetSize(p.Master, size.Rows, size.Cols)
 		},
-		Kill: p.Kill,
+		Kill: func(ctx context.Context) error {
+			killUntilEnded(ctx, 10*time.Second)
+			return nil
+		},
 	})
 }
 
