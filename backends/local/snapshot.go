@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
+	"github.com/sandboxkit/sandboxkit/internal/tartree"
 )
 
 // Snapshots and forks.
@@ -195,45 +196,7 @@ func writeArchive(file, dir string) (int64, error) {
 		return 0, err
 	}
 	tw := tar.NewWriter(f)
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		var link string
-		switch fi.Mode().Type() {
-		case fs.ModeSymlink:
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		case 0, fs.ModeDir:
-		default:
-			return nil
-		}
-		hdr, err := tar.FileInfoHeader(fi, link)
-		if err != nil {
-			return err
-		}
-		hdr.Name = filepath.ToSlash(rel)
-		hdr.Uname, hdr.Gname = "", ""
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if hdr.Typeflag != tar.TypeReg {
-			return nil
-		}
-		src, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer src.Close()
-		_, err = io.Copy(tw, io.LimitReader(src, hdr.Size))
-		return err
-	})
+	err = tartree.Dir(tw, dir, tartree.Options{SkipSpecial: true, KeepOwner: true})
 	if err == nil {
 		err = tw.Close()
 	}

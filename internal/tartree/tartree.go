@@ -66,6 +66,8 @@ type Options struct {
 	// SkipSpecial leaves out what is neither a regular file, a folder nor
 	// a symlink (devices, FIFOs, sockets).
 	SkipSpecial bool
+	// KeepOwner keeps the owners' IDs (see Entry); else root owns all.
+	KeepOwner bool
 }
 
 // Dir writes the tree under dir to tw: names relative to dir, entries
@@ -95,7 +97,7 @@ func Dir(tw *tar.Writer, dir string, opts Options) error {
 		if opts.SkipSpecial && !fi.Mode().IsRegular() && !fi.IsDir() && fi.Mode()&fs.ModeSymlink == 0 {
 			return nil
 		}
-		return Entry(tw, p, rel, fi, false)
+		return Entry(tw, p, rel, fi, opts.KeepOwner)
 	})
 }
 
