@@ -56,6 +56,7 @@ type (
 	ManifestSandbox = session.ManifestSandbox
 	SessionError    = session.Error
 	SessionProgress = session.Progress
+	BundleOptions   = session.BundleOptions
 )
 
 const (

@@ -165,6 +165,10 @@ type Manifest struct {
 	// Volumes are the saved session volumes by role ("shared",
 	// "bash_tools"); a launch from the manifest restores them.
 	Volumes map[string]ManifestVolume `json:"volumes,omitempty"`
+	// ImageFolder is, in a bundle's manifest, the bundle's folder holding the
+	// image archive; each sandbox's Image is then an image's name in it
+	// (see Session.WriteBundle).
+	ImageFolder string `json:"images,omitempty"`
 
 	// dir is the manifest's folder, against which Volumes' archives
 	// resolve ("": the working directory).

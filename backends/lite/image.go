@@ -361,13 +361,21 @@ func (s *imageStore) cached(key string) (*image, error) {
 	return &image{rootfs: filepath.Join(dir, "rootfs"), config: cfg}, nil
 }
 
-// unpack flattens img's layers (applying whiteouts) into the cache, once.
+// unpack flattens img's layers (applying whiteouts) into the cache, once,
+// keyed by its image ID.
 func (s *imageStore) unpack(ref string, img v1.Image) (*image, error) {
 	digest, err := img.ConfigName()
 	if err != nil {
 		return nil, imageErr(ref, err)
 	}
-	key := cacheKey(digest.String())
+	return s.unpackAs(ref, img, cacheKey(digest.String()), digest.String())
+}
+
+// unpackAs flattens img's layers (applying whiteouts) into the image
+// folder key, unless it is there already, recording id as its image ID
+// (which a sandbox made from it records as its ImageDigest; cacheKey(id)
+// must be key).
+func (s *imageStore) unpackAs(ref string, img v1.Image, key, id string) (*image, error) {
 	if out, err := s.cached(key); err == nil {
 		return out, nil
 	}
@@ -382,7 +390,7 @@ func (s *imageStore) unpack(ref string, img v1.Image) (*image, error) {
 		return nil, imageErr(ref, err)
 	}
 	cfg := imageConfig{
-		Digest: digest.String(), HasConfig: true,
+		Digest: id, HasConfig: true,
 		Env: cf.Config.Env, Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd,
 		WorkingDir: cf.Config.WorkingDir, User: cf.Config.User,
 	}
@@ -398,10 +406,15 @@ func (s *imageStore) unpack(ref string, img v1.Image) (*image, error) {
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
 		return nil, err
 	}
-	s.log.Info("unpacking image", "image", ref, "digest", digest.String())
+	s.log.Info("unpacking image", "image", ref, "digest", id)
 	rc := mutate.Extract(img)
 	var skipped []string
 	err = untar(rc, rootfs, &skipped)
+	if err == nil {
+		// Extract ends its tar even when a layer fails, and says so
+		// only after that end.
+		_, err = io.Copy(io.Discard, rc)
+	}
 	rc.Close()
 	if err != nil {
 		return nil, imageErr(ref, fmt.Errorf("unpacking: %w", err))

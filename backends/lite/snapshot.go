@@ -98,6 +98,12 @@ func (s *imageStore) snapshot(name string) (*image, error) {
 	return img, nil
 }
 
+// writeRecord writes (or replaces) a snapshot name's record.
+func (s *imageStore) writeRecord(r *snapshotRecord) error {
+	data, _ := json.MarshalIndent(r, "", "  ")
+	return statedir.WriteFileAtomic(s.recordPath(r.Name), data)
+}
+
 // records lists every snapshot name's record.
 func (s *imageStore) records() ([]*snapshotRecord, error) {
 	entries, err := os.ReadDir(s.snapshotDir())
@@ -206,8 +212,7 @@ func (s *Sandbox) snapshot(ctx context.Context, req backend.SnapshotRequest) (ba
 		rec.Labels[backend.LabelExpiresAt] = rec.ExpiresAt.Format(time.RFC3339)
 	}
 	old, _ := store.readRecord(name)
-	data, _ = json.MarshalIndent(rec, "", "  ")
-	if err := statedir.WriteFileAtomic(store.recordPath(name), data); err != nil {
+	if err := store.writeRecord(rec); err != nil {
 		removeTree(filepath.Join(store.dir, key))
 		return backend.Snapshot{}, err
 	}
@@ -350,7 +355,10 @@ func (b *Backend) dropSnapshotDir(key string) bool {
 
 // snapshotDirsInUse returns the snapshot folders a name or a sandbox uses.
 func (b *Backend) snapshotDirsInUse() (map[string]bool, error) {
-	used := map[string]bool{}
+	used, err := b.snapshotDirsOfSandboxes()
+	if err != nil {
+		return nil, err
+	}
 	recs, err := b.images.records()
 	if err != nil {
 		return nil, err
@@ -358,6 +366,12 @@ func (b *Backend) snapshotDirsInUse() (map[string]bool, error) {
 	for _, r := range recs {
 		used[r.Key] = true
 	}
+	return used, nil
+}
+
+// snapshotDirsOfSandboxes returns the snapshot folders sandboxes run on.
+func (b *Backend) snapshotDirsOfSandboxes() (map[string]bool, error) {
+	used := map[string]bool{}
 	ids, err := statedir.IDs(b.dir)
 	if err != nil {
 		return nil, err
@@ -377,18 +391,33 @@ func (b *Backend) snapshotDirsInUse() (map[string]bool, error) {
 	return used, nil
 }
 
-// PruneCaches removes the snapshots whose TTL has run out, and snapshot
-// folders that neither a name nor a sandbox uses (a snapshot removed while
-// a sandbox ran on it); with dryRun it only names them. sbx gc calls it.
+// transientGrace is how long PruneCaches keeps a snapshot labelled
+// backend.LabelTransient that no sandbox runs on. LoadImages returns such
+// an image for a sandbox to start from next, and the Create that does so
+// has resolved it before its record names the folder (native has the same
+// gap with fork images): a minute leaves that Create time to finish.
+const transientGrace = time.Minute
+
+// PruneCaches removes the snapshots whose TTL has run out, those labelled
+// backend.LabelTransient that no sandbox runs on (older than
+// transientGrace), and snapshot folders that neither a name nor a sandbox
+// uses (a snapshot removed while a sandbox ran on it); with dryRun it only
+// names them. sbx gc calls it.
 func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error) {
 	recs, err := b.images.records()
+	if err != nil {
+		return nil, &backend.OpError{Op: "prune", Backend: Name, Err: err}
+	}
+	running, err := b.snapshotDirsOfSandboxes()
 	if err != nil {
 		return nil, &backend.OpError{Op: "prune", Backend: Name, Err: err}
 	}
 	var names []string
 	now := time.Now()
 	for _, r := range recs {
-		if r.ExpiresAt.IsZero() || now.Before(r.ExpiresAt) {
+		expired := !r.ExpiresAt.IsZero() && !now.Before(r.ExpiresAt)
+		unused := r.Labels[backend.LabelTransient] != "" && !running[r.Key] && now.Sub(r.CreatedAt) >= transientGrace
+		if !expired && !unused {
 			continue
 		}
 		names = append(names, "snapshot "+srcSnapshot+r.Name)

@@ -286,17 +286,28 @@ func labelsOfImage(ctx context.Context, b *Backend, ref string) map[string]strin
 	return img.Config.Labels
 }
 
-// pruneForkImages removes the fork images no container uses.
+// pruneForkImages removes the fork images and the transient images
+// (backend.LabelTransient: a bundle's, taken or loaded) no container
+// uses. An image loaded for a restore that has no container yet is
+// removed too: a gc racing a restore fails the restore's create, which
+// says the image is missing.
 func (b *Backend) pruneForkImages(ctx context.Context, dryRun bool) ([]string, error) {
-	imgs, err := b.cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", labelForkImage))})
-	if err != nil {
-		return nil, b.translate(err)
+	var imgs []image.Summary
+	seen := map[string]bool{}
+	for _, label := range []string{labelForkImage, backend.LabelTransient} {
+		list, err := b.cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", label))})
+		if err != nil {
+			return nil, b.translate(err)
+		}
+		for _, img := range list {
+			if img.Labels[label] != "" && !seen[img.ID] {
+				seen[img.ID] = true
+				imgs = append(imgs, img)
+			}
+		}
 	}
 	var pruned []string
 	for _, img := range imgs {
-		if img.Labels[labelForkImage] == "" {
-			continue
-		}
 		users, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("ancestor", img.ID))})
 		if err != nil {
 			return pruned, b.translate(err)

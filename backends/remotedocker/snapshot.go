@@ -2,6 +2,7 @@ package remotedocker
 
 import (
 	"context"
+	"io"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 )
@@ -72,4 +73,29 @@ func (b *Backend) RemoveSnapshot(ctx context.Context, ref string) error {
 		return b.opErr("remove snapshot", "", err)
 	}
 	return b.opErr("remove snapshot", "", b.nat.RemoveSnapshot(ctx, ref))
+}
+
+var _ backend.ImageArchiver = (*Backend)(nil)
+
+// SaveImages streams the remote engine's image save of refs to w, through
+// the SSH connection; see native.Backend.SaveImages.
+func (b *Backend) SaveImages(ctx context.Context, w io.Writer, refs []string) error {
+	if err := b.ready(ctx); err != nil {
+		return b.opErr("save images", "", err)
+	}
+	return b.opErr("save images", "", b.nat.SaveImages(ctx, w, refs))
+}
+
+// LoadImages streams an image archive to the remote engine's image load
+// through the SSH connection (no registry, no copy on the remote host's
+// disk but the engine's own); see native.Backend.LoadImages.
+func (b *Backend) LoadImages(ctx context.Context, r io.Reader) (map[string]string, error) {
+	if err := b.ready(ctx); err != nil {
+		return nil, b.opErr("load images", "", err)
+	}
+	loaded, err := b.nat.LoadImages(ctx, r)
+	if err != nil {
+		return nil, b.opErr("load images", "", err)
+	}
+	return loaded, nil
 }

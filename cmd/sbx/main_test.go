@@ -23,7 +23,7 @@ import (
 // setup gives the test its own state dir and a config like the built-in
 // default (one "main" sandbox on the local backend), but written as a file
 // that asks for local, so sbx prints no notice about it.
-func setup(t *testing.T) {
+func setup(t testing.TB) {
 	t.Helper()
 	t.Setenv("XDG_STATE_HOME", t.TempDir())
 	path := filepath.Join(t.TempDir(), "sandbox.toml")
@@ -58,12 +58,12 @@ type result struct {
 }
 
 // sbx runs the CLI in-process with empty stdin.
-func sbx(t *testing.T, args ...string) result {
+func sbx(t testing.TB, args ...string) result {
 	t.Helper()
 	return sbxIn(t, context.Background(), "", args...)
 }
 
-func sbxIn(t *testing.T, ctx context.Context, stdin string, args ...string) result {
+func sbxIn(t testing.TB, ctx context.Context, stdin string, args ...string) result {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	code := run(ctx, args, strings.NewReader(stdin), &stdout, &stderr)
@@ -71,7 +71,7 @@ func sbxIn(t *testing.T, ctx context.Context, stdin string, args ...string) resu
 }
 
 // must runs sbx and fails the test unless it exits 0.
-func must(t *testing.T, args ...string) string {
+func must(t testing.TB, args ...string) string {
 	t.Helper()
 	r := sbx(t, args...)
 	if r.code != 0 {
@@ -80,7 +80,7 @@ func must(t *testing.T, args ...string) string {
 	return r.stdout
 }
 
-func (r result) expect(t *testing.T, code int) {
+func (r result) expect(t testing.TB, code int) {
 	t.Helper()
 	if r.code != code {
 		t.Fatalf("exit code %d, want %d\nstdout: %s\nstderr: %s", r.code, code, r.stdout, r.stderr)
@@ -298,7 +298,7 @@ environment = { WHO = "other" }
 	}
 }
 
-func writeConfig(t *testing.T, content string) string {
+func writeConfig(t testing.TB, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "sandbox.toml")
 	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {

@@ -15,7 +15,7 @@ import (
 
 // remoteConfig writes the OpenSage-style remote config (backend =
 // "remotedocker", docker_host = "ssh://...") for the harness host h.
-func remoteConfig(t *testing.T, h *remotetest.Host) string {
+func remoteConfig(t testing.TB, h *remotetest.Host) string {
 	return writeConfig(t, `
 [sandbox]
 backend = "remotedocker"

@@ -13,11 +13,11 @@ import (
 
 func (a *app) snapshotCmd() *cobra.Command {
 	var (
-		ref string
-		ttl time.Duration
+		ref, out string
+		ttl      time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "snapshot [flags] ID|NAME",
+		Use:   "snapshot [flags] ID|NAME  |  snapshot -o BUNDLE SESSION",
 		Short: "Save a sandbox's files as an image and print its reference",
 		Long: `Snapshot saves a sandbox's file system as an image of its backend and prints
 the image's reference, which a config entry's image or sbx run --image takes to
@@ -32,12 +32,27 @@ snapshot:NAME). k8s and opensandbox cannot take snapshots.
 
 A snapshot of the same name replaces the one before. With --ttl, sbx gc
 removes the snapshot once the TTL has run out; without, it stays until
-removed.`,
+removed.
+
+With -o, the argument is a session ID (sbx status lists them) and snapshot
+writes a bundle to the file BUNDLE ("-": stdout): one tar holding an image of
+each of the session's sandboxes (an OCI image layout that docker load also
+reads), its /shared and /bash_tools volumes and a manifest. sbx restore starts
+it on any backend that loads images (native, remotedocker, lite); sbx move
+does both in one stream. The images taken for it are removed from this
+backend once written.`,
 		Example: `  sbx snapshot main
   sbx snapshot --ref before-tests --ttl 24h 3f9c2a
-  sbx run --image "$(sbx snapshot main)" -- ls`,
+  sbx run --image "$(sbx snapshot main)" -- ls
+  sbx snapshot -o work.tar 3f9c2a1b7d0e`,
 		Args: exactArgs(1, "a sandbox ID or name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if out != "" {
+				if ref != "" || ttl != 0 {
+					return usageError(cmd, "-o writes a bundle, whose images are removed once written: --ref and --ttl do not apply")
+				}
+				return a.writeBundle(cmd.Context(), args[0], out)
+			}
 			if ttl < 0 {
 				return usageError(cmd, "--ttl must not be negative, got %s", ttl)
 			}
@@ -46,6 +61,7 @@ removed.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&ref, "ref", "", "name of the snapshot (default: the backend chooses one)")
+	f.StringVarP(&out, "output", "o", "", "write the session SESSION as a bundle to this file (- for stdout)")
 	f.DurationVar(&ttl, "ttl", 0, "remove the snapshot with sbx gc after this long (e.g. 24h; default: keep it)")
 	return cmd
 }

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandboxkit/sandboxkit"
+)
+
+// Bundles: sbx snapshot -o, sbx restore and sbx move (see session's
+// WriteBundle and Restore).
+
+// bundleProgress prints a bundle's steps on stderr.
+func (a *app) bundleProgress(verb string) func(step string, n int64) {
+	start := time.Now()
+	return func(step string, n int64) {
+		if a.progress == progressNone {
+			return
+		}
+		switch step {
+		case "snapshot":
+			fmt.Fprintf(a.stderr, "%s: taking snapshots of the sandboxes\n", verb)
+		case "volumes":
+			fmt.Fprintf(a.stderr, "%s: reading the session volumes\n", verb)
+		case "images":
+			fmt.Fprintf(a.stderr, "%s: writing the images\n", verb)
+		case "done":
+			fmt.Fprintf(a.stderr, "%s: %s in %s (%.1f MB/s)\n", verb, humanBytes(n), time.Since(start).Round(time.Millisecond),
+				float64(n)/1e6/max(time.Since(start).Seconds(), 1e-3))
+		}
+	}
+}
+
+// writeBundle writes session id's bundle to out ("-": stdout), through a
+// temporary file renamed into place once complete.
+func (a *app) writeBundle(ctx context.Context, id, out string) error {
+	cfg, b, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	s, err := (&sandboxkit.Launcher{Config: cfg, Backend: b, Logger: a.logger}).Resume(ctx, id)
+	if err != nil {
+		return fmt.Errorf("%w (sbx snapshot -o takes a session ID, as sbx status lists them)", err)
+	}
+	defer s.Close()
+	opts := sandboxkit.BundleOptions{Progress: a.bundleProgress("snapshot")}
+	if out == "-" {
+		_, err := s.WriteBundle(ctx, a.stdout, opts)
+		return err
+	}
+	abs, err := filepath.Abs(out)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(abs), "."+filepath.Base(abs)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("-o %s: %w", out, err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err := s.WriteBundle(ctx, f, opts); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("-o %s: %w", out, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("-o %s: %w", out, err)
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), abs); err != nil {
+		return fmt.Errorf("-o %s: %w", out, err)
+	}
+	done = true
+	if a.json {
+		return printJSON(a.stdout, map[string]string{"session": id, "bundle": abs})
+	}
+	fmt.Fprintln(a.stdout, abs)
+	return nil
+}
+
+func (a *app) restoreCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "restore [flags] BUNDLE",
+		Short: "Start a session from a bundle (sbx snapshot -o) on this config's backend",
+		Long: `Restore starts a new session from a bundle that sbx snapshot -o wrote ("-"
+reads it from stdin), on the backend of --config (which may differ from the
+one the bundle came from): it loads the bundle's images into that backend,
+creates each sandbox from its image, fills the session volumes (/shared,
+/bash_tools) with the bundle's, then provisions and probes the sandboxes as
+sbx up does. The config needs an entry of each sandbox's name; its image is
+replaced by the bundle's. Processes are not restored: each sandbox starts its
+command afresh. It prints the new session as sbx up does.`,
+		Example: `  sbx snapshot -o work.tar 3f9c2a1b7d0e
+  sbx restore --config gpu-server.toml work.tar`,
+		Args: exactArgs(1, "a bundle file (or - for stdin)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.restore(cmd.Context(), args[0])
+		},
+	}
+}
+
+func (a *app) restore(ctx context.Context, file string) error {
+	var r io.Reader = os.Stdin
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return fmt.Errorf("bundle: %w", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	cfg, b, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	return a.restoreFrom(ctx, &sandboxkit.Launcher{Config: cfg, Backend: b, Logger: a.logger}, r, "restore")
+}
+
+// restoreFrom restores a bundle with l and prints the session.
+func (a *app) restoreFrom(ctx context.Context, l *sandboxkit.Launcher, r io.Reader, verb string) error {
+	disp, err := newSessionDisplay(a.progress, a.stderr)
+	if err != nil {
+		return err
+	}
+	l.Progress = disp.report
+	if a.progress != progressNone {
+		fmt.Fprintf(a.stderr, "%s: loading the images into the %s backend\n", verb, l.Backend.Name())
+	}
+	s, err := l.Restore(ctx, r)
+	disp.close()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	res, err := describeSession(ctx, s)
+	if err != nil {
+		return err
+	}
+	return a.printSession(res)
+}
+
+func (a *app) moveCmd() *cobra.Command {
+	var (
+		to   string
+		keep bool
+	)
+	cmd := &cobra.Command{
+		Use:   "move [flags] SESSION --to OTHER.toml",
+		Short: "Move a session to another config's backend, files and all",
+		Long: `Move starts session SESSION (of --config's backend) again on the backend of
+--to, with every sandbox's files and the session volumes, then removes the
+original (with --keep it stays). It is sbx snapshot -o and sbx restore in one
+stream: the images go from one engine's image save straight into the other's
+image load (to a remote Docker through its SSH connection), without a file or
+a registry in between. Processes are not moved: each sandbox starts its
+command afresh. It prints the new session as sbx up does. When the restore
+fails, the original is kept.`,
+		Example: `  sbx move 3f9c2a1b7d0e --to gpu-server.toml`,
+		Args:    exactArgs(1, "a session ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if to == "" {
+				return usageError(cmd, "--to is required: the config of the backend to move the session to")
+			}
+			return a.move(cmd.Context(), args[0], to, keep)
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "config file of the backend to move the session to")
+	cmd.Flags().BoolVar(&keep, "keep", false, "keep the original session")
+	return cmd
+}
+
+func (a *app) move(ctx context.Context, id, to string, keep bool) error {
+	dst, err := sandboxkit.LoadConfig(to)
+	if err != nil {
+		return fmt.Errorf("--to: %w", err)
+	}
+	for _, w := range dst.Warnings {
+		fmt.Fprintf(a.stderr, "warning: %s\n", w)
+	}
+	cfg, b, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	src, err := (&sandboxkit.Launcher{Config: cfg, Backend: b, Logger: a.logger}).Resume(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	db, err := sandboxkit.Open(ctx, dst, a.logger)
+	if err != nil {
+		return fmt.Errorf("--to: %w", err)
+	}
+	defer db.Close()
+
+	pr, pw := io.Pipe()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	written := make(chan error, 1)
+	go func() {
+		_, err := src.WriteBundle(wctx, pw, sandboxkit.BundleOptions{AsSaved: true, Progress: a.bundleProgress("move")})
+		pw.CloseWithError(err)
+		written <- err
+	}()
+	rerr := a.restoreFrom(ctx, &sandboxkit.Launcher{Config: dst, Backend: db, Logger: a.logger}, pr, "move")
+	pr.CloseWithError(errors.New("move: the restore stopped reading"))
+	if rerr != nil {
+		cancel()
+	}
+	werr := <-written
+	if rerr != nil {
+		if werr != nil && !errors.Is(werr, context.Canceled) && !errors.Is(werr, io.ErrClosedPipe) {
+			return fmt.Errorf("%w (and writing the bundle: %v); session %s is kept", rerr, werr, id)
+		}
+		return fmt.Errorf("%w; session %s is kept", rerr, id)
+	}
+	if werr != nil {
+		return fmt.Errorf("move: %w; session %s is kept", werr, id)
+	}
+	if keep {
+		return nil
+	}
+	if err := src.Destroy(ctx); err != nil {
+		return fmt.Errorf("move: the session runs on the new backend, but removing the original %s failed: %w (sbx down %s)", id, err, id)
+	}
+	return nil
+}

@@ -1,0 +1,118 @@
+package session
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// bundleBytes builds a bundle's tar from entries (name, content) in order.
+func bundleBytes(t testing.TB, entries ...[2]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		if err := writeTarFile(tw, e[0], []byte(e[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func manifestJSON(t testing.TB, m Manifest) string {
+	t.Helper()
+	data, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+func goodManifest() Manifest {
+	return Manifest{Version: ManifestVersion, Session: "s1", Backend: "native", ImageFolder: bundleImages,
+		Sandboxes: map[string]ManifestSandbox{"main": {Type: "main", Image: "sandboxkit-bundle/s1-main:1"}},
+		Volumes:   map[string]ManifestVolume{"shared": {Target: "/shared", Archive: "volumes/shared.tar"}}}
+}
+
+func TestReadBundle(t *testing.T) {
+	dir := t.TempDir()
+	data := bundleBytes(t,
+		[2]string{bundleManifestName, manifestJSON(t, goodManifest())},
+		[2]string{"volumes/shared.tar", "volume bytes"},
+		[2]string{"images/oci-layout", `{"imageLayoutVersion":"1.0.0"}`})
+	m, first, err := readBundle(tar.NewReader(bytes.NewReader(data)), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Name != "images/oci-layout" || m.Sandboxes["main"].Image != "sandboxkit-bundle/s1-main:1" {
+		t.Errorf("readBundle: first %q, manifest %+v", first.Name, m)
+	}
+	if got := m.archivePath(m.Volumes["shared"]); got != filepath.Join(dir, "volumes", "shared.tar") {
+		t.Errorf("the shared volume's archive resolves to %s", got)
+	}
+}
+
+// Every malformed bundle is refused before anything is loaded, with an
+// error that says what is wrong.
+func TestReadBundleRefuses(t *testing.T) {
+	noImages := goodManifest()
+	noImages.ImageFolder = ""
+	escape := goodManifest()
+	escape.Volumes = map[string]ManifestVolume{"shared": {Target: "/shared", Archive: "volumes/../../etc/passwd"}}
+	newer := goodManifest()
+	newer.Version = ManifestVersion + 1
+	for _, c := range []struct {
+		name    string
+		entries [][2]string
+		want    string
+	}{
+		{"empty", nil, "not a bundle"},
+		{"other first entry", [][2]string{{"images/oci-layout", "{}"}}, "first entry"},
+		{"manifest not JSON", [][2]string{{bundleManifestName, "{"}}, bundleManifestName},
+		{"checkpoint manifest", [][2]string{{bundleManifestName, manifestJSON(t, noImages)}}, "sbx up --from-manifest"},
+		{"newer format", [][2]string{{bundleManifestName, manifestJSON(t, newer)}}, "newer"},
+		{"volume outside", [][2]string{{bundleManifestName, manifestJSON(t, escape)}}, "is not a file of volumes/"},
+		{"volume missing", [][2]string{{bundleManifestName, manifestJSON(t, goodManifest())}, {"images/oci-layout", "{}"}}, "volumes/shared.tar"},
+		{"unexpected entry", [][2]string{{bundleManifestName, manifestJSON(t, goodManifest())}, {"volumes/other.tar", ""}}, `unexpected entry "volumes/other.tar"`},
+		{"no images", [][2]string{{bundleManifestName, manifestJSON(t, goodManifest())}, {"volumes/shared.tar", ""}}, "no images"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, err := readBundle(tar.NewReader(bytes.NewReader(bundleBytes(t, c.entries...))), t.TempDir())
+			if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, backend.ErrInvalidConfig) {
+				t.Errorf("readBundle: %v, want an invalid-config error containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+// FuzzReadBundle: whatever the bundle, readBundle does not panic and
+// writes nothing outside its folder's volumes/.
+func FuzzReadBundle(f *testing.F) {
+	f.Add(bundleBytes(f,
+		[2]string{bundleManifestName, manifestJSON(f, goodManifest())},
+		[2]string{"volumes/shared.tar", "x"},
+		[2]string{"images/index.json", "{}"}))
+	f.Add(bundleBytes(f, [2]string{bundleManifestName, "{}"}))
+	f.Add([]byte("not a tar"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		readBundle(tar.NewReader(bytes.NewReader(data)), dir)
+		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			rel, _ := filepath.Rel(dir, p)
+			if rel != "." && rel != "volumes" && filepath.Dir(rel) != "volumes" {
+				t.Errorf("readBundle wrote %s", rel)
+			}
+			return nil
+		})
+	})
+}
