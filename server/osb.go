@@ -439,10 +439,8 @@ func (s *Server) osbFail(w http.ResponseWriter, err error, code string) {
 	}
 }
 
-// isGone reports whether err is errGone's message.
-func isGone(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "was not found: it expired, was deleted, or was never created")
-}
+// isGone reports whether err is (or wraps) one of errGone's.
+func isGone(err error) bool { return errors.Is(err, errSandboxGone) }
 
 // osbTime is how the real server writes times.
 func osbTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.999999-07:00") }

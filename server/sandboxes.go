@@ -40,9 +40,19 @@ func toolError(format string, args ...any) error {
 // that is gone, never existed or belongs to another conversation (which it
 // must not learn).
 func errGone(id string) error {
-	return toolError("Sandbox '%s' was not found: it expired, was deleted, or was never created in this conversation. "+
-		"Call create_sandbox to make a new one.", id)
+	return goneError{toolError("Sandbox '%s' was not found: it expired, was deleted, or was never created in this conversation. "+
+		"Call create_sandbox to make a new one.", id).(*fileops.ToolError)}
 }
+
+// errSandboxGone matches (errors.Is) every error errGone makes.
+var errSandboxGone = errors.New("sandbox gone")
+
+// goneError is errGone's error: the agent's message (a ToolError, for
+// errors.As) that errors.Is also finds as errSandboxGone.
+type goneError struct{ te *fileops.ToolError }
+
+func (e goneError) Error() string   { return e.te.Error() }
+func (e goneError) Unwrap() []error { return []error{e.te, errSandboxGone} }
 
 // errNoConversation: the caller did not say whose call this is.
 var errNoConversation = toolError("no conversation: HTTP callers must send an X-Conversation-Id header")

@@ -203,7 +203,7 @@ func terminalHTTPError(err error, sandbox string) (int, string) {
 		code = http.StatusServiceUnavailable
 	case errors.Is(err, errNoConversation):
 		code = http.StatusBadRequest
-	case te.Error() == errGone(sandbox).Error():
+	case errors.Is(err, errSandboxGone):
 		code = http.StatusNotFound
 	case code == http.StatusInternalServerError:
 		code = http.StatusBadRequest

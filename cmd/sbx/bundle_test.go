@@ -114,9 +114,37 @@ func TestBundleNativeToLite(t *testing.T) {
 	if names[0] != "sandboxkit-bundle.json" {
 		t.Errorf("the bundle's first entry is %s", names[0])
 	}
+	// The images are an OCI layout that an OCI reader takes as it is:
+	// lite's oci: images.
+	var m struct {
+		Sandboxes map[string]struct{ Image string } `json:"sandboxes"`
+	}
+	layout := filepath.Join(t.TempDir(), "layout")
+	if err := os.Mkdir(layout, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("tar", "-xf", file, "-C", layout).CombinedOutput(); err != nil {
+		t.Fatalf("tar -xf: %v: %s", err, out)
+	}
+	mdata, err := os.ReadFile(filepath.Join(layout, "sandboxkit-bundle.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(mdata, &m); err != nil {
+		t.Fatal(err)
+	}
+	img := m.Sandboxes["main"].Image
+	tag := img[strings.LastIndexByte(img, ':')+1:]
+	if got := must(t, "--config", dst, "run", "--image", "oci:"+filepath.Join(layout, "images")+":"+tag, "--", "cat", "/root/f"); got != "work\n" {
+		t.Errorf("/root/f of the bundle's OCI layout (%s) run on lite: %q", img, got)
+	}
+
 	// The source keeps running, and its snapshot image is gone again.
 	if got := must(t, "--config", src, "exec", main, "--", "cat", "/root/f"); got != "work\n" {
 		t.Errorf("the source after the bundle: %q", got)
+	}
+	if out, err := exec.Command("docker", "images", "-q", "--filter", "reference=sandboxkit-bundle/*").CombinedOutput(); err != nil || len(out) > 0 {
+		t.Errorf("bundle images left on the source engine: %v %q", err, out)
 	}
 
 	_, rmain := restored(t, dst, must(t, "--config", dst, "--json", "--progress", "none", "restore", file))
@@ -177,5 +205,24 @@ func TestMoveNativeToRemote(t *testing.T) {
 	}
 	if r := sbx(t, "--config", src, "move", "no-such-session", "--to", dst); r.code == 0 || !strings.Contains(r.stderr, "no-such-session") {
 		t.Errorf("sbx move of an unknown session: %d %q", r.code, r.stderr)
+	}
+}
+
+// The local backend cannot save images: sbx snapshot -o says so, naming
+// it, and writes no file; -o with --ref is a usage error.
+func TestBundleRefusedOnLocal(t *testing.T) {
+	setup(t)
+	cfg := os.Getenv("SBX_CONFIG")
+	sess, _ := upSession(t, cfg)
+	file := filepath.Join(t.TempDir(), "work.tar")
+	r := sbx(t, "snapshot", "-o", file, sess)
+	if r.code == 0 || !strings.Contains(r.stderr, "the local backend cannot save images") {
+		t.Errorf("sbx snapshot -o on local: exit %d, %q", r.code, r.stderr)
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(file)); len(entries) > 0 {
+		t.Errorf("sbx snapshot -o that failed left %v", entries)
+	}
+	if r := sbx(t, "snapshot", "-o", file, "--ref", "x:1", sess); r.code != 2 && r.code != 1 || !strings.Contains(r.stderr, "--ref") {
+		t.Errorf("sbx snapshot -o --ref: exit %d, %q", r.code, r.stderr)
 	}
 }
