@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/imagearchive"
+	"github.com/sandboxkit/sandboxkit/internal/procfs"
 )
 
 // Bundles.
@@ -119,7 +120,7 @@ func (s *Session) WriteBundle(ctx context.Context, w io.Writer, opts BundleOptio
 	}
 
 	opts.report("volumes", 0)
-	tmp, err := os.MkdirTemp("", "sbx-bundle-")
+	tmp, err := bundleTemp()
 	if err != nil {
 		return nil, fmt.Errorf("session %s: bundle: %w", s.ID, err)
 	}
@@ -242,7 +243,7 @@ func (l *Launcher) Restore(ctx context.Context, r io.Reader) (*Session, error) {
 	if l.Config == nil {
 		return nil, backend.InvalidConfigf("session: Launcher without Config")
 	}
-	tmp, err := os.MkdirTemp("", "sbx-restore-")
+	tmp, err := bundleTemp()
 	if err != nil {
 		return nil, fmt.Errorf("bundle: %w", err)
 	}
@@ -339,6 +340,47 @@ func readBundle(tr *tar.Reader, dir string) (*Manifest, *tar.Header, error) {
 			return nil, nil, fmt.Errorf("bundle: %s: %w", hdr.Name, err)
 		}
 	}
+}
+
+// bundleTempPrefix starts the names of the temporary folders WriteBundle
+// and Restore make in the system's temporary folder (for volume archives
+// and a spooled image archive): sbx-bundle-PID.START-RANDOM, so that
+// PruneTemp finds those of a process that died before it removed them.
+const bundleTempPrefix = "sbx-bundle-"
+
+func bundleTemp() (string, error) {
+	pid := os.Getpid()
+	start, _ := procfs.StartTime(pid)
+	return os.MkdirTemp("", fmt.Sprintf("%s%d.%d-", bundleTempPrefix, pid, start))
+}
+
+// PruneTemp removes the temporary folders of bundles (see WriteBundle and
+// Restore) whose process is gone, and returns their paths; with dryRun it
+// only names them. sbx gc calls it.
+func PruneTemp(dryRun bool) ([]string, error) {
+	entries, err := os.ReadDir(os.TempDir())
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), bundleTempPrefix)
+		proc, _, ok2 := strings.Cut(rest, "-")
+		pidStr, startStr, ok3 := strings.Cut(proc, ".")
+		pid, err1 := strconv.Atoi(pidStr)
+		start, err2 := strconv.ParseUint(startStr, 10, 64)
+		if !ok || !ok2 || !ok3 || err1 != nil || err2 != nil || !e.IsDir() || procfs.Alive(pid, start) {
+			continue
+		}
+		p := filepath.Join(os.TempDir(), e.Name())
+		out = append(out, p)
+		if !dryRun {
+			if err := os.RemoveAll(p); err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
 }
 
 // checkEntries checks that the config has an entry of each name.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -115,4 +116,39 @@ func FuzzReadBundle(f *testing.F) {
 			return nil
 		})
 	})
+}
+
+// PruneTemp removes the temporary folders of bundles whose process is
+// gone and keeps this process's and folders of other names.
+func TestPruneTemp(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	mine, err := bundleTemp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No process 999999999 started 1 tick after boot: a gone process's.
+	dead := filepath.Join(os.TempDir(), bundleTempPrefix+"999999999.1-abc")
+	other := filepath.Join(os.TempDir(), "sbx-bundle-notours")
+	for _, d := range []string{dead, other} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dead, "volume.tar"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := PruneTemp(true); err != nil || len(got) != 1 || got[0] != dead {
+		t.Fatalf("PruneTemp(dry run) = %v, %v; want [%s]", got, err, dead)
+	}
+	if _, err := os.Stat(dead); err != nil {
+		t.Fatalf("a dry run removed %s: %v", dead, err)
+	}
+	if got, err := PruneTemp(false); err != nil || len(got) != 1 || got[0] != dead {
+		t.Fatalf("PruneTemp = %v, %v; want [%s]", got, err, dead)
+	}
+	for p, want := range map[string]bool{dead: false, mine: true, other: true} {
+		if _, err := os.Stat(p); (err == nil) != want {
+			t.Errorf("%s exists: %v, want %v", p, err == nil, want)
+		}
+	}
 }

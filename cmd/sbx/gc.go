@@ -116,6 +116,14 @@ func (a *app) gc(ctx context.Context, dryRun bool, grace time.Duration) error {
 		return err
 	}
 	results = append(results, caches...)
+	// Bundles' temporary folders of sbx processes that died.
+	temps, err := session.PruneTemp(dryRun)
+	for _, p := range temps {
+		results = append(results, a.gcReport(gcResult{Kind: "temp", ID: p, Reason: "left by an sbx snapshot -o, restore or move that is gone", Removed: !dryRun}, dryRun))
+	}
+	if err != nil {
+		return err
+	}
 	if a.json {
 		if err := printJSON(a.stdout, results); err != nil {
 			return err
@@ -138,17 +146,21 @@ func (a *app) gcCaches(ctx context.Context, b backend.Backend, dryRun bool) ([]g
 	names, err := cp.PruneCaches(ctx, dryRun)
 	var results []gcResult
 	for _, name := range names {
-		r := gcResult{Kind: "cache", ID: name, Reason: "nothing uses it any more", Removed: !dryRun}
-		results = append(results, r)
-		if !a.json {
-			verb := "removed"
-			if dryRun {
-				verb = "would remove"
-			}
-			fmt.Fprintf(a.stdout, "%s cache %s: %s\n", verb, name, r.Reason)
-		}
+		results = append(results, a.gcReport(gcResult{Kind: "cache", ID: name, Reason: "nothing uses it any more", Removed: !dryRun}, dryRun))
 	}
 	return results, err
+}
+
+// gcReport prints r (without --json) and returns it.
+func (a *app) gcReport(r gcResult, dryRun bool) gcResult {
+	if !a.json {
+		verb := "removed"
+		if dryRun {
+			verb = "would remove"
+		}
+		fmt.Fprintf(a.stdout, "%s %s %s: %s\n", verb, r.Kind, r.ID, r.Reason)
+	}
+	return r
 }
 
 // volumeGrace is how old a volume or network of a session without
