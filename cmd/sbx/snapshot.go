@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -59,6 +60,7 @@ backend once written.`,
 			return a.snapshot(cmd.Context(), args[0], backend.SnapshotRequest{Ref: ref, TTL: ttl})
 		},
 	}
+	cmd.AddCommand(a.snapshotLsCmd(), a.snapshotRmCmd())
 	f := cmd.Flags()
 	f.StringVar(&ref, "ref", "", "name of the snapshot (default: the backend chooses one)")
 	f.StringVarP(&out, "output", "o", "", "write the session SESSION as a bundle to this file (- for stdout)")
@@ -144,4 +146,104 @@ func cannot(b backend.Backend, what string, sb backend.Sandbox, cause ...error) 
 		why = "its sandboxes do not implement it"
 	}
 	return fmt.Errorf("sandbox %s: the %s backend cannot %s: %s: %w", sb.ID(), b.Name(), what, why, errors.ErrUnsupported)
+}
+
+// snapshotLsCmd lists the backend's snapshots; snapshotRmCmd removes some.
+func (a *app) snapshotLsCmd() *cobra.Command {
+	var session string
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List the backend's snapshots",
+		Long: `Ls lists the snapshots of the config's backend (sbx snapshot's, and the
+images sbx restore and sbx move loaded, which carry sandboxkit.transient and
+go with sbx gc once no sandbox uses them): reference, size, age, expiry.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.snapshotLs(cmd.Context(), session)
+		},
+	}
+	cmd.Flags().StringVar(&session, "session", "", "only the snapshots of this session")
+	return cmd
+}
+
+func (a *app) snapshotLs(ctx context.Context, sessionID string) error {
+	_, b, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	m, ok := backend.AsBackend[backend.SnapshotManager](b)
+	if !ok {
+		return fmt.Errorf("the %s backend has no snapshots: %w", b.Name(), errors.ErrUnsupported)
+	}
+	snaps, err := m.ListSnapshots(ctx, backend.Filter{Session: sessionID})
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(snaps, func(x, y backend.Snapshot) int { return y.CreatedAt.Compare(x.CreatedAt) })
+	if a.json {
+		out := []snapshotJSON{}
+		for _, sn := range snaps {
+			j := snapshotJSON{Ref: sn.Ref, Sandbox: sn.Labels[backend.LabelSnapshotOf], Backend: b.Name(), Base: sn.Base,
+				Size: sn.Size, Labels: sn.Labels, CreatedAt: sn.CreatedAt}
+			if !sn.ExpiresAt.IsZero() {
+				j.ExpiresAt = &sn.ExpiresAt
+			}
+			out = append(out, j)
+		}
+		return printJSON(a.stdout, out)
+	}
+	t := newTable(a.stdout, "REF", "OF", "SIZE", "CREATED", "EXPIRES")
+	now := time.Now()
+	for _, sn := range snaps {
+		size, expires := "-", "-"
+		if sn.Size >= 0 {
+			size = humanBytes(sn.Size)
+		}
+		if !sn.ExpiresAt.IsZero() {
+			expires = "in " + shortDuration(sn.ExpiresAt.Sub(now))
+		}
+		if sn.Labels[backend.LabelTransient] != "" {
+			expires = "when unused"
+		}
+		t.row(sn.Ref, orDash(sn.Labels[backend.LabelSnapshotOf]), size, shortDuration(now.Sub(sn.CreatedAt))+" ago", expires)
+	}
+	return t.flush()
+}
+
+func (a *app) snapshotRmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm REF...",
+		Short: "Remove snapshots",
+		Long: `Rm removes snapshots by reference (as sbx snapshot printed it, or sbx snapshot
+ls lists it). Sandboxes started from a snapshot keep running; removing one
+that is gone is no error.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.snapshotRm(cmd.Context(), args)
+		},
+	}
+}
+
+func (a *app) snapshotRm(ctx context.Context, refs []string) error {
+	_, b, err := a.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	m, ok := backend.AsBackend[backend.SnapshotManager](b)
+	if !ok {
+		return fmt.Errorf("the %s backend has no snapshots: %w", b.Name(), errors.ErrUnsupported)
+	}
+	var errs []error
+	for _, ref := range refs {
+		if err := m.RemoveSnapshot(ctx, ref); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !a.json {
+			fmt.Fprintln(a.stdout, ref)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -171,6 +171,25 @@ func checkSnapshotAndFork(t *testing.T) {
 		t.Errorf("sbx run --image %s after sbx gc removed it: exit 0", short)
 	}
 
+	// sbx snapshot ls lists what sbx snapshot made; sbx snapshot rm
+	// removes it.
+	if out := must(t, "snapshot", "ls"); !strings.Contains(out, ref) || !strings.Contains(out, "REF") {
+		t.Errorf("sbx snapshot ls lacks %s:\n%s", ref, out)
+	}
+	var listed2 []snapshotJSON
+	if err := json.Unmarshal([]byte(must(t, "--json", "snapshot", "ls")), &listed2); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(listed2, func(j snapshotJSON) bool { return j.Ref == ref && j.Sandbox == parent }) {
+		t.Errorf("sbx --json snapshot ls: %+v, want %s of %s", listed2, ref, parent)
+	}
+	if out := must(t, "snapshot", "rm", ref); strings.TrimSpace(out) != ref {
+		t.Errorf("sbx snapshot rm printed %q", out)
+	}
+	if out := must(t, "snapshot", "ls"); strings.Contains(out, ref) {
+		t.Errorf("sbx snapshot ls after rm still lists %s:\n%s", ref, out)
+	}
+
 	r := sbx(t, "fork", "-n", "0", parent)
 	r.expect(t, 1)
 	r = sbx(t, "snapshot", "no-such-sandbox")
@@ -191,8 +210,8 @@ func keep(t *testing.T, shell string) string {
 	return lines[len(lines)-1]
 }
 
-// removeSnapshot removes a snapshot through the backend sbx uses (sbx has
-// no command for it; sbx gc removes expired ones).
+// removeSnapshot removes a snapshot through the backend sbx uses, at a
+// test's cleanup (where sbx snapshot rm could not fail the test).
 func removeSnapshot(t *testing.T, ref string) {
 	b := openBackend(t)
 	m, ok := backend.AsBackend[backend.SnapshotManager](b)
