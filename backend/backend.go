@@ -103,6 +103,13 @@ func (f Filter) Match(info Info) bool {
 	return true
 }
 
+// MatchLabels reports whether a resource known by its labels alone (a
+// snapshot, an image) matches f: Session against its LabelSession, and
+// Labels; Name is ignored.
+func (f Filter) MatchLabels(labels map[string]string) bool {
+	return Filter{Session: f.Session, Labels: f.Labels}.Match(Info{Session: labels[LabelSession], Labels: labels})
+}
+
 // Labels every backend puts on every resource it makes.
 const (
 	LabelPrefix    = "sandboxkit."

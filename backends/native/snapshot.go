@@ -104,10 +104,9 @@ func (b *Backend) ListSnapshots(ctx context.Context, filter backend.Filter) ([]b
 	if err != nil {
 		return nil, b.opErr("list snapshots", "", b.translate(err))
 	}
-	f := backend.Filter{Session: filter.Session, Labels: filter.Labels}
 	var out []backend.Snapshot
 	for _, img := range imgs {
-		if img.Labels[labelSnapshot] != "1" || !f.Match(backend.Info{Session: img.Labels[backend.LabelSession], Labels: img.Labels}) {
+		if img.Labels[labelSnapshot] != "1" || !filter.MatchLabels(img.Labels) {
 			continue
 		}
 		for _, tag := range slices.DeleteFunc(slices.Clone(img.RepoTags), func(t string) bool { return !isTag(t) }) {
