@@ -72,8 +72,8 @@
 // clock changes, ...; a deny list on an allow-by-default action, not
 // Docker's allow list); cgroup limits for cpus, memory and pids (v1 and v2;
 // the cgroup is /sandboxkit-lite/<id>), a pids limit of 4096 by default;
-// /dev/shm of Spec.Resources.ShmBytes; bind volumes; generated /etc/hosts
-// and /etc/hostname (the hostname is the sandbox ID).
+// /dev/shm of Spec.Resources.ShmBytes; bind and named volumes; generated
+// /etc/hosts and /etc/hostname (the hostname is the sandbox ID).
 //
 // Destroy works from meta.json alone, so it also removes sandboxes whose
 // creator crashed half-way: it kills the container's first process (which
@@ -112,11 +112,38 @@
 // with no exec. Paths resolve as the kernel would resolve them inside the
 // sandbox, chroot-style ("/.." is "/", absolute symlinks start at the
 // sandbox's root), through os.Root, so no "..", symlink or
-// /proc/self/root trick reaches a host file; under a bind volume's target
+// /proc/self/root trick reaches a host file; under a volume's target
 // they reach the volume's host folder. Paths under /proc, /sys, /dev, /.sbx
 // and the generated /etc files are not on the overlay and return
 // errors.ErrUnsupported, so backend.ReadFile and friends fall back to Exec.
 // New files belong to the sandbox's user; a replaced file keeps its owner.
+//
+// # Volumes
+//
+// Backend is a backend.VolumeManager: a named volume is a folder of the
+// state dir that sandboxes bind-mount (a Volume of type VolumeNamed whose
+// Source is the name), so sandboxes of one session share /shared and see
+// each other's writes at once:
+//
+//	<state>/volumes/<name>/volume.json  name, session, labels, created, expires
+//	<state>/volumes/<name>/data/        what sandboxes mount (0755, root's in the sandbox)
+//
+// CreateVolume fills data/ from a host folder or a .tar.gz (modes kept; a
+// folder's files belong to root in the sandbox, an archive's to the owners
+// it names; rootless, all belong to the user, who is root in the sandbox)
+// in a hidden folder that it renames to the volume's name when complete,
+// so a kill leaves nothing that ListVolumes shows, and PruneCaches (sbx
+// gc) removes the leftover. Names follow Docker's rule
+// ([a-zA-Z0-9][a-zA-Z0-9_.-]*); "" picks sbx-<session>-vol-<random>; an
+// existing name wraps backend.ErrAlreadyExists. As Docker does, Create
+// makes a volume that a Spec names and that does not exist yet (with no
+// session: it stays until RemoveVolume, like a cache shared by sessions);
+// unlike Docker, it does not copy the image's files at the target into
+// an empty volume. RemoveVolume refuses a volume that a
+// sandbox mounts, as Docker does; sbx gc removes expired volumes and those
+// of sessions without sandboxes. A volume is not part of the sandbox's
+// writable layer: Reset leaves it as it is, a snapshot holds only its
+// empty mount point, and a fork mounts the same volume.
 //
 // # Hosts
 //

@@ -223,6 +223,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Images:           true,
 		NetworkModes:     []string{NetworkHost, NetworkNone},
 		BindVolumes:      true,
+		NamedVolumes:     true,
 		User:             rootful,
 		CPULimit:         rootful,
 		MemoryLimit:      rootful,
@@ -262,10 +263,12 @@ type meta struct {
 	RuntimeRoot string `json:"runtime_root"`
 	ContainerID string `json:"container_id"`
 	// Lower is the overlay's read-only lower layer (the unpacked image).
-	Lower    string           `json:"lower"`
-	Network  string           `json:"network"`
-	ReadOnly bool             `json:"read_only,omitempty"`
-	Volumes  []backend.Volume `json:"volumes,omitempty"`
+	Lower    string `json:"lower"`
+	Network  string `json:"network"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+	// Volumes are the sandbox's mounts, named volumes resolved to their
+	// host folders (Type stays VolumeNamed; see volumes.go).
+	Volumes []backend.Volume `json:"volumes,omitempty"`
 	// UID and GID own files the backend writes for the sandbox.
 	UID uint32 `json:"uid"`
 	GID uint32 `json:"gid"`
@@ -380,6 +383,14 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err != nil {
 		return nil, createErr(err)
 	}
+	// Held until the sandbox is made, so that RemoveVolume, which waits
+	// for it, finds the record that names the volumes.
+	vols, release, err := b.holdVolumes(ctx, spec.Volumes)
+	if err != nil {
+		return nil, createErr(err)
+	}
+	defer release()
+	spec.Volumes = vols
 	network := spec.Network
 	if network == "" {
 		network = b.cfg.network()
@@ -457,7 +468,7 @@ func (b *Backend) checkCreate(ctx context.Context, spec backend.Spec) (rt *ociRu
 		}
 	}
 	for _, v := range spec.Volumes {
-		if err := checkVolume(v); err != nil {
+		if err := b.checkVolume(v); err != nil {
 			return nil, "", nil, err
 		}
 	}
@@ -588,13 +599,18 @@ func writeHostFiles(dir, id string) (hosts, hostname string, err error) {
 	return hosts, hostname, nil
 }
 
-func checkVolume(v backend.Volume) error {
+// checkVolume checks one of a Spec's mounts: a bind volume's host path
+// exists, a named volume (see volumes.go) exists.
+func (b *Backend) checkVolume(v backend.Volume) error {
 	name := v.Source + ":" + v.Target
-	if !filepath.IsAbs(v.Source) {
-		return fmt.Errorf("%w: volume %q: the host path must be absolute", backend.ErrInvalidConfig, name)
-	}
 	if !path.IsAbs(v.Target) {
 		return fmt.Errorf("%w: volume %q: the sandbox path must be absolute", backend.ErrInvalidConfig, name)
+	}
+	if v.Type == backend.VolumeNamed {
+		return b.checkNamedVolume(v)
+	}
+	if !filepath.IsAbs(v.Source) {
+		return fmt.Errorf("%w: volume %q: the host path must be absolute", backend.ErrInvalidConfig, name)
 	}
 	if _, err := os.Stat(v.Source); err != nil {
 		return fmt.Errorf("%w: volume %q: host path does not exist", backend.ErrInvalidConfig, name)
@@ -607,7 +623,9 @@ func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sandbox{b: b, id: id, dir: dir}, nil
+	sb := &Sandbox{b: b, id: id, dir: dir}
+	sb.thawOrphan(ctx)
+	return sb, nil
 }
 
 func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {

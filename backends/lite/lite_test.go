@@ -189,6 +189,9 @@ func (e *testEnv) checkNothingLeft(t *testing.T) {
 			t.Errorf("leak check: sandbox folder %s is left", en.Name())
 		}
 	}
+	if vols, err := os.ReadDir(filepath.Join(e.cfg.StateDir, volumesDir)); err == nil {
+		t.Errorf("leak check: the volumes folder is left, holding %d entries", len(vols))
+	}
 	// Cgroups are removed by the runtime; give the kernel a moment.
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -225,6 +225,10 @@ func TestRootlessHelper(t *testing.T) {
 		checkResetCrossesNoState(t, b, backend.Spec{Name: "rootless-clean", Image: image, WorkingDir: "/work", CapAdd: []string{"NET_ADMIN"}})
 	})
 
+	t.Run("volumes", func(t *testing.T) {
+		checkVolumes(t, b, func(name string) backend.Spec { return backend.Spec{Name: name, Image: image} })
+	})
+
 	t.Run("conformance", func(t *testing.T) {
 		backendtest.Run(t, func(t *testing.T) backend.Backend { return open(t) },
 			backendtest.WithImage(image), backendtest.WithAgentCheck(sbxd.CheckAgent))

@@ -260,20 +260,37 @@ func (s *Sandbox) freeze(ctx context.Context, m *meta) (resume func(), err error
 	if m.Paused || m.InitPID == 0 || !procfs.Alive(m.InitPID, m.InitStart) {
 		return func() {}, nil
 	}
-	if !m.Rootless && freezeCgroup(m, true) == nil {
+	// Recorded first, so that a freeze whose process is killed is
+	// undone (see thaw.go).
+	how := "cgroup"
+	if m.Rootless {
+		how = "pause"
+	}
+	if err := markFrozen(s.dir, how); err != nil {
+		return nil, err
+	}
+	if how == "cgroup" && freezeCgroup(m, true) == nil {
 		return func() {
 			if err := freezeCgroup(m, false); err != nil {
 				s.b.log.Warn("thawing a sandbox after copying its files", "sandbox", s.id, "err", err)
+				return
 			}
+			unmarkFrozen(s.dir)
 		}, nil
 	}
+	if err := markFrozen(s.dir, "pause"); err != nil {
+		return nil, err
+	}
 	if err := s.setPaused(ctx, true); err != nil {
+		unmarkFrozen(s.dir)
 		return nil, err
 	}
 	return func() {
 		if err := s.setPaused(context.WithoutCancel(ctx), false); err != nil {
 			s.b.log.Warn("resuming a sandbox after copying its files", "sandbox", s.id, "err", err)
+			return
 		}
+		unmarkFrozen(s.dir)
 	}, nil
 }
 
@@ -401,9 +418,21 @@ const transientGrace = time.Minute
 // PruneCaches removes the snapshots whose TTL has run out, those labelled
 // backend.LabelTransient that no sandbox runs on (older than
 // transientGrace), and snapshot folders that neither a name nor a sandbox
-// uses (a snapshot removed while a sandbox ran on it); with dryRun it only
-// names them. sbx gc calls it.
+// uses (a snapshot removed while a sandbox ran on it), and what a killed
+// CreateVolume or RemoveVolume left (see volumes.go); with dryRun it only
+// names them. It also thaws sandboxes that a killed Snapshot or Fork left
+// frozen (see thaw.go). sbx gc calls it.
 func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error) {
+	// Sandboxes left frozen by a Snapshot or Fork that was killed.
+	var thawed []string
+	if ids, err := statedir.IDs(b.dir); err == nil {
+		for _, id := range ids {
+			sb := &Sandbox{b: b, id: id, dir: filepath.Join(b.dir, id)}
+			if !dryRun && sb.thawOrphan(ctx) {
+				thawed = append(thawed, "freeze of sandbox "+id+" (its freezer is gone)")
+			}
+		}
+	}
 	recs, err := b.images.records()
 	if err != nil {
 		return nil, &backend.OpError{Op: "prune", Backend: Name, Err: err}
@@ -412,7 +441,7 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 	if err != nil {
 		return nil, &backend.OpError{Op: "prune", Backend: Name, Err: err}
 	}
-	var names []string
+	names := thawed
 	now := time.Now()
 	for _, r := range recs {
 		expired := !r.ExpiresAt.IsZero() && !now.Before(r.ExpiresAt)
@@ -442,6 +471,11 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 				return names, &backend.OpError{Op: "prune", Backend: Name, Err: err}
 			}
 		}
+	}
+	vols, err := b.pruneVolumes(dryRun)
+	names = append(names, vols...)
+	if err != nil {
+		return names, &backend.OpError{Op: "prune", Backend: Name, Err: err}
 	}
 	return names, nil
 }

@@ -89,7 +89,6 @@ func TestBundleNativeToLite(t *testing.T) {
 	src, _ := dockerConfig(t, fmt.Sprintf("image = %q\nworking_dir = \"/root\"", dockertest.BusyboxImage))
 	pruneAtCleanup(t)
 	dst := liteBundleConfig(t)
-	t.Skip("lite has no session volumes yet (next commit)")
 	sess, main := upSession(t, src)
 	must(t, "--config", src, "exec", main, "--", "sh", "-c", bundleState)
 	want := must(t, "--config", src, "exec", main, "--", "sh", "-c", bundleProbe)
