@@ -331,8 +331,7 @@ func (b *Backend) ListSnapshots(ctx context.Context, filter backend.Filter) ([]b
 	}
 	var out []backend.Snapshot
 	for _, r := range recs {
-		f := backend.Filter{Session: filter.Session, Labels: filter.Labels}
-		if f.Match(backend.Info{Session: r.Labels[backend.LabelSession], Labels: r.Labels}) {
+		if filter.MatchLabels(r.Labels) {
 			out = append(out, r.snapshot())
 		}
 	}
