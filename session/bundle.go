@@ -119,6 +119,11 @@ func (s *Session) WriteBundle(ctx context.Context, w io.Writer, opts BundleOptio
 		m.Sandboxes[mem.Name] = ManifestSandbox{Type: mem.Type, Image: name}
 	}
 
+	// The image save starts now: an engine prepares it (Docker 20.10
+	// copies the layers aside) while the volumes are read.
+	save := startSave(ctx, arch, refs)
+	defer save.stop()
+
 	opts.report("volumes", 0)
 	tmp, err := bundleTemp()
 	if err != nil {
@@ -148,7 +153,7 @@ func (s *Session) WriteBundle(ctx context.Context, w io.Writer, opts BundleOptio
 	}
 
 	opts.report("images", cw.n)
-	if err := writeImages(ctx, arch, tw, refs, tmp, opts.AsSaved); err != nil {
+	if err := save.writeTo(tw, tmp, opts.AsSaved); err != nil {
 		return nil, fmt.Errorf("session %s: bundle: images: %w", s.ID, err)
 	}
 	if err := tw.Close(); err != nil {
@@ -158,28 +163,53 @@ func (s *Session) WriteBundle(ctx context.Context, w io.Writer, opts BundleOptio
 	return m, nil
 }
 
-// writeImages writes the image archive of refs into tw under
-// bundleImages: as saved, or spooled to tmp and written as an OCI layout.
-func writeImages(ctx context.Context, arch backend.ImageArchiver, tw *tar.Writer, refs []string, tmp string, asSaved bool) error {
+// imageSave is a backend's image save, streaming into a pipe.
+type imageSave struct {
+	pr   *io.PipeReader
+	done chan error
+	err  error
+	over bool
+}
+
+func startSave(ctx context.Context, arch backend.ImageArchiver, refs []string) *imageSave {
 	pr, pw := io.Pipe()
-	saved := make(chan error, 1)
+	s := &imageSave{pr: pr, done: make(chan error, 1)}
 	go func() {
 		err := arch.SaveImages(ctx, pw, refs)
 		pw.CloseWithError(err)
-		saved <- err
+		s.done <- err
 	}()
+	return s
+}
+
+// stop stops reading the save and returns its error (once it has ended).
+func (s *imageSave) stop() error {
+	if !s.over {
+		s.pr.CloseWithError(errors.New("bundle: images no longer read"))
+		s.err, s.over = <-s.done, true
+	}
+	return s.err
+}
+
+// writeTo writes the image archive into tw under bundleImages: as saved,
+// or spooled to tmp and written as an OCI layout.
+func (s *imageSave) writeTo(tw *tar.Writer, tmp string, asSaved bool) error {
 	var err error
 	if asSaved {
-		err = reframe(tw, tar.NewReader(pr), bundleImages)
+		err = reframe(tw, tar.NewReader(s.pr), bundleImages)
+		if err == nil {
+			// What may follow the archive's end (a tar padded to
+			// its record size), so that the save ends as it would.
+			_, err = io.Copy(io.Discard, s.pr)
+		}
 	} else {
 		var imgs []imagearchive.Image
-		imgs, err = imagearchive.Spool(pr, filepath.Join(tmp, "images"))
+		imgs, err = imagearchive.Spool(s.pr, filepath.Join(tmp, "images"))
 		if err == nil {
 			err = imagearchive.Write(tw, bundleImages, imgs)
 		}
 	}
-	pr.CloseWithError(errors.New("bundle: images no longer read"))
-	if serr := <-saved; serr != nil {
+	if serr := s.stop(); serr != nil {
 		return serr
 	}
 	return err
@@ -275,9 +305,12 @@ func (l *Launcher) Restore(ctx context.Context, r io.Reader) (*Session, error) {
 	if !ok {
 		return nil, fmt.Errorf("bundle: the %s backend cannot load images: %w", b.Name(), errors.ErrUnsupported)
 	}
-	loaded, err := loadImages(ctx, arch, tr, first)
+	loaded, n, err := loadImages(ctx, arch, tr, first)
 	if err != nil {
 		return nil, fmt.Errorf("bundle: loading its images into the %s backend: %w", b.Name(), err)
+	}
+	if l.BundleProgress != nil {
+		l.BundleProgress("loaded", n)
 	}
 	for name, sb := range m.Sandboxes {
 		ref, ok := loaded[sb.Image]
@@ -442,7 +475,7 @@ func writeEntryFile(p string, r io.Reader) error {
 
 // loadImages streams the bundle's images (first, then every entry up to
 // the end) to arch's image load, with the folder's prefix taken off.
-func loadImages(ctx context.Context, arch backend.ImageArchiver, tr *tar.Reader, first *tar.Header) (map[string]string, error) {
+func loadImages(ctx context.Context, arch backend.ImageArchiver, tr *tar.Reader, first *tar.Header) (map[string]string, int64, error) {
 	pr, pw := io.Pipe()
 	copied := make(chan error, 1)
 	go func() {
@@ -450,12 +483,27 @@ func loadImages(ctx context.Context, arch backend.ImageArchiver, tr *tar.Reader,
 		pw.CloseWithError(err)
 		copied <- err
 	}()
-	loaded, err := arch.LoadImages(ctx, pr)
+	cr := &countReader{r: pr}
+	loaded, err := arch.LoadImages(ctx, cr)
+	if err == nil {
+		_, err = io.Copy(io.Discard, cr) // anything the load left unread
+	}
 	pr.CloseWithError(errors.New("bundle: the image load stopped reading"))
 	if cerr := <-copied; cerr != nil {
-		return nil, cerr
+		return nil, cr.n, cerr
 	}
-	return loaded, err
+	return loaded, cr.n, err
+}
+
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // unframe writes hdr and the rest of tr into tw with bundleImages taken

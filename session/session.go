@@ -63,6 +63,10 @@ type Launcher struct {
 	// Progress, when set, receives each sandbox's steps (from several
 	// goroutines, one call at a time).
 	Progress func(Progress)
+	// BundleProgress, when set, is told when Restore has loaded a
+	// bundle's images into the backend ("loaded", with the bytes of the
+	// image archive).
+	BundleProgress func(step string, bytes int64)
 	// BashToolsDir and SandboxScriptsDir are host folders whose contents
 	// fill the session's bash_tools (read-write) and sandbox_scripts
 	// (read-only) volumes; "": [sandbox] bash_tools_path and

@@ -142,6 +142,12 @@ func (a *app) restoreFrom(ctx context.Context, l *sandboxkit.Launcher, r io.Read
 	l.Progress = disp.report
 	if a.progress != progressNone {
 		fmt.Fprintf(a.stderr, "%s: loading the images into the %s backend\n", verb, l.Backend.Name())
+		start := time.Now()
+		l.BundleProgress = func(_ string, n int64) {
+			d := time.Since(start)
+			fmt.Fprintf(a.stderr, "%s: images loaded: %s in %s (%.1f MB/s)\n", verb, humanBytes(n), d.Round(time.Millisecond),
+				float64(n)/1e6/max(d.Seconds(), 1e-3))
+		}
 	}
 	s, err := l.Restore(ctx, r)
 	disp.close()
