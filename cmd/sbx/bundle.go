@@ -38,19 +38,29 @@ func (a *app) bundleProgress(verb string) func(step string, n int64) {
 	}
 }
 
+// resumeSession opens the config's backend and resumes session id there;
+// closeAll closes both.
+func (a *app) resumeSession(ctx context.Context, id string) (s *sandboxkit.Session, closeAll func(), err error) {
+	cfg, b, err := a.open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err = (&sandboxkit.Launcher{Config: cfg, Backend: b, Logger: a.logger}).Resume(ctx, id)
+	if err != nil {
+		b.Close()
+		return nil, nil, err
+	}
+	return s, func() { s.Close(); b.Close() }, nil
+}
+
 // writeBundle writes session id's bundle to out ("-": stdout), through a
 // temporary file renamed into place once complete.
 func (a *app) writeBundle(ctx context.Context, id, out string) error {
-	cfg, b, err := a.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	s, err := (&sandboxkit.Launcher{Config: cfg, Backend: b, Logger: a.logger}).Resume(ctx, id)
+	s, closeAll, err := a.resumeSession(ctx, id)
 	if err != nil {
 		return fmt.Errorf("%w (sbx snapshot -o takes a session ID, as sbx status lists them)", err)
 	}
-	defer s.Close()
+	defer closeAll()
 	opts := sandboxkit.BundleOptions{Progress: a.bundleProgress("snapshot")}
 	if out == "-" {
 		_, err := s.WriteBundle(ctx, a.stdout, opts)
@@ -200,16 +210,11 @@ func (a *app) move(ctx context.Context, id, to string, keep bool) error {
 	for _, w := range dst.Warnings {
 		fmt.Fprintf(a.stderr, "warning: %s\n", w)
 	}
-	cfg, b, err := a.open(ctx)
+	src, closeAll, err := a.resumeSession(ctx, id)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
-	src, err := (&sandboxkit.Launcher{Config: cfg, Backend: b, Logger: a.logger}).Resume(ctx, id)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
+	defer closeAll()
 	db, err := sandboxkit.Open(ctx, dst, a.logger)
 	if err != nil {
 		return fmt.Errorf("--to: %w", err)

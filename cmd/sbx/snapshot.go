@@ -167,15 +167,11 @@ go with sbx gc once no sandbox uses them): reference, size, age, expiry.`,
 }
 
 func (a *app) snapshotLs(ctx context.Context, sessionID string) error {
-	_, b, err := a.open(ctx)
+	b, m, err := a.snapshotManager(ctx)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	m, ok := backend.AsBackend[backend.SnapshotManager](b)
-	if !ok {
-		return fmt.Errorf("the %s backend has no snapshots: %w", b.Name(), errors.ErrUnsupported)
-	}
 	snaps, err := m.ListSnapshots(ctx, backend.Filter{Session: sessionID})
 	if err != nil {
 		return err
@@ -211,6 +207,21 @@ func (a *app) snapshotLs(ctx context.Context, sessionID string) error {
 	return t.flush()
 }
 
+// snapshotManager opens the config's backend (closed by the caller) and
+// finds its SnapshotManager.
+func (a *app) snapshotManager(ctx context.Context) (backend.Backend, backend.SnapshotManager, error) {
+	_, b, err := a.open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, ok := backend.AsBackend[backend.SnapshotManager](b)
+	if !ok {
+		b.Close()
+		return nil, nil, fmt.Errorf("the %s backend has no snapshots: %w", b.Name(), errors.ErrUnsupported)
+	}
+	return b, m, nil
+}
+
 func (a *app) snapshotRmCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "rm REF...",
@@ -226,15 +237,11 @@ that is gone is no error.`,
 }
 
 func (a *app) snapshotRm(ctx context.Context, refs []string) error {
-	_, b, err := a.open(ctx)
+	b, m, err := a.snapshotManager(ctx)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	m, ok := backend.AsBackend[backend.SnapshotManager](b)
-	if !ok {
-		return fmt.Errorf("the %s backend has no snapshots: %w", b.Name(), errors.ErrUnsupported)
-	}
 	var errs []error
 	for _, ref := range refs {
 		if err := m.RemoveSnapshot(ctx, ref); err != nil {
