@@ -225,3 +225,25 @@ func TestBundleRefusedOnLocal(t *testing.T) {
 		t.Errorf("sbx snapshot -o --ref: exit %d, %q", r.code, r.stderr)
 	}
 }
+
+// A session on lite moved to native (lite writes its images as an OCI
+// layout with manifest.json, which Docker 20.10's load reads) runs the
+// same command with the same output there.
+func TestMoveLiteToNative(t *testing.T) {
+	dst, _ := dockerConfig(t, fmt.Sprintf("image = %q\nworking_dir = \"/root\"", dockertest.BusyboxImage))
+	pruneAtCleanup(t)
+	src := liteBundleConfig(t)
+	sess, main := upSession(t, src)
+	must(t, "--config", src, "exec", main, "--", "sh", "-c", "mkdir -p /root && "+bundleState)
+	want := must(t, "--config", src, "exec", main, "--", "sh", "-c", bundleProbe)
+	if !strings.Contains(want, "vi gone") {
+		t.Fatalf("the probe on lite printed %q", want)
+	}
+	_, rmain := restored(t, dst, must(t, "--config", src, "--json", "--progress", "none", "move", sess, "--to", dst))
+	if got := must(t, "--config", dst, "exec", rmain, "--", "sh", "-c", bundleProbe); got != want {
+		t.Errorf("moved to native, the probe printed\n%s\nwant (as on lite)\n%s", got, want)
+	}
+	if r := sbx(t, "--config", src, "status", sess); r.code == 0 {
+		t.Errorf("sbx status %s on lite after the move: exit 0 (the original should be gone)", sess)
+	}
+}
