@@ -314,7 +314,11 @@ func (b *Backend) pruneForkImages(ctx context.Context, dryRun bool) ([]string, e
 		if len(users) > 0 {
 			continue
 		}
-		pruned = append(pruned, "fork image "+img.ID)
+		kind := "fork image "
+		if img.Labels[labelForkImage] == "" {
+			kind = "transient image (a bundle's) "
+		}
+		pruned = append(pruned, kind+img.ID)
 		if dryRun {
 			continue
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,6 +47,9 @@ type chaosTarget struct {
 	kills     int           // SIGKILLs at least
 	maxDelay  time.Duration // kill delays are uniform in [0, maxDelay]
 	inventory func(t *testing.T) []string
+	// bundles: the backend saves images, so sbx snapshot -o of a kept
+	// session is one of the commands killed.
+	bundles bool
 }
 
 func TestChaos(t *testing.T) {
@@ -75,7 +79,10 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 	t.Setenv("SBX_CONFIG", tg.config)
 	t.Setenv("XDG_STATE_HOME", t.TempDir())
 	t.Setenv(EnvPoolDir, t.TempDir())
-	before := tg.inventory(t)
+	inventory := func(t *testing.T) []string {
+		return append(tg.inventory(t), bundleTemps(t)...)
+	}
+	before := inventory(t)
 
 	// A sandbox for sbx exec, kept across the loop and removed at the end.
 	r := sbx(t, "run", "--keep", "--", "true")
@@ -83,6 +90,13 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 	kept := strings.TrimSpace(r.stderr[strings.LastIndexByte(strings.TrimSpace(r.stderr), '\n')+1:])
 
 	ops := []string{"run", "up", "exec", "keep", "keep-sessions", "claim"}
+	outs := t.TempDir()
+	if tg.bundles {
+		// A session for sbx snapshot -o, kept across the loop (sbx
+		// down removes it with the others at the end).
+		sbx(t, "up", "--id", "chaoskeep", "main").expect(t, 0)
+		ops = append(ops, "bundle")
+	}
 	phases := []struct {
 		name  string
 		count int
@@ -110,6 +124,8 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 				args = []string{"pool", "keep", "worker"}
 			case "keep-sessions":
 				args = []string{"pool", "keep", "--sessions", "worker"}
+			case "bundle": // its snapshots, temporary folder and images
+				args = []string{"snapshot", "-o", filepath.Join(outs, fmt.Sprintf("b%d.tar", n)), "chaoskeep"}
 			case "claim": // from the pool a killed keeper may have left
 				args = []string{"run", "--sandbox", "worker", "--", "sh", "-c", "echo started; sleep 60"}
 			}
@@ -134,7 +150,7 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 	sbx(t, "rm", kept)
 	sbx(t, "gc", "--grace", "0").expect(t, 0)
 	var left []string
-	for _, x := range tg.inventory(t) {
+	for _, x := range inventory(t) {
 		if !slices.Contains(before, x) {
 			left = append(left, x)
 		}
@@ -193,6 +209,18 @@ func chaosOnce(t *testing.T, bin string, args []string, delay time.Duration, sto
 }
 
 // sessionsLeft lists the sessions sbx status shows.
+// bundleTemps lists the temporary folders of bundles (session.PruneTemp).
+func bundleTemps(t *testing.T) []string {
+	matches, err := filepath.Glob(filepath.Join(os.TempDir(), "sbx-bundle-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range matches {
+		matches[i] = "bundle temp " + m
+	}
+	return matches
+}
+
 func sessionsLeft(t *testing.T) []string {
 	t.Helper()
 	var ids []string
@@ -266,6 +294,10 @@ func chaosLite(t *testing.T) chaosTarget {
 			slices.Sort(inv)
 			return inv
 		},
+		// A killed bundle's snapshot is a transient record that gc
+		// removes only after a minute's grace: the images folder is not
+		// in the inventory, its temporary folder is.
+		bundles: true,
 	}
 }
 
@@ -306,9 +338,18 @@ func chaosNative(t *testing.T) chaosTarget {
 			for _, n := range ns {
 				inv = append(inv, "network "+n.Name)
 			}
+			// Snapshot, fork and bundle images carry the backend's label.
+			imgs, err := cli.ImageList(ctx, image.ListOptions{Filters: f})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, img := range imgs {
+				inv = append(inv, "image "+img.ID)
+			}
 			slices.Sort(inv)
 			return inv
 		},
+		bundles: true,
 	}
 }
 
