@@ -287,6 +287,7 @@ func (l *Launcher) Restore(ctx context.Context, r io.Reader) (*Session, error) {
 	if err := m.checkVolumeArchives(); err != nil {
 		return nil, err
 	}
+	m.volumesChecked = true
 	names := slices.Sorted(maps.Keys(m.Sandboxes))
 	if err := l.checkEntries(names); err != nil {
 		return nil, err

@@ -173,6 +173,10 @@ type Manifest struct {
 	// dir is the manifest's folder, against which Volumes' archives
 	// resolve ("": the working directory).
 	dir string
+	// volumesChecked: Restore checked the archives (files of its own
+	// temporary folder) before it loaded the images; Launch need not
+	// read them again.
+	volumesChecked bool
 }
 
 // ManifestSandbox is one sandbox of a Manifest.

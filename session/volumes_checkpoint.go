@@ -292,6 +292,9 @@ func keepXattrs(hdr *tar.Header) {
 // archive of the manifest is there, matches its checksum and holds only
 // entries inside the volume.
 func (m *Manifest) checkVolumeArchives() error {
+	if m.volumesChecked {
+		return nil // Restore checked them before it loaded the images
+	}
 	var errs []error
 	for _, role := range slices.Sorted(maps.Keys(m.Volumes)) {
 		v := m.Volumes[role]

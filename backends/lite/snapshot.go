@@ -260,23 +260,21 @@ func (s *Sandbox) freeze(ctx context.Context, m *meta) (resume func(), err error
 	if m.Paused || m.InitPID == 0 || !procfs.Alive(m.InitPID, m.InitStart) {
 		return func() {}, nil
 	}
-	// Recorded first, so that a freeze whose process is killed is
-	// undone (see thaw.go).
-	how := "cgroup"
-	if m.Rootless {
-		how = "pause"
-	}
-	if err := markFrozen(s.dir, how); err != nil {
-		return nil, err
-	}
-	if how == "cgroup" && freezeCgroup(m, true) == nil {
-		return func() {
-			if err := freezeCgroup(m, false); err != nil {
-				s.b.log.Warn("thawing a sandbox after copying its files", "sandbox", s.id, "err", err)
-				return
-			}
-			unmarkFrozen(s.dir)
-		}, nil
+	// Each way is recorded before it is tried, so that a freeze whose
+	// process is killed is undone (see thaw.go).
+	if !m.Rootless {
+		if err := markFrozen(s.dir, "cgroup"); err != nil {
+			return nil, err
+		}
+		if freezeCgroup(m, true) == nil {
+			return func() {
+				if err := freezeCgroup(m, false); err != nil {
+					s.b.log.Warn("thawing a sandbox after copying its files", "sandbox", s.id, "err", err)
+					return
+				}
+				unmarkFrozen(s.dir)
+			}, nil
+		}
 	}
 	if err := markFrozen(s.dir, "pause"); err != nil {
 		return nil, err

@@ -202,6 +202,10 @@ fails, the original is kept.`,
 	return cmd
 }
 
+// errRestoreStopped is what sbx move's bundle writer hears once the
+// restore stopped reading: a consequence, not a cause, of a failed move.
+var errRestoreStopped = errors.New("move: the restore stopped reading")
+
 func (a *app) move(ctx context.Context, id, to string, keep bool) error {
 	dst, err := sandboxkit.LoadConfig(to)
 	if err != nil {
@@ -231,13 +235,13 @@ func (a *app) move(ctx context.Context, id, to string, keep bool) error {
 		written <- err
 	}()
 	rerr := a.restoreFrom(ctx, &sandboxkit.Launcher{Config: dst, Backend: db, Logger: a.logger}, pr, "move")
-	pr.CloseWithError(errors.New("move: the restore stopped reading"))
+	pr.CloseWithError(errRestoreStopped)
 	if rerr != nil {
 		cancel()
 	}
 	werr := <-written
 	if rerr != nil {
-		if werr != nil && !errors.Is(werr, context.Canceled) && !errors.Is(werr, io.ErrClosedPipe) {
+		if werr != nil && !errors.Is(werr, context.Canceled) && !errors.Is(werr, errRestoreStopped) {
 			return fmt.Errorf("%w (and writing the bundle: %v); session %s is kept", rerr, werr, id)
 		}
 		return fmt.Errorf("%w; session %s is kept", rerr, id)
