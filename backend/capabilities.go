@@ -31,6 +31,9 @@ type Capabilities struct {
 	// a "*" entry accepts any named network.
 	NetworkModes []string
 
+	// Egress: Spec.Egress is enforced (see EgressController).
+	Egress bool
+
 	BindVolumes  bool
 	NamedVolumes bool
 	Ports        bool
@@ -100,6 +103,7 @@ func (c Capabilities) Check(backendName string, spec Spec) error {
 			need(c.BindVolumes, fmt.Sprintf("volume %q", v.Source+":"+v.Target))
 		}
 	}
+	need(spec.Egress == nil || c.Egress, "egress")
 	need(len(spec.Ports) == 0 || c.Ports, "ports")
 	need(spec.User == "" || c.User, "user")
 	need(spec.Resources.CPUs == 0 || c.CPULimit, "cpus")

@@ -35,7 +35,10 @@ type Spec struct {
 
 	// Network is "" (backend default), "none", "bridge", "host" or the name
 	// of a network the backend knows.
-	Network        string
+	Network string
+	// Egress, when set, limits what the sandbox may reach on the network
+	// (see Egress); backends without Capabilities.Egress refuse it.
+	Egress         *Egress
 	Privileged     bool
 	CapAdd         []string
 	CapDrop        []string

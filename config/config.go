@@ -238,12 +238,24 @@ type Entry struct {
 	// Pool keeps ready sandboxes of this entry (see session.Pool); nil:
 	// no pool, every sandbox is made when asked for.
 	Pool *PoolConfig `toml:"pool"`
+	// Egress limits what the sandbox may reach on the network:
+	// egress = { default = "deny", allow = ["*.pypi.org:443"], deny = [] }
+	// (see backend.Egress for the rules). Absent: no policy.
+	Egress *EgressConfig `toml:"egress"`
 	// Extra is free-form, for initializers and backends
 	// (initializer_timeout_sec, namespace, ...).
 	Extra map[string]any `toml:"extra"`
 
 	dir  string // the config file's folder
 	root string // the project root (Config.ProjectRoot)
+}
+
+// EgressConfig is an entry's egress table: the default for what no rule
+// matches ("deny" when absent, or "allow") and the allow and deny rules.
+type EgressConfig struct {
+	Default string   `toml:"default"`
+	Allow   []string `toml:"allow"`
+	Deny    []string `toml:"deny"`
 }
 
 // PoolConfig is an entry's [sandbox.sandboxes.NAME.pool] table.

@@ -16,6 +16,11 @@ type ServeConfig struct {
 	// $SBX_API_KEY wins over it. Without a key the server listens only on
 	// loopback, unless started with --insecure.
 	APIKey string `toml:"api_key"`
+	// AdminKey opens the operator's endpoints (/admin/...: a sandbox's
+	// egress policy) to whoever sends it; agents, who hold the API key,
+	// cannot change what their sandboxes may reach. $SBX_ADMIN_KEY wins
+	// over it. Without one those endpoints are closed.
+	AdminKey string `toml:"admin_key"`
 	// IdleTTL is how long a sandbox lives without tool calls, unless
 	// create_sandbox asks for another timeout. Default 30m.
 	IdleTTL time.Duration `toml:"idle_ttl"`

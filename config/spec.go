@@ -17,6 +17,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/egress"
 )
 
 // Spec turns entry name into a backend.Spec: image (falling back to
@@ -193,7 +194,25 @@ func (c *Config) buildSpec(e *Entry, loading bool) (spec backend.Spec, warnings,
 	b.sharedMem()
 	b.extras()
 	b.pool()
+	b.egress()
 	return b.spec, b.warnings, b.problems
+}
+
+// egress checks the entry's egress policy and puts it in the Spec.
+func (b *specBuilder) egress() {
+	e := b.e.Egress
+	if e == nil {
+		return
+	}
+	if _, err := egress.NewPolicy(e.Default, e.Allow, e.Deny); err != nil {
+		b.fail(b.at("egress"), "%v", err)
+		return
+	}
+	if b.spec.Network == "host" || b.spec.Network == "none" {
+		b.fail(b.at("egress"), "network = %q and an egress policy exclude each other (remove one)", b.spec.Network)
+		return
+	}
+	b.spec.Egress = &backend.Egress{Default: e.Default, Allow: slices.Clone(e.Allow), Deny: slices.Clone(e.Deny)}
 }
 
 // pool checks [sandbox.sandboxes.NAME.pool].

@@ -2,7 +2,9 @@
 # Installs what the lite backend and its tests need on a Debian host, from
 # Debian's packages: an OCI runtime (runc; crun too), busybox-static (the
 # tests build their root file system from it) and docker-registry (the pull
-# test). Idempotent: what is installed already is kept. Needs root.
+# test), and for egress policies iproute2 and nftables (the enforcer's
+# rules; the tests' fake internet). Idempotent: what is installed already is
+# kept. Needs root.
 set -euo pipefail
 
 need=()
@@ -10,6 +12,8 @@ command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || need+=(runc)
 command -v crun >/dev/null 2>&1 || need+=(crun)
 [ -x /bin/busybox ] || command -v busybox >/dev/null 2>&1 || need+=(busybox-static)
 command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v nft >/dev/null 2>&1 || need+=(nftables)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then

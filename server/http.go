@@ -99,8 +99,13 @@ func ConversationFromHeader(h http.Header) (string, error) {
 //	                      conversation as X-Conversation-Id or the
 //	                      conversation query parameter (see terminal_ws.go)
 //	     /mcp             MCP over streamable HTTP
+//	GET  /admin/sandboxes/{id}/egress
+//	PUT  /admin/sandboxes/{id}/egress
+//	                      the operator's: a sandbox's egress policy and
+//	                      denied attempts; replace its policy (see
+//	                      egress.go); need the admin key, not the API key
 //
-// Everything but /health needs the API key when one is set, as
+// Everything but /health and /admin needs the API key when one is set, as
 // "Authorization: Bearer KEY" or "X-API-Key: KEY".
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -112,6 +117,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /tools", s.auth(http.HandlerFunc(s.serveToolList)))
 	mux.Handle("POST /tools/{name}", s.auth(http.HandlerFunc(s.serveTool)))
 	mux.Handle("GET /sandboxes/{id}/terminal", s.auth(http.HandlerFunc(s.serveTerminal)))
+	mux.Handle("GET /admin/sandboxes/{id}/egress", s.adminAuth(http.HandlerFunc(s.serveEgressStatus)))
+	mux.Handle("PUT /admin/sandboxes/{id}/egress", s.adminAuth(http.HandlerFunc(s.serveSetEgress)))
 	s.osbRoutes(mux)
 
 	srv := s.MCPServer(func(req *mcp.CallToolRequest) string {
@@ -148,7 +155,24 @@ func (s *Server) auth(next http.Handler) http.Handler {
 	if s.opts.APIKey == "" {
 		return next
 	}
-	want := sha256.Sum256([]byte(s.opts.APIKey))
+	return requireKey(s.opts.APIKey, "missing or wrong API key: send Authorization: Bearer <key>", next)
+}
+
+// adminAuth requires the admin key; without one the endpoint is closed.
+func (s *Server) adminAuth(next http.Handler) http.Handler {
+	if s.opts.AdminKey == "" {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeError(w, http.StatusForbidden, "the admin endpoints are closed: start the server with $"+EnvAdminKey+
+				" (or [sandbox.serve] admin_key) set to a key other than the API key, and send it as Authorization: Bearer <admin key>")
+		})
+	}
+	return requireKey(s.opts.AdminKey, "missing or wrong admin key: send Authorization: Bearer <admin key> (the API key does not open /admin)", next)
+}
+
+// requireKey lets through requests that send key as "Authorization:
+// Bearer KEY" or "X-API-Key: KEY", compared in constant time.
+func requireKey(key, refusal string, next http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(key))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("X-API-Key")
 		if h := r.Header.Get("Authorization"); key == "" && h != "" {
@@ -160,7 +184,7 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		got := sha256.Sum256([]byte(key))
 		if key == "" || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxkit"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong API key: send Authorization: Bearer <key>")
+			writeError(w, http.StatusUnauthorized, refusal)
 			return
 		}
 		next.ServeHTTP(w, r)

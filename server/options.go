@@ -24,6 +24,9 @@ const (
 	// EnvAPIKey is the API key callers must send; it wins over
 	// [sandbox.serve] api_key.
 	EnvAPIKey = "SBX_API_KEY"
+	// EnvAdminKey is the operator's key for the admin endpoints (egress
+	// policies); it wins over [sandbox.serve] admin_key.
+	EnvAdminKey = "SBX_ADMIN_KEY"
 	// EnvVolumeMounts adds volumes to every sandbox: comma-separated
 	// "host:sandbox[:ro|rw]" specs, as mount_host_paths.
 	EnvVolumeMounts = "SBX_VOLUME_MOUNTS"
@@ -96,6 +99,10 @@ type Options struct {
 	// key callers could not send in a header (whitespace around it, control
 	// characters) is refused by New.
 	APIKey string
+	// AdminKey, when set, opens the operator's endpoints (/admin/...:
+	// sandboxes' egress policies) to callers that send it; agents hold
+	// APIKey, which does not open them. It must differ from APIKey.
+	AdminKey string
 	// Instance names this server in its sandboxes' labels (default
 	// "serve"). At start a server adopts the sandboxes of its instance
 	// (Adopt) and gives them a fresh idle window.
@@ -153,6 +160,10 @@ func (o *Options) setDefaults() error {
 			o.IdleTTL, o.MaxLifetime, backend.ErrInvalidConfig)
 	case apiKeyProblem(o.APIKey) != "":
 		return fmt.Errorf("server: Options.APIKey %s: no caller could send it: %w", apiKeyProblem(o.APIKey), backend.ErrInvalidConfig)
+	case apiKeyProblem(o.AdminKey) != "":
+		return fmt.Errorf("server: Options.AdminKey %s: no caller could send it: %w", apiKeyProblem(o.AdminKey), backend.ErrInvalidConfig)
+	case o.AdminKey != "" && o.AdminKey == o.APIKey:
+		return fmt.Errorf("server: the admin key is the API key, so every agent would hold it: set $%s (or [sandbox.serve] admin_key) to another key: %w", EnvAdminKey, backend.ErrInvalidConfig)
 	case !validInstance(o.Instance):
 		return fmt.Errorf("server: instance %q: want 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (it is a label value on every backend): %w",
 			o.Instance, backend.ErrInvalidConfig)
@@ -213,6 +224,16 @@ func ConfigOptions(cfg *sandboxkit.Config) (opts Options, warnings []string, err
 		}
 	}
 	opts.APIKey, warnings, err = cleanAPIKey(key, source)
+	if err != nil {
+		return opts, warnings, err
+	}
+	key, source = os.Getenv(EnvAdminKey), "$"+EnvAdminKey
+	if key == "" {
+		key, source = sc.AdminKey, "[sandbox.serve] admin_key"
+	}
+	var more []string
+	opts.AdminKey, more, err = cleanAPIKey(key, source)
+	warnings = append(warnings, more...)
 	if err != nil {
 		return opts, warnings, err
 	}

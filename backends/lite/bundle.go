@@ -68,6 +68,9 @@ type bundleInput struct {
 	hosts    string // host path of the generated /etc/hosts
 	hostname string // host path of the generated /etc/hostname
 	agentDir string // host folder mounted at agentDir ("": no agent)
+	// egress: the sandbox joins this network namespace (a path) and
+	// mounts resolvConf; zero without an egress policy.
+	egress struct{ netns, resolvConf string }
 }
 
 // buildSpec returns the OCI runtime config of a sandbox.
@@ -108,7 +111,7 @@ func buildSpec(in bundleInput) (*specs.Spec, error) {
 		},
 	}
 	if in.network == NetworkNone {
-		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace})
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: in.egress.netns})
 	}
 	if !sp.Privileged {
 		s.Linux.MaskedPaths = slices.Clone(maskedPaths)
@@ -202,6 +205,9 @@ func baseMounts(sp backend.Spec, in bundleInput) []specs.Mount {
 		mounts = append(mounts,
 			specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: sysOpts},
 			specs.Mount{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}})
+		if in.egress.resolvConf != "" {
+			mounts = append(mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: in.egress.resolvConf, Options: []string{"bind", "ro"}})
+		}
 	} else {
 		mounts = append(mounts,
 			specs.Mount{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}},

@@ -1,8 +1,11 @@
 package lite
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +52,15 @@ type Config struct {
 	// InsecureRegistries are registries ("127.0.0.1:5000") spoken to over
 	// plain HTTP.
 	InsecureRegistries []string `toml:"insecure_registries"`
+	// EgressBlock is the IPv4 block whose /30s the sandboxes with an
+	// egress policy get (one each: the host end and the sandbox's eth0).
+	// Default DefaultEgressBlock; at least a /24, at most a /8.
+	EgressBlock string `toml:"egress_block"`
+	// EgressDNS is the DNS server ("IP" or "IP:PORT") that the enforcer
+	// of a sandbox with an egress policy asks for the names the policy
+	// allows. Default: the first nameserver of the host's
+	// /etc/resolv.conf.
+	EgressDNS string `toml:"egress_dns"`
 	// SbxdPath is a static sbxd binary used instead of the embedded one
 	// (also: env SBX_SBXD_PATH).
 	SbxdPath string `toml:"sbxd_path"`
@@ -94,6 +106,16 @@ func (c Config) validate() error {
 	case "", NetworkNone, NetworkHost:
 	default:
 		return bad("network", c.Network, `"none"`, `"host"`)
+	}
+	if c.EgressBlock != "" {
+		if _, err := c.egressBlock(); err != nil {
+			return err
+		}
+	}
+	if c.EgressDNS != "" {
+		if _, err := c.egressDNS(); err != nil {
+			return err
+		}
 	}
 	switch c.PullPolicy {
 	case "", PullMissing, PullAlways, PullNever:
@@ -164,4 +186,48 @@ func WithLogger(l *slog.Logger) Option {
 			b.log = l
 		}
 	}
+}
+
+// egressBlock is EgressBlock parsed (see there).
+func (c Config) egressBlock() (netip.Prefix, error) {
+	s := cmp.Or(c.EgressBlock, DefaultEgressBlock)
+	p, err := netip.ParsePrefix(s)
+	switch {
+	case err != nil:
+		return netip.Prefix{}, fmt.Errorf("%w: [sandbox.lite] egress_block %q: want an IPv4 block such as %q (%v)", backend.ErrInvalidConfig, s, DefaultEgressBlock, err)
+	case !p.Addr().Is4() || p.Bits() < 8 || p.Bits() > 24:
+		return netip.Prefix{}, fmt.Errorf("%w: [sandbox.lite] egress_block %q: want an IPv4 block from /8 to /24, such as %q", backend.ErrInvalidConfig, s, DefaultEgressBlock)
+	}
+	return p.Masked(), nil
+}
+
+// egressDNS is EgressDNS as "IP:PORT", else the host's first nameserver.
+func (c Config) egressDNS() (string, error) {
+	if c.EgressDNS == "" {
+		return hostNameserver()
+	}
+	if ap, err := netip.ParseAddrPort(c.EgressDNS); err == nil {
+		return ap.String(), nil
+	}
+	if a, err := netip.ParseAddr(c.EgressDNS); err == nil {
+		return netip.AddrPortFrom(a, 53).String(), nil
+	}
+	return "", fmt.Errorf("%w: [sandbox.lite] egress_dns %q: want an IP address, optionally with a port (\"10.0.0.53\", \"10.0.0.53:5353\")", backend.ErrInvalidConfig, c.EgressDNS)
+}
+
+// hostNameserver is the first nameserver of /etc/resolv.conf.
+func hostNameserver() (string, error) {
+	data, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		return "", fmt.Errorf("egress: no DNS server for the enforcer: %w (set [sandbox.lite] egress_dns)", err)
+	}
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "nameserver" {
+			if a, err := netip.ParseAddr(f[1]); err == nil {
+				return netip.AddrPortFrom(a, 53).String(), nil
+			}
+		}
+	}
+	return "", errors.New("egress: /etc/resolv.conf names no nameserver; set [sandbox.lite] egress_dns")
 }

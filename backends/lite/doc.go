@@ -21,6 +21,8 @@
 //	pull_policy = "missing"   # registry images: "missing" | "always" | "never"
 //	insecure_registries = []  # registries spoken to over plain HTTP ("127.0.0.1:5000")
 //	sbxd_path = ""            # a static sbxd to use instead of the embedded one
+//	egress_block = "10.252.0.0/16"  # /30s of the sandboxes with an egress policy
+//	egress_dns = ""           # DNS server their enforcers ask; default the host's first nameserver
 //
 //	[sandbox.lite.images]     # image names of entries -> image sources
 //	"ubuntu:20.04" = "dir:/srv/rootfs/focal"
@@ -74,6 +76,12 @@
 // the cgroup is /sandboxkit-lite/<id>), a pids limit of 4096 by default;
 // /dev/shm of Spec.Resources.ShmBytes; bind and named volumes; generated
 // /etc/hosts and /etc/hostname (the hostname is the sandbox ID).
+//
+// A Spec with an Egress policy (as root only) gets a network namespace with
+// a veth to the host instead of an empty one, and an enforcer outside it
+// (`sbxd egress`, package egress): DNS only for allowed names, TCP only
+// through the enforcer's proxy, nothing else; see egress.go. Backend is an
+// EgressController: SetEgress changes the policy of a running sandbox.
 //
 // Destroy works from meta.json alone, so it also removes sandboxes whose
 // creator crashed half-way: it kills the container's first process (which

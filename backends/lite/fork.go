@@ -48,6 +48,9 @@ func (s *Sandbox) fork(ctx context.Context, req backend.ForkRequest) (_ []backen
 	if req.N < 1 {
 		return nil, fmt.Errorf("%w: fork: n must be at least 1, got %d", backend.ErrInvalidConfig, req.N)
 	}
+	if m, err := s.meta(); err == nil && m.Egress != nil {
+		return nil, fmt.Errorf("%w: fork of a sandbox with an egress policy (each fork would need its own enforced network; snapshot it and create sandboxes from the snapshot with the policy instead)", errors.ErrUnsupported)
+	}
 	if req.TTL < 0 {
 		return nil, fmt.Errorf("%w: fork: ttl must not be negative, got %s", backend.ErrInvalidConfig, req.TTL)
 	}

@@ -222,6 +222,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Isolation:        iso,
 		Images:           true,
 		NetworkModes:     []string{NetworkHost, NetworkNone},
+		Egress:           b.userns == nil,
 		BindVolumes:      true,
 		NamedVolumes:     true,
 		User:             rootful,
@@ -266,6 +267,10 @@ type meta struct {
 	Lower    string `json:"lower"`
 	Network  string `json:"network"`
 	ReadOnly bool   `json:"read_only,omitempty"`
+	// Egress is the sandbox's policy as last set, EgressNet the network
+	// that enforces it (see egress.go).
+	Egress    *backend.Egress `json:"egress,omitempty"`
+	EgressNet *egressNet      `json:"egress_net,omitempty"`
 	// Volumes are the sandbox's mounts, named volumes resolved to their
 	// host folders (Type stays VolumeNamed; see volumes.go).
 	Volumes []backend.Volume `json:"volumes,omitempty"`
@@ -407,9 +412,28 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if spec.TTL > 0 {
 		m.ExpiresAt = m.CreatedAt.Add(spec.TTL)
 	}
+	if spec.Egress != nil {
+		e := cloneEgress(*spec.Egress)
+		m.Egress = &e
+	}
 	dir := filepath.Join(b.dir, id)
 	sb := &Sandbox{b: b, id: id, dir: dir}
+	// The egress network is made while the root file system is: it
+	// records itself in the meta file, which m catches up with below.
+	var egressDone chan error
+	waitEgress := func() error {
+		if egressDone == nil {
+			return nil
+		}
+		err := <-egressDone
+		egressDone = nil
+		if cur, merr := sb.meta(); merr == nil {
+			*m = *cur
+		}
+		return err
+	}
 	fail := func(err error) (backend.Sandbox, error) {
+		waitEgress()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		if derr := sb.teardown(cctx, m); derr != nil {
@@ -428,6 +452,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err := writeMeta(dir, m); err != nil {
 		return fail(err)
 	}
+	if m.Egress != nil {
+		egressDone = make(chan error, 1)
+		em := *m
+		go func() { egressDone <- b.setupEgress(ctx, &em, dir) }()
+	}
 	if err := b.makeRootfs(m, dir, 0); err != nil {
 		return fail(err)
 	}
@@ -435,6 +464,10 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err != nil {
 		return fail(err)
 	}
+	if err := waitEgress(); err != nil {
+		return fail(err)
+	}
+	in.egress = egressInput(m, dir)
 	ociSpec, err := buildSpec(in)
 	if err != nil {
 		return fail(err)
@@ -458,6 +491,10 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 // checkCreate checks spec before Create makes anything, and resolves the
 // OCI runtime and the image (ref, the entry's or the default) it names.
 func (b *Backend) checkCreate(ctx context.Context, spec backend.Spec) (rt *ociRuntime, ref string, img *image, err error) {
+	// First: it says why better than Check's "egress" would.
+	if err := b.checkEgress(spec); err != nil {
+		return nil, "", nil, err
+	}
 	if err := b.Capabilities().Check(Name, spec); err != nil {
 		return nil, "", nil, err
 	}

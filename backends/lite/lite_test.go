@@ -189,6 +189,13 @@ func (e *testEnv) checkNothingLeft(t *testing.T) {
 			t.Errorf("leak check: sandbox folder %s is left", en.Name())
 		}
 	}
+	if claims, err := egressClaims(); err == nil {
+		for n, c := range claims {
+			if c.StateDir == e.cfg.StateDir {
+				t.Errorf("leak check: egress network %s of sandbox %s is left", egressName(n), c.ID)
+			}
+		}
+	}
 	if vols, err := os.ReadDir(filepath.Join(e.cfg.StateDir, volumesDir)); err == nil {
 		t.Errorf("leak check: the volumes folder is left, holding %d entries", len(vols))
 	}

@@ -53,7 +53,10 @@ var cleanResetCaps = append(slices.Clone(defaultCaps), "CAP_NET_ADMIN")
 //   - with a writable bind volume, which Reset leaves as it is.
 func (b *Backend) CleanReset(spec backend.Spec) bool {
 	network := cmp.Or(spec.Network, b.cfg.network())
-	if network != NetworkNone || spec.Privileged {
+	// An egress network outlives Resets (its enforcer's connections, its
+	// namespace's neighbour and conntrack state), so it is not a clean
+	// slate.
+	if network != NetworkNone || spec.Privileged || spec.Egress != nil {
 		return false
 	}
 	caps, err := capabilities(spec)

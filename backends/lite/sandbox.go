@@ -220,6 +220,11 @@ func (s *Sandbox) teardown(ctx context.Context, m *meta) error {
 			return err
 		}
 	}
+	// The enforcer and its network go once no process of the sandbox
+	// is left to use them.
+	if err := s.b.teardownEgress(s.id, m.EgressNet); err != nil {
+		return err
+	}
 	// Only once nothing is mounted: removing through a mounted overlay
 	// would be slow, and through a bind mount would reach the host.
 	if left, err := mountsUnder(s.dir); err != nil || len(left) > 0 {

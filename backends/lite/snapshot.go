@@ -439,6 +439,11 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 		return nil, &backend.OpError{Op: "prune", Backend: Name, Err: err}
 	}
 	names := thawed
+	if nets, err := pruneEgress(dryRun); err != nil {
+		return append(names, nets...), &backend.OpError{Op: "prune", Backend: Name, Err: err}
+	} else {
+		names = append(names, nets...)
+	}
 	now := time.Now()
 	for _, r := range recs {
 		expired := !r.ExpiresAt.IsZero() && !now.Before(r.ExpiresAt)

@@ -85,6 +85,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxkit/sandboxkit/internal/egressctl"
 	"github.com/sandboxkit/sandboxkit/internal/outpipe"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/sbxd"
@@ -134,10 +135,17 @@ func main() {
 			usage("sbxd dial HOST:PORT TIMEOUT")
 		}
 		os.Exit(dialMain(os.Args[2], os.Args[3]))
+	case "egress":
+		// A sandbox's egress enforcer, run by the backend outside the
+		// sandbox (package egressctl).
+		if err := egressctl.Run(os.Args[2:], os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	case "version":
 		fmt.Println("sbxd 1")
 	default:
-		usage("sbxd init|exec|serve|ls|stat|cat|readlink|kill|dial|version")
+		usage("sbxd init|exec|serve|ls|stat|cat|readlink|kill|dial|egress|version")
 	}
 }
 

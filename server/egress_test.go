@@ -1,0 +1,133 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backends/lite"
+	"github.com/sandboxkit/sandboxkit/internal/fakenet"
+	"github.com/sandboxkit/sandboxkit/internal/harness"
+	"github.com/sandboxkit/sandboxkit/internal/rootfs"
+	"github.com/sandboxkit/sandboxkit/server"
+)
+
+// adminDo sends an /admin request with key and returns the status and body.
+func adminDo(t *testing.T, url, method, key string, body any) (int, string) {
+	t.Helper()
+	var rd *bytes.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		require.NoError(t, err)
+		rd = bytes.NewReader(data)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	require.NoError(t, err)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	buf.ReadFrom(resp.Body)
+	return resp.StatusCode, buf.String()
+}
+
+// The admin endpoints are closed without an admin key, and the agents'
+// API key never opens them.
+func TestEgressAdminAuth(t *testing.T) {
+	b := localBackend(t)
+	_, err := server.New(server.Options{Backend: b, Spec: mainSpec, APIKey: "k", AdminKey: "k"})
+	require.ErrorIs(t, err, backend.ErrInvalidConfig)
+	require.Contains(t, err.Error(), "admin key is the API key")
+
+	closed := httptest.NewServer(newServer(t, b, func(o *server.Options) { o.APIKey = "agent" }).Handler())
+	defer closed.Close()
+	code, body := adminDo(t, closed.URL+"/admin/sandboxes/x/egress", http.MethodGet, "agent", nil)
+	require.Equal(t, http.StatusForbidden, code, body)
+	require.Contains(t, body, server.EnvAdminKey)
+
+	open := httptest.NewServer(newServer(t, b, func(o *server.Options) { o.APIKey, o.AdminKey = "agent", "operator" }).Handler())
+	defer open.Close()
+	for _, key := range []string{"", "agent", "wrong"} {
+		code, _ := adminDo(t, open.URL+"/admin/sandboxes/x/egress", http.MethodPut, key, backend.Egress{})
+		require.Equal(t, http.StatusUnauthorized, code, "key %q", key)
+	}
+	code, body = adminDo(t, open.URL+"/admin/sandboxes/x/egress", http.MethodGet, "operator", nil)
+	require.Equal(t, http.StatusNotImplemented, code, body)
+	require.Contains(t, body, "local backend does not enforce egress")
+}
+
+// On lite, the operator reads and changes the policy of a sandbox the
+// server made from an entry with one; bad policies change nothing.
+func TestEgressAdminLite(t *testing.T) {
+	if os.Geteuid() != 0 || exec.Command("runc", "--version").Run() != nil {
+		harness.Unavailable(t, "SBX_REQUIRE_LITE", "the lite backend needs root and runc")
+	}
+	fn := fakenet.Start(t)
+	dir, err := rootfs.Busybox()
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	base, err := os.MkdirTemp("", "sbx-egress-lite-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(base) })
+	b, err := lite.New(lite.Config{Runtime: "runc", StateDir: filepath.Join(base, "state"), EgressDNS: fn.DNS.String(),
+		ImageDir: filepath.Join(base, "images"), RuntimeRoot: filepath.Join(base, "runtime")})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	s := newServer(t, b, func(o *server.Options) {
+		o.APIKey, o.AdminKey = "agent", "operator"
+		o.Spec = func(typ string) (backend.Spec, error) {
+			return backend.Spec{Name: typ, Image: "dir:" + dir, Egress: &backend.Egress{Allow: []string{"allowed.test:443"}}}, nil
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	info, err := s.Create(ctx, "conv:egress", "main", 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Delete(context.Background(), "conv:egress", info.ID) })
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	url := hs.URL + "/admin/sandboxes/" + info.ID + "/egress"
+
+	var st backend.EgressStatus
+	code, body := adminDo(t, url, http.MethodGet, "operator", nil)
+	require.Equal(t, http.StatusOK, code, body)
+	require.NoError(t, json.Unmarshal([]byte(body), &st))
+	require.Equal(t, []string{"allowed.test:443"}, st.Policy.Allow)
+	require.NotNil(t, st.Denials)
+
+	code, body = adminDo(t, url, http.MethodPut, "operator", backend.Egress{Allow: []string{"*bad.test"}})
+	require.Equal(t, http.StatusBadRequest, code, body)
+	require.Contains(t, body, "*bad.test")
+	code, body = adminDo(t, url, http.MethodPut, "operator", map[string]any{"allow": []string{"a.test"}, "alow": 1})
+	require.Equal(t, http.StatusBadRequest, code, body)
+	require.Contains(t, body, "alow")
+	code, body = adminDo(t, url, http.MethodPut, "agent", backend.Egress{Default: "allow"})
+	require.Equal(t, http.StatusUnauthorized, code, body)
+
+	code, body = adminDo(t, url, http.MethodPut, "operator", backend.Egress{Default: "deny", Allow: []string{"www.allowed.test:80"}})
+	require.Equal(t, http.StatusNoContent, code, body)
+	code, body = adminDo(t, url, http.MethodGet, "operator", nil)
+	require.Equal(t, http.StatusOK, code, body)
+	require.NoError(t, json.Unmarshal([]byte(body), &st))
+	require.Equal(t, []string{"www.allowed.test:80"}, st.Policy.Allow)
+
+	code, body = adminDo(t, hs.URL+"/admin/sandboxes/0123456789ab/egress", http.MethodGet, "operator", nil)
+	require.Equal(t, http.StatusNotFound, code, body)
+	require.True(t, strings.Contains(body, "not one of this server's"), body)
+}
