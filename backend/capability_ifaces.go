@@ -244,3 +244,12 @@ type Labeler interface {
 	// (LabelID, LabelBackend) cannot be changed.
 	SetLabels(ctx context.Context, id string, labels map[string]string) error
 }
+
+// RemovalWaiter is implemented by backends whose Destroy returns before the
+// sandbox's resources are released: a k8s pod being deleted is no longer
+// found by Get or List, but its containers and network are torn down by
+// the kubelet after that. WaitRemoved returns once sandbox id holds nothing
+// any more (at once when it never existed), or ctx's error.
+type RemovalWaiter interface {
+	WaitRemoved(ctx context.Context, id string) error
+}

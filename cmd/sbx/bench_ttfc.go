@@ -555,7 +555,8 @@ func (r *ttfcRun) fill(ctx context.Context, kept *session.Pool) error {
 	return nil
 }
 
-// settle waits until the released sandboxes are gone, or back in their
+// settle waits until the released sandboxes are gone (their resources
+// released too, where the backend is a RemovalWaiter), or back in their
 // pool (where it reuses them), so that their removal does not load the
 // next round.
 func (r *ttfcRun) settle(ctx context.Context, used []*session.Claimed) {
@@ -565,6 +566,14 @@ func (r *ttfcRun) settle(ctx context.Context, used []*session.Claimed) {
 		for {
 			sb, err := r.b.Get(ctx, c.ID())
 			if errors.Is(err, backend.ErrNotFound) {
+				// Not found can still mean being torn down (a k8s pod
+				// being deleted): wait for its resources too.
+				if rw, ok := backend.AsBackend[backend.RemovalWaiter](r.b); ok {
+					if err := rw.WaitRemoved(ctx, c.ID()); err != nil {
+						r.a.logger.Warn("bench: a released sandbox is still being removed; going on", "sandbox", c.ID(), "err", err)
+						return
+					}
+				}
 				break
 			}
 			if err == nil {
