@@ -222,15 +222,21 @@ func (b *Backend) setupEgress(ctx context.Context, m *meta, dir string) error {
 	if err := egressctl.WritePolicy(egressctl.PathsIn(dir).Policy, *m.Egress); err != nil {
 		return err
 	}
+	// The rules name the proxy's fixed port, so they load while the
+	// enforcer starts; until it listens, the sandbox (not started yet
+	// anyway) would reach nothing.
+	rules := make(chan error, 1)
+	go func() { rules <- nftApply(ctx, egressRules(n, host, egressctl.ProxyPort)) }()
 	pid, start, port, err := b.startEnforcer(ctx, dir, host)
+	rerr := <-rules
 	if err != nil {
 		return fmt.Errorf("egress enforcer: %w", err)
 	}
 	if err := b.update(m, func(cur *meta) { cur.EgressNet = &egressNet{Index: n, PID: pid, Start: start, Port: port} }); err != nil {
 		return err
 	}
-	if err := nftApply(ctx, egressRules(n, host, port)); err != nil {
-		return fmt.Errorf("egress rules: %w", err)
+	if rerr != nil {
+		return fmt.Errorf("egress rules: %w", rerr)
 	}
 	return nil
 }

@@ -44,6 +44,7 @@ func Run(args []string, stderr io.Writer) error {
 	denials := fl.String("denials", "", "file the denied attempts are appended to (JSON lines)")
 	control := fl.String("control", "", "unix socket to serve the policy on")
 	readyFD := fl.Int("ready-fd", 0, "descriptor to write \"ready PORT\\n\" to once serving")
+	proxyPort := fl.Int("proxy-port", 0, "the proxy's port (0: any free one)")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -73,7 +74,7 @@ func Run(args []string, stderr io.Writer) error {
 		return err
 	}
 	s := &server{e: e, policyFile: *policyFile, denials: *denials}
-	port, err := s.listen(host, *control)
+	port, err := s.listen(host, *proxyPort, *control)
 	if err != nil {
 		return fmt.Errorf("sbxd egress: %w", err)
 	}
@@ -98,7 +99,7 @@ type server struct {
 	closers    []io.Closer
 }
 
-func (s *server) listen(host netip.Addr, control string) (proxyPort int, err error) {
+func (s *server) listen(host netip.Addr, port int, control string) (proxyPort int, err error) {
 	defer func() {
 		if err != nil {
 			s.close()
@@ -115,7 +116,7 @@ func (s *server) listen(host netip.Addr, control string) (proxyPort int, err err
 		return 0, err
 	}
 	s.closers = append(s.closers, tcp)
-	proxy, err := net.Listen("tcp", netip.AddrPortFrom(host, 0).String())
+	proxy, err := net.Listen("tcp", netip.AddrPortFrom(host, uint16(port)).String())
 	if err != nil {
 		return 0, err
 	}
@@ -343,10 +344,15 @@ func PathsIn(dir string) Paths {
 	}
 }
 
+// ProxyPort is the proxy's port where every enforcer has an address of its
+// own (so rules naming it can be loaded while the enforcer starts).
+const ProxyPort = 15001
+
 // Args are the arguments of `sbxd egress` for an enforcer of folder dir
-// listening on host, asking upstream, telling readiness on descriptor 3.
+// listening on host (DNS on 53, the proxy on ProxyPort), asking upstream,
+// telling readiness on descriptor 3.
 func Args(dir string, host netip.Addr, upstream string) []string {
 	p := PathsIn(dir)
-	return []string{"egress", "--listen", host.String(), "--upstream", upstream,
+	return []string{"egress", "--listen", host.String(), "--upstream", upstream, "--proxy-port", strconv.Itoa(ProxyPort),
 		"--policy", p.Policy, "--denials", p.Denials, "--control", p.Control, "--ready-fd", strconv.Itoa(3)}
 }
