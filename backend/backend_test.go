@@ -75,6 +75,25 @@ func TestCapabilitiesCheck(t *testing.T) {
 	}
 }
 
+// A backend that cannot enforce an egress policy refuses it, saying why.
+func TestCapabilitiesCheckEgress(t *testing.T) {
+	spec := Spec{Egress: &Egress{Allow: []string{"pypi.org:443"}}}
+	if err := (Capabilities{Egress: true}).Check("x", spec); err != nil {
+		t.Errorf("a backend that enforces egress refused it: %v", err)
+	}
+	err := (Capabilities{EgressWhy: "no network of its own"}).Check("demo", spec)
+	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "egress (no network of its own)") {
+		t.Errorf("Check = %v, want ErrUnsupported naming egress and why", err)
+	}
+	err = (Capabilities{}).Check("demo", spec)
+	if err == nil || !strings.Contains(err.Error(), "egress (it does not enforce egress policies)") {
+		t.Errorf("Check without a reason = %v", err)
+	}
+	if err := (Capabilities{}).Check("demo", Spec{}); err != nil {
+		t.Errorf("a Spec without a policy: %v", err)
+	}
+}
+
 func TestFilterMatch(t *testing.T) {
 	info := Info{Name: "main", Session: "s", Labels: map[string]string{"a": "1"}}
 	cases := []struct {

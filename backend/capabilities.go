@@ -31,8 +31,10 @@ type Capabilities struct {
 	// a "*" entry accepts any named network.
 	NetworkModes []string
 
-	// Egress: Spec.Egress is enforced (see EgressController).
-	Egress bool
+	// Egress: Spec.Egress is enforced (see EgressController). Without
+	// it, EgressWhy says why not, for the refusal.
+	Egress    bool
+	EgressWhy string
 
 	BindVolumes  bool
 	NamedVolumes bool
@@ -103,7 +105,13 @@ func (c Capabilities) Check(backendName string, spec Spec) error {
 			need(c.BindVolumes, fmt.Sprintf("volume %q", v.Source+":"+v.Target))
 		}
 	}
-	need(spec.Egress == nil || c.Egress, "egress")
+	if spec.Egress != nil && !c.Egress {
+		why := c.EgressWhy
+		if why == "" {
+			why = "it does not enforce egress policies"
+		}
+		bad = append(bad, "egress ("+why+")")
+	}
 	need(len(spec.Ports) == 0 || c.Ports, "ports")
 	need(spec.User == "" || c.User, "user")
 	need(spec.Resources.CPUs == 0 || c.CPULimit, "cpus")

@@ -27,6 +27,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backends/k8s"
 	"github.com/sandboxkit/sandboxkit/internal/k8stest"
+	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
 	"github.com/sandboxkit/sandboxkit/sbxd"
 )
 
@@ -447,38 +448,14 @@ func burst(b *testing.B, cs []*sbxd.Client) []time.Duration {
 		wg.Go(func() {
 			<-gate
 			start := time.Now()
-			out := &firstByte{}
+			out := &syncbuf.FirstWrite{}
 			if _, err := c.Exec(context.Background(), backend.ExecRequest{Cmd: []string{"echo", "ok"}, Stdout: out}); err != nil {
 				b.Error(err)
 			}
-			ds[i] = out.since(start)
+			ds[i] = out.Since(start)
 		})
 	}
 	close(gate)
 	wg.Wait()
 	return ds
-}
-
-// firstByte notes when output first arrived.
-type firstByte struct {
-	mu sync.Mutex
-	at time.Time
-}
-
-func (f *firstByte) Write(p []byte) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.at.IsZero() && len(p) > 0 {
-		f.at = time.Now()
-	}
-	return len(p), nil
-}
-
-func (f *firstByte) since(start time.Time) time.Duration {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.at.IsZero() {
-		return time.Since(start)
-	}
-	return f.at.Sub(start)
 }

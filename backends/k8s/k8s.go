@@ -125,6 +125,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	runtimes := slices.DeleteFunc(append([]string{b.cfg.RuntimeClass}, b.cfg.RuntimeClasses...), func(s string) bool { return s == "" })
 	return backend.Capabilities{
 		Isolation:      backend.IsolationContainer,
+		EgressWhy:      "it needs a network plugin that enforces NetworkPolicy plus an egress proxy, which is not built yet; lite enforces egress policies",
 		NetworkModes:   []string{"bridge", "host", "none"},
 		Images:         true,
 		BindVolumes:    true,

@@ -174,7 +174,8 @@ func (b *Backend) claimEgress(id string) (int, error) {
 // egressClaims lists the machine's claims by index.
 func egressClaims() (map[int]egressClaim, error) {
 	ents, err := os.ReadDir(egressRunDir)
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+		// None made, or not by this user: rootless lite makes none.
 		return nil, nil
 	}
 	if err != nil {

@@ -17,8 +17,10 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/egressctl"
 	"github.com/sandboxkit/sandboxkit/internal/fakenet"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
+	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
 )
 
 var (
@@ -169,12 +171,16 @@ func TestEgress(t *testing.T) {
 		st, err := procfs.StartTime(m.EgressNet.PID)
 		require.NoError(t, err, "the enforcer is gone")
 		require.Equal(t, m.EgressNet.Start, st)
+		status, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(m.EgressNet.PID), "status"))
+		require.NoError(t, err)
+		uid := strconv.Itoa(egressctl.EnforcerUID)
+		require.Contains(t, string(status), "\nUid:\t"+uid+"\t"+uid+"\t"+uid+"\t"+uid+"\n", "the enforcer still runs as root")
 		e.mustFail(t, "get", "http://"+denied+"/", "denied.test")
 		e.mustReach(t, "hello from allowed.test", "get", "http://allowed.test/")
 	})
 	t.Run("a policy change applies to running connections", func(t *testing.T) {
 		out := make(chan string, 1)
-		var buf syncBuffer
+		var buf syncbuf.Buffer
 		go func() {
 			res, err := e.sb.Exec(t.Context(), backend.ExecRequest{Cmd: []string{"/netprobe", "stream", "http://allowed.test/stream", "allowed.test"}, Stdout: &buf})
 			if err != nil {
@@ -213,22 +219,20 @@ func TestEgress(t *testing.T) {
 	})
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// A Reset keeps the sandbox in its enforced network; a fork of it is
+// refused (each fork would need a network of its own).
+func TestEgressResetAndFork(t *testing.T) {
+	e := newEgressEnv(t, func(*fakenet.Net) backend.Egress { return backend.Egress{Allow: []string{"allowed.test:80"}} })
+	require.False(t, e.b.CleanReset(backend.Spec{Egress: &backend.Egress{}}), "a pool would reuse a sandbox whose network outlives its Reset")
+	for range 2 { // the first Reset, then one from its standby
+		require.NoError(t, e.sb.Reset(t.Context()))
+		require.NoError(t, e.sb.WriteFile(t.Context(), "/netprobe", bytes.NewReader(netprobe(t)), 0o755))
+		e.mustReach(t, "hello from allowed.test", "get", "http://allowed.test/")
+		e.mustFail(t, "get", "http://"+e.net.Addr("denied.test").String()+"/", "denied.test")
+	}
+	_, err := e.sb.Fork(t.Context(), backend.ForkRequest{N: 1})
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+	require.Contains(t, err.Error(), "egress")
 }
 
 // A sandbox's egress network, enforcer and claim are gone with it, and a

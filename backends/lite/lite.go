@@ -223,6 +223,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Images:           true,
 		NetworkModes:     []string{NetworkHost, NetworkNone},
 		Egress:           b.userns == nil,
+		EgressWhy:        "rootless lite cannot make the host-side network an enforcer needs; run it as root",
 		BindVolumes:      true,
 		NamedVolumes:     true,
 		User:             rootful,

@@ -222,8 +222,10 @@ func (s *Sandbox) teardown(ctx context.Context, m *meta) error {
 	}
 	// The enforcer and its network go once no process of the sandbox
 	// is left to use them.
-	if err := s.b.teardownEgress(s.id, m.EgressNet); err != nil {
-		return err
+	if m.Egress != nil {
+		if err := s.b.teardownEgress(s.id, m.EgressNet); err != nil {
+			return err
+		}
 	}
 	// Only once nothing is mounted: removing through a mounted overlay
 	// would be slow, and through a bind mount would reach the host.

@@ -103,6 +103,7 @@ func (b *Backend) Close() error { return nil }
 func (b *Backend) Capabilities() backend.Capabilities {
 	return backend.Capabilities{
 		Isolation:        backend.IsolationNone,
+		EgressWhy:        "host processes have no network of their own to enforce a policy on",
 		NetworkModes:     []string{"host"},
 		User:             os.Geteuid() == 0,
 		PauseKeepsMemory: false,

@@ -94,11 +94,12 @@ func TestCreateRefusesWhatItCannotHonour(t *testing.T) {
 	ctx := context.Background()
 	b := newBackend(t)
 	cases := map[string]backend.Spec{
-		"mem_limit":  {Resources: backend.Resources{MemoryBytes: 1 << 30}},
-		"volume":     {Volumes: []backend.Volume{{Type: backend.VolumeBind, Source: "/tmp", Target: "/data"}}},
-		"network":    {Network: "none"},
-		"privileged": {Privileged: true},
-		"ports":      {Ports: []backend.Port{{Port: 80}}},
+		"mem_limit":                              {Resources: backend.Resources{MemoryBytes: 1 << 30}},
+		"volume":                                 {Volumes: []backend.Volume{{Type: backend.VolumeBind, Source: "/tmp", Target: "/data"}}},
+		"network":                                {Network: "none"},
+		"privileged":                             {Privileged: true},
+		"ports":                                  {Ports: []backend.Port{{Port: 80}}},
+		"egress (host processes have no network": {Egress: &backend.Egress{Allow: []string{"pypi.org"}}},
 	}
 	for want, spec := range cases {
 		_, err := b.Create(ctx, spec)

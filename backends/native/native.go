@@ -253,6 +253,7 @@ func (b *Backend) runProbe(done chan struct{}) {
 func (b *Backend) Capabilities() backend.Capabilities {
 	caps := backend.Capabilities{
 		Isolation:        backend.IsolationContainer,
+		EgressWhy:        "not built for Docker engines yet; lite enforces egress policies",
 		Images:           true,
 		NetworkModes:     []string{"none", "bridge", "host", "*"},
 		BindVolumes:      true,

@@ -139,6 +139,7 @@ func (b *Backend) Close() error {
 func (b *Backend) Capabilities() backend.Capabilities {
 	return backend.Capabilities{
 		Isolation:        backend.IsolationContainer,
+		EgressWhy:        "OpenSandbox's egress API is not wired in yet; lite enforces egress policies",
 		Images:           true,
 		BindVolumes:      true,
 		NamedVolumes:     true,

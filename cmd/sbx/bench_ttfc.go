@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/config"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
 	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
+	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
 	"github.com/sandboxkit/sandboxkit/sbxd"
 	"github.com/sandboxkit/sandboxkit/session"
 )
@@ -170,6 +171,8 @@ const (
 	// ttfcFillTimeout bounds waiting for a pool to fill (the first fill
 	// may pull the image).
 	ttfcFillTimeout = 10 * time.Minute
+	// ttfcFillReport is how often fill says how far a pool is.
+	ttfcFillReport = 10 * time.Second
 	// ttfcSettleTimeout bounds waiting for a round's sandboxes to be gone.
 	ttfcSettleTimeout = time.Minute
 )
@@ -504,9 +507,9 @@ func (r *ttfcRun) request(ctx context.Context, p *session.Pool) ttfcResult {
 		return ttfcResult{err: err}
 	}
 	res := ttfcResult{c: c, acquire: time.Since(start)}
-	out := &firstOutput{}
+	out := &syncbuf.FirstWrite{}
 	er, err := c.Exec(ctx, backend.ExecRequest{Cmd: r.o.cmd, Stdout: out})
-	res.d = out.since(start)
+	res.d = out.Since(start)
 	switch {
 	case err != nil:
 		res.err = fmt.Errorf("sandbox %s: %s: %w", c.ID(), strings.Join(r.o.cmd, " "), err)
@@ -516,43 +519,34 @@ func (r *ttfcRun) request(ctx context.Context, p *session.Pool) ttfcResult {
 	return res
 }
 
-// firstOutput notes when the first byte of output arrived.
-type firstOutput struct {
-	mu sync.Mutex
-	at time.Time
-}
-
-func (f *firstOutput) Write(p []byte) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.at.IsZero() && len(p) > 0 {
-		f.at = time.Now()
-	}
-	return len(p), nil
-}
-
-// since returns the time from start to the first output, or to now when
-// there was none.
-func (f *firstOutput) since(start time.Time) time.Duration {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.at.IsZero() {
-		return time.Since(start)
-	}
-	return f.at.Sub(start)
-}
-
-// fill waits until kept has its Size ready members.
+// fill waits until kept has its Size ready members. While it waits it says
+// every ttfcFillReport how far the pool is, with the keeper's last error,
+// so that a pool that cannot fill (a namespace that does not exist, an
+// image that cannot be pulled) is not a silent wait.
 func (r *ttfcRun) fill(ctx context.Context, kept *session.Pool) error {
 	ctx, cancel := context.WithTimeout(ctx, ttfcFillTimeout)
 	defer cancel()
-	if err := kept.Ready(ctx, kept.Settings().Size); err != nil {
-		if last := kept.Stats().LastError; last != "" {
-			return fmt.Errorf("%w (last error: %s)", err, last)
+	size := kept.Settings().Size
+	for {
+		wctx, wcancel := context.WithTimeout(ctx, ttfcFillReport)
+		err := kept.Ready(wctx, size)
+		wcancel()
+		if err == nil {
+			return nil
 		}
-		return err
+		st := kept.Stats()
+		if ctx.Err() != nil {
+			if st.LastError != "" {
+				return fmt.Errorf("%w (last error: %s)", err, st.LastError)
+			}
+			return err
+		}
+		if st.LastError != "" {
+			r.a.benchLog("bench: the pool is still filling: %d of %d ready; the keeper's last error: %s", st.Ready, size, st.LastError)
+		} else {
+			r.a.benchLog("bench: the pool is still filling: %d of %d ready", st.Ready, size)
+		}
 	}
-	return nil
 }
 
 // settle waits until the released sandboxes are gone (their resources

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -225,6 +226,11 @@ func (a *app) move(ctx context.Context, id, to string, keep bool) error {
 	}
 	defer db.Close()
 
+	// Both halves report progress at once: serialise their writes where
+	// stderr is no file (a file's writes are whole already).
+	if _, ok := a.stderr.(*os.File); !ok {
+		a.stderr = &lockedWriter{w: a.stderr}
+	}
 	pr, pw := io.Pipe()
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -256,4 +262,16 @@ func (a *app) move(ctx context.Context, id, to string, keep bool) error {
 		return fmt.Errorf("move: the session runs on the new backend, but removing the original %s failed: %w (sbx down %s)", id, err, id)
 	}
 	return nil
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

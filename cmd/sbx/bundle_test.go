@@ -59,7 +59,11 @@ func restored(t *testing.T, cfg, out string) (string, string) {
 	return res.Session, mainOf(t, res)
 }
 
-func liteBundleConfig(t *testing.T) string {
+// liteConfig writes a config of the lite backend (skipping t without
+// runc, unless SBX_REQUIRE_LITE=1) whose folders are the test's, with
+// liteKeys added to [sandbox.lite] and an entry main of a busybox image,
+// working in /root, with entryKeys added.
+func liteConfig(t *testing.T, liteKeys, entryKeys string) string {
 	t.Helper()
 	if _, err := exec.LookPath("runc"); err != nil && os.Getenv("SBX_REQUIRE_LITE") != "1" {
 		t.Skip("lite: no runc (scripts/lite-setup.sh)")
@@ -76,10 +80,12 @@ backend = "lite"
 state_dir = %q
 image_dir = %q
 runtime_root = %q
+%s
 [sandbox.sandboxes.main]
 image = %q
 working_dir = "/root"
-`, filepath.Join(base, "state"), filepath.Join(base, "images"), filepath.Join(base, "runtime"), "dir:"+fs))
+%s
+`, filepath.Join(base, "state"), filepath.Join(base, "images"), filepath.Join(base, "runtime"), liteKeys, "dir:"+fs, entryKeys))
 }
 
 // A session on native, written to a bundle and restored on lite, has the
@@ -88,7 +94,7 @@ working_dir = "/root"
 func TestBundleNativeToLite(t *testing.T) {
 	src, _ := dockerConfig(t, fmt.Sprintf("image = %q\nworking_dir = \"/root\"", dockertest.BusyboxImage))
 	pruneAtCleanup(t)
-	dst := liteBundleConfig(t)
+	dst := liteConfig(t, "", "")
 	sess, main := upSession(t, src)
 	must(t, "--config", src, "exec", main, "--", "sh", "-c", bundleState)
 	want := must(t, "--config", src, "exec", main, "--", "sh", "-c", bundleProbe)
@@ -232,7 +238,7 @@ func TestBundleRefusedOnLocal(t *testing.T) {
 func TestMoveLiteToNative(t *testing.T) {
 	dst, _ := dockerConfig(t, fmt.Sprintf("image = %q\nworking_dir = \"/root\"", dockertest.BusyboxImage))
 	pruneAtCleanup(t)
-	src := liteBundleConfig(t)
+	src := liteConfig(t, "", "")
 	sess, main := upSession(t, src)
 	must(t, "--config", src, "exec", main, "--", "sh", "-c", "mkdir -p /root && "+bundleState)
 	want := must(t, "--config", src, "exec", main, "--", "sh", "-c", bundleProbe)

@@ -50,6 +50,9 @@ type chaosTarget struct {
 	// bundles: the backend saves images, so sbx snapshot -o of a kept
 	// session is one of the commands killed.
 	bundles bool
+	// egress: the config has an entry "fenced" with an egress policy, and
+	// sbx run of it is one of the commands killed.
+	egress bool
 }
 
 func TestChaos(t *testing.T) {
@@ -97,6 +100,9 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 		sbx(t, "up", "--id", "chaoskeep", "main").expect(t, 0)
 		ops = append(ops, "bundle")
 	}
+	if tg.egress {
+		ops = append(ops, "run-egress")
+	}
 	phases := []struct {
 		name  string
 		count int
@@ -126,6 +132,8 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 				args = []string{"pool", "keep", "--sessions", "worker"}
 			case "bundle": // its snapshots, temporary folder and images
 				args = []string{"snapshot", "-o", filepath.Join(outs, fmt.Sprintf("b%d.tar", n)), "chaoskeep"}
+			case "run-egress": // its network namespace, veth, rules and enforcer
+				args = []string{"run", "--sandbox", "fenced", "--", "sh", "-c", "echo started; sleep 60"}
 			case "claim": // from the pool a killed keeper may have left
 				args = []string{"run", "--sandbox", "worker", "--", "sh", "-c", "echo started; sleep 60"}
 			}
@@ -233,7 +241,7 @@ func sessionsLeft(t *testing.T) []string {
 	return ids
 }
 
-func writeChaosConfig(t *testing.T, head, image string) string {
+func writeChaosConfig(t *testing.T, head, image string, more ...string) string {
 	t.Helper()
 	return writeConfig(t, fmt.Sprintf(`%s
 [sandbox.sandboxes.main]
@@ -242,7 +250,7 @@ image = %q
 image = %q
 [sandbox.sandboxes.worker.pool]
 size = 2
-`, head, image, image))
+`, head, image, image)+strings.Join(more, ""))
 }
 
 func chaosLocal(t *testing.T) chaosTarget {
@@ -274,10 +282,14 @@ func chaosLite(t *testing.T) chaosTarget {
 	t.Cleanup(func() { os.RemoveAll(fs) })
 	base := t.TempDir()
 	state, runtimeRoot := filepath.Join(base, "state"), filepath.Join(base, "runtime")
-	head := fmt.Sprintf("[sandbox]\nbackend = \"lite\"\n[sandbox.lite]\nstate_dir = %q\nimage_dir = %q\nruntime_root = %q\n",
+	// The enforcers ask no DNS server here: nothing in the sandboxes
+	// looks a name up.
+	head := fmt.Sprintf("[sandbox]\nbackend = \"lite\"\n[sandbox.lite]\nstate_dir = %q\nimage_dir = %q\nruntime_root = %q\negress_dns = \"127.0.0.1\"\n",
 		state, filepath.Join(base, "images"), runtimeRoot)
+	fenced := fmt.Sprintf("\n[sandbox.sandboxes.fenced]\nimage = %q\negress = { allow = [\"allowed.test\"] }\n", "dir:"+fs)
 	return chaosTarget{
-		config:   writeChaosConfig(t, head, "dir:"+fs),
+		config:   writeChaosConfig(t, head, "dir:"+fs, fenced),
+		egress:   true,
 		kills:    50,
 		maxDelay: 800 * time.Millisecond,
 		inventory: func(t *testing.T) []string {
@@ -291,6 +303,7 @@ func chaosLite(t *testing.T) chaosTarget {
 					inv = append(inv, "cgroup "+m)
 				}
 			}
+			inv = append(inv, egressInventory(t, state)...)
 			slices.Sort(inv)
 			return inv
 		},
@@ -455,6 +468,73 @@ func mountsUnder(t *testing.T, dir string) []string {
 	for line := range strings.SplitSeq(string(data), "\n") {
 		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
 			out = append(out, "mount "+f[4])
+		}
+	}
+	return out
+}
+
+// egressInventory lists what lite's egress holds for the sandboxes of
+// state dir state: claims naming it, and enforcers serving its sandboxes;
+// and, machine-wide, egress namespaces, interfaces and nftables tables
+// that no claim covers (a claim is made before them and dropped after
+// them, so those are leaks whoever made them).
+func egressInventory(t *testing.T, state string) []string {
+	const claims = "/run/sandboxkit/egress"
+	var inv []string
+	claimed := map[string]bool{}
+	ents, _ := os.ReadDir(claims)
+	for _, e := range ents {
+		data, err := os.ReadFile(filepath.Join(claims, e.Name()))
+		if err != nil {
+			continue
+		}
+		claimed[e.Name()] = true
+		if strings.Contains(string(data), strconv.Quote(state)) {
+			inv = append(inv, "egress claim "+e.Name())
+		}
+	}
+	for _, p := range processesWithArg(t, "egress", state+"/") {
+		inv = append(inv, "enforcer "+p)
+	}
+	unclaimed := func(kind, name, prefix string) {
+		if n, ok := strings.CutPrefix(name, prefix); ok && !claimed[n] {
+			inv = append(inv, "unclaimed egress "+kind+" "+name)
+		}
+	}
+	nss, _ := os.ReadDir("/run/netns")
+	for _, e := range nss {
+		unclaimed("netns", e.Name(), "sbxe-")
+	}
+	links, _ := os.ReadDir("/sys/class/net")
+	for _, e := range links {
+		unclaimed("interface", e.Name(), "sbxe-")
+	}
+	if out, err := exec.Command("nft", "list", "tables").Output(); err == nil {
+		for line := range strings.Lines(string(out)) {
+			if f := strings.Fields(line); len(f) == 3 {
+				unclaimed("nftables table", f[2], "sbxe_")
+			}
+		}
+	}
+	return inv
+}
+
+// processesWithArg lists the processes whose second argument is sub and
+// one of whose arguments contains also, as "PID ARGS".
+func processesWithArg(t *testing.T, sub, also string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+		if len(args) > 1 && args[1] == sub && slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, also) }) {
+			out = append(out, e.Name()+" "+strings.Join(args, " "))
 		}
 	}
 	return out

@@ -3,43 +3,21 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/fakenet"
-	"github.com/sandboxkit/sandboxkit/internal/rootfs"
 )
 
 // sbx egress show and set on a lite sandbox made from an entry with a
 // policy: the policy as configured, a denial the sandbox caused, a change
 // that applies at once, and bad input refused naming the rule.
 func TestEgressCommands(t *testing.T) {
-	if _, err := exec.LookPath("runc"); err != nil && os.Getenv("SBX_REQUIRE_LITE") != "1" {
-		t.Skip("lite: no runc (scripts/lite-setup.sh)")
-	}
 	setup(t)
 	fn := fakenet.Start(t)
-	fs, err := rootfs.Busybox()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(fs) })
-	base := t.TempDir()
-	t.Setenv("SBX_CONFIG", writeConfig(t, fmt.Sprintf(`[sandbox]
-backend = "lite"
-[sandbox.lite]
-state_dir = %q
-image_dir = %q
-runtime_root = %q
-egress_dns = %q
-[sandbox.sandboxes.main]
-image = %q
-egress = { default = "deny", allow = ["allowed.test:80"] }
-`, filepath.Join(base, "state"), filepath.Join(base, "images"), filepath.Join(base, "runtime"), fn.DNS.String(), "dir:"+fs)))
+	t.Setenv("SBX_CONFIG", liteConfig(t, fmt.Sprintf("egress_dns = %q", fn.DNS.String()),
+		`egress = { default = "deny", allow = ["allowed.test:80"] }`))
 	id := keep(t, "true")
 	t.Cleanup(func() { sbx(t, "rm", id) })
 

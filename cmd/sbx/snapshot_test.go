@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +14,6 @@ import (
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
 	"github.com/sandboxkit/sandboxkit/internal/k8stest"
 	"github.com/sandboxkit/sandboxkit/internal/remotetest"
-	"github.com/sandboxkit/sandboxkit/internal/rootfs"
 )
 
 // sbx snapshot and sbx fork on the backends that have them; the config is
@@ -28,26 +24,8 @@ func TestSnapshotAndForkLocal(t *testing.T) {
 }
 
 func TestSnapshotAndForkLite(t *testing.T) {
-	if _, err := exec.LookPath("runc"); err != nil && os.Getenv("SBX_REQUIRE_LITE") != "1" {
-		t.Skip("lite: no runc (scripts/lite-setup.sh)")
-	}
 	setup(t)
-	fs, err := rootfs.Busybox()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(fs) })
-	base := t.TempDir()
-	t.Setenv("SBX_CONFIG", writeConfig(t, fmt.Sprintf(`[sandbox]
-backend = "lite"
-[sandbox.lite]
-state_dir = %q
-image_dir = %q
-runtime_root = %q
-[sandbox.sandboxes.main]
-image = %q
-working_dir = "/root"
-`, filepath.Join(base, "state"), filepath.Join(base, "images"), filepath.Join(base, "runtime"), "dir:"+fs)))
+	t.Setenv("SBX_CONFIG", liteConfig(t, "", ""))
 	checkSnapshotAndFork(t)
 }
 

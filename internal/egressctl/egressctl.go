@@ -66,16 +66,23 @@ func Run(args []string, stderr io.Writer) error {
 		return fmt.Errorf("sbxd egress: %s: %w", *policyFile, err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	dw := &denialWriter{path: *denials, log: log}
+	dw, err := openDenials(*denials, log)
+	if err != nil {
+		return fmt.Errorf("sbxd egress: %w", err)
+	}
 	var e *egress.Enforcer
 	dial := guardedDial(func() *egress.Policy { return e.Policy() })
 	e, err = egress.New(egress.Options{Policy: pol, Upstream: *upstream, OnDeny: dw.write, Logger: log, Dial: dial})
 	if err != nil {
 		return err
 	}
-	s := &server{e: e, policyFile: *policyFile, denials: *denials}
+	s := &server{e: e, spec: spec}
 	port, err := s.listen(host, *proxyPort, *control)
 	if err != nil {
+		return fmt.Errorf("sbxd egress: %w", err)
+	}
+	if err := dropPrivileges(); err != nil {
+		s.close()
 		return fmt.Errorf("sbxd egress: %w", err)
 	}
 	if *readyFD > 0 {
@@ -92,11 +99,10 @@ func Run(args []string, stderr io.Writer) error {
 
 // server is a running enforcer's listeners.
 type server struct {
-	e          *egress.Enforcer
-	policyFile string
-	denials    string
-	mu         sync.Mutex // serialises policy changes
-	closers    []io.Closer
+	e       *egress.Enforcer
+	mu      sync.Mutex     // serialises policy changes
+	spec    backend.Egress // the policy in force, as given
+	closers []io.Closer
 }
 
 func (s *server) listen(host netip.Addr, port int, control string) (proxyPort int, err error) {
@@ -147,11 +153,9 @@ func (s *server) close() {
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /policy", func(w http.ResponseWriter, r *http.Request) {
-		spec, err := readPolicy(s.policyFile)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
+		s.mu.Lock()
+		spec := s.spec
+		s.mu.Unlock()
 		json.NewEncoder(w).Encode(spec)
 	})
 	mux.HandleFunc("PUT /policy", func(w http.ResponseWriter, r *http.Request) {
@@ -167,16 +171,36 @@ func (s *server) handler() http.Handler {
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		// The file first: a restarted enforcer must not fall back to
-		// the old policy.
-		if err := writePolicy(s.policyFile, spec); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
 		s.e.SetPolicy(pol)
+		s.spec = spec
 		w.WriteHeader(http.StatusNoContent)
 	})
 	return mux
+}
+
+// EnforcerUID is the user and group the enforcer runs as once it has
+// bound its sockets: a flaw in its parsers, which read what the sandbox
+// sends, then yields no root on the host. It is no image's user (not
+// 65534, which sandboxes run as and whose process count they share).
+const EnforcerUID = 2147483646
+
+// dropPrivileges gives up root for EnforcerUID, in every thread. What it
+// needed root for (port 53, its files in the sandbox's 0700 folder) is
+// open by then.
+func dropPrivileges() error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("dropping groups: %w", err)
+	}
+	if err := syscall.Setgid(EnforcerUID); err != nil {
+		return fmt.Errorf("setgid: %w", err)
+	}
+	if err := syscall.Setuid(EnforcerUID); err != nil {
+		return fmt.Errorf("setuid: %w", err)
+	}
+	return nil
 }
 
 func readPolicy(file string) (backend.Egress, error) {
@@ -276,31 +300,36 @@ func SetPolicy(ctx context.Context, sock string, spec backend.Egress) error {
 	return nil
 }
 
-// maxDenialsFile is the size at which the denials file is rotated (the
-// previous one kept as FILE.1).
+// maxDenialsFile is the size at which the denials file starts afresh.
 const maxDenialsFile = 1 << 20
 
-// denialWriter appends denials to a file of JSON lines.
+// denialWriter appends denials to a file of JSON lines, opened before the
+// enforcer gives up root (see dropPrivileges). At maxDenialsFile it starts
+// the file afresh.
 type denialWriter struct {
-	path string
-	log  *slog.Logger
-	mu   sync.Mutex
+	f   *os.File
+	log *slog.Logger
+	mu  sync.Mutex
+}
+
+func openDenials(path string, log *slog.Logger) (*denialWriter, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &denialWriter{f: f, log: log}, nil
 }
 
 func (w *denialWriter) write(d egress.Denial) {
 	line, _ := json.Marshal(backend.EgressDenial{Time: d.Time.UTC(), Proto: d.Proto, Dest: d.Dest, Port: d.Port, Name: d.Name, Reason: d.Reason})
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if fi, err := os.Stat(w.path); err == nil && fi.Size() > maxDenialsFile {
-		os.Rename(w.path, w.path+".1")
+	if fi, err := w.f.Stat(); err == nil && fi.Size() > maxDenialsFile {
+		w.f.Truncate(0)
 	}
-	f, err := os.OpenFile(w.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
+	if _, err := w.f.Write(append(line, '\n')); err != nil {
 		w.log.Warn("recording a denial", "err", err)
-		return
 	}
-	f.Write(append(line, '\n'))
-	f.Close()
 }
 
 // ReadDenials returns the latest max denials recorded in file (and its

@@ -5,6 +5,7 @@ package syncbuf
 import (
 	"bytes"
 	"sync"
+	"time"
 )
 
 // Buffer is a bytes.Buffer whose Write and String may run at once. The
@@ -25,4 +26,32 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// FirstWrite is a writer that discards what it is given and notes when
+// the first bytes came: a command's time to first output. Its Write may
+// run while Since does.
+type FirstWrite struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+func (f *FirstWrite) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at.IsZero() && len(p) > 0 {
+		f.at = time.Now()
+	}
+	return len(p), nil
+}
+
+// Since returns the time from start to the first bytes, or to now when
+// none came.
+func (f *FirstWrite) Since(start time.Time) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at.IsZero() {
+		return time.Since(start)
+	}
+	return f.at.Sub(start)
 }
