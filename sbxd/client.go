@@ -245,12 +245,6 @@ type AgentInfo struct {
 	// Dialled: the agent the sandbox started with itself, reached through
 	// backend.AgentDialer (not one this client started through Attach).
 	Dialled bool
-	// Direct: calls go over a direct connection to the agent now (see
-	// DirectDialer), not its attached stream. DirectStreams counts the
-	// streams opened over direct connections so far (a call opens one,
-	// unless it reuses an idle one).
-	Direct        bool
-	DirectStreams int64
 }
 
 // Agent returns the running agent, starting it if needed. It fails,
@@ -263,11 +257,7 @@ func (c *Client) Agent(ctx context.Context) (AgentInfo, error) {
 	if conn == nil {
 		return AgentInfo{}, fmt.Errorf("%w: no sbxd agent: %v", errors.ErrUnsupported, c.Fallback())
 	}
-	info := AgentInfo{PID: conn.hello.PID, Version: conn.hello.Version, Path: conn.path, UID: conn.hello.UID, Arch: conn.hello.Arch, Dialled: conn.dialled}
-	if conn.direct != nil {
-		info.Direct, info.DirectStreams = !conn.direct.down(), conn.direct.opened.Load()
-	}
-	return info, nil
+	return AgentInfo{PID: conn.hello.PID, Version: conn.hello.Version, Path: conn.path, UID: conn.hello.UID, Arch: conn.hello.Arch, Dialled: conn.dialled}, nil
 }
 
 // agent returns the live agent connection, starting one when there is
@@ -479,7 +469,6 @@ func (c *Client) launch(ctx context.Context, att backend.Attacher, path string) 
 		proc.Kill()
 		return nil, err
 	}
-	c.startDirect(ctx, conn)
 	return conn, nil
 }
 
@@ -524,7 +513,7 @@ func newAgentConn(stream io.ReadWriteCloser, path string, stop context.CancelFun
 	}()
 	conn.http = &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return conn.open()
+			return sess.Open()
 		},
 		// Large buffers make large stream frames for file copies.
 		WriteBufferSize:     256 << 10,
@@ -569,10 +558,6 @@ type agentConn struct {
 	done    chan struct{} // closed when the session ended
 	causeMu sync.Mutex
 	why     error
-
-	// direct is the agent's direct connection (see DirectDialer), set
-	// before the connection is used: nil without one.
-	direct *directConn
 }
 
 func (a *agentConn) dead() bool {
@@ -602,27 +587,8 @@ func (a *agentConn) cause() error {
 }
 
 func (a *agentConn) close() {
-	if a.direct != nil {
-		a.direct.close()
-	}
 	a.sess.Close()
 	a.closeStream()
-	a.closeIdle()
-}
-
-// open opens a stream to the agent for a call: over its direct connection
-// while it has one, else over its attached stream.
-func (a *agentConn) open() (net.Conn, error) {
-	if a.direct != nil {
-		if st, ok := a.direct.open(); ok {
-			return st, nil
-		}
-	}
-	return a.sess.Open()
-}
-
-// closeIdle closes the idle streams kept for later calls.
-func (a *agentConn) closeIdle() {
 	if tr, ok := a.http.Transport.(*http.Transport); ok {
 		tr.CloseIdleConnections()
 	}
@@ -700,9 +666,6 @@ func (a *agentConn) transportErr(ctx context.Context, err error) error {
 	}
 	if a.dead() || a.pingFails() {
 		return fmt.Errorf("%w: %v (in-flight calls fail; the next call starts a new agent)", ErrAgentLost, a.cause())
-	}
-	if a.direct != nil && a.direct.down() {
-		return fmt.Errorf("the direct connection to the agent dropped (later calls take the attached stream until it is back): %w", err)
 	}
 	return err
 }

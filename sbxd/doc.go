@@ -1,8 +1,6 @@
 // Package sbxd is sandboxkit's in-sandbox agent and its client: one fast,
 // multiplexed channel into every sandbox, over the backend's own attached
-// exec stream, so it needs no port, no network and no image changes (a
-// sandbox whose network is nearer than its stream may offer a direct
-// connection too; see below).
+// exec stream, so it needs no port, no network and no image changes.
 //
 // # How it works
 //
@@ -57,18 +55,6 @@
 // faster than an exec stream; the agent still resolves the path, makes the
 // parents and renames a temporary file over the target, so such a write is
 // atomic as well.
-//
-// # Direct connections
-//
-// Where the attached stream is a long way round (on k8s it runs through
-// the API server, the kubelet and the container runtime), a sandbox that
-// is a [DirectDialer] lets the client reach the agent it started over the
-// network as well: the agent listens on a TCP port of the sandbox, the
-// client connects with TLS pinned to the certificate the agent reported
-// over the attached stream and sends the token it gave the agent over that
-// stream, and calls go over that connection from then on. The attached
-// stream stays the agent's lifeline; without a reachable port it carries
-// every call, as before. [AgentInfo] says which path calls take.
 //
 // # Failures
 //

@@ -21,8 +21,7 @@ import (
 // 2: error codes not_regular (a read of a named pipe, socket or device,
 // refused at once) and loop (ELOOP); a write follows a dangling symlink.
 // 3: terminals (routeTerminal).
-// 4: a direct connection besides the attached stream (routeDirect).
-const ProtocolVersion = 4
+const ProtocolVersion = 3
 
 // Version is the agent's version string, as `sbxd serve` reports it.
 var Version = fmt.Sprintf("sbxd/%d", ProtocolVersion)
@@ -72,10 +71,6 @@ const (
 	// response: frames of output, trailer hdrResult once it ends); GET
 	// lists them; {id}/attach, {id}/resize, {id}/kill.
 	routeTerminal = "/v1/terminals"
-	// routeDirect: POST directRequest; answer directAnswer. The agent
-	// listens on TCP for connections that bypass the attached stream (see
-	// DirectDialer); asked only over that stream.
-	routeDirect = "/v1/direct"
 )
 
 // Headers and trailers of the exec route.
@@ -172,19 +167,6 @@ type execResult struct {
 	TimedOut  bool   `json:"timed_out,omitempty"`
 	Truncated bool   `json:"truncated,omitempty"`
 	Error     string `json:"error,omitempty"`
-}
-
-// directRequest asks the agent to accept direct connections that present
-// Token (hex; see DirectDialer).
-type directRequest struct {
-	Token string `json:"token"`
-}
-
-// directAnswer is where the agent listens for direct connections and the
-// SHA-256 of its TLS certificate (hex), which the client pins.
-type directAnswer struct {
-	Port       int    `json:"port"`
-	CertSHA256 string `json:"cert_sha256"`
 }
 
 type killRequest struct {

@@ -93,12 +93,6 @@ func yamuxConfig() *yamux.Config {
 // kills the commands started through it that still run (background jobs
 // keep running; see WaitJobs).
 func (s *Server) Serve(ctx context.Context, conn io.ReadWriteCloser) error {
-	return s.serve(ctx, conn, false)
-}
-
-// serve is Serve; direct: conn is a direct connection (see DirectDialer),
-// which cannot ask for another.
-func (s *Server) serve(ctx context.Context, conn io.ReadWriteCloser, direct bool) error {
 	sess, err := yamux.Server(conn, yamuxConfig())
 	if err != nil {
 		return err
@@ -106,15 +100,12 @@ func (s *Server) serve(ctx context.Context, conn io.ReadWriteCloser, direct bool
 	// Every request's context derives from this session's, so ending the
 	// session ends its commands and no other session's.
 	sctx, end := context.WithCancelCause(ctx)
-	info := &sessionInfo{ctx: sctx, direct: direct}
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		MaxHeaderBytes:    8 << 20,
 		ReadHeaderTimeout: time.Minute,
 		ErrorLog:          nil,
-		BaseContext: func(net.Listener) context.Context {
-			return context.WithValue(sctx, sessionKey{}, info)
-		},
+		BaseContext:       func(net.Listener) context.Context { return sctx },
 	}
 	stop := context.AfterFunc(ctx, func() { sess.Close() })
 	defer stop()
@@ -186,7 +177,6 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+routeTerminal+"/{id}/attach", s.handleTerminalAttach)
 	mux.HandleFunc("POST "+routeTerminal+"/{id}/resize", s.handleTerminalResize)
 	mux.HandleFunc("POST "+routeTerminal+"/{id}/kill", s.handleTerminalKill)
-	mux.HandleFunc("POST "+routeDirect, s.handleDirect)
 	return mux
 }
 

@@ -24,11 +24,7 @@
 #   10.248.1.0/24        pod addresses (CNI bridge inside the namespace; a
 #                        default route via the bridge lets pods reach the
 #                        node's addresses, as on real clusters; the bridge
-#                        plugin does not enforce NetworkPolicies). This
-#                        machine routes them via the node, as a cluster's
-#                        nodes and in-cluster clients reach pod IPs: the
-#                        tests' sbxd clients talk to pods' agents directly
-#                        (the k8s backend's direct_agent)
+#                        plugin does not enforce NetworkPolicies)
 #   10.248.128.0/24      service addresses (no kube-proxy: never routed)
 # Only addresses inside the namespace are used; nothing leaves this machine.
 #
@@ -182,11 +178,6 @@ net_up() {
 	in_ns ip link set "$VETH_NODE" up
 	# kubelet wants a default route to pick its node address from.
 	in_ns ip route replace default via "$HOST_ADDR" dev "$VETH_NODE"
-	# Pod IPs are reachable from this machine, as from a cluster's nodes:
-	# the namespace forwards (the CNI bridge plugin turns that on with the
-	# first pod; before it, a route to pods would lead nowhere anyway).
-	in_ns sh -c 'echo 1 >/proc/sys/net/ipv4/ip_forward'
-	ip route replace "$POD_CIDR" via "$NODE_ADDR" dev "$VETH_HOST"
 }
 
 # --- certificates ---------------------------------------------------------------

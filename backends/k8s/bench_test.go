@@ -4,12 +4,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,7 +24,6 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backends/k8s"
 	"github.com/sandboxkit/sandboxkit/internal/k8stest"
-	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
 	"github.com/sandboxkit/sandboxkit/sbxd"
 )
 
@@ -363,99 +359,4 @@ func BenchmarkClaim(b *testing.B) {
 	}
 	report(b, ours, base)
 	b.ReportMetric(pct(write, 0.50), "write-p50-ms")
-}
-
-// BenchmarkBurst20: twenty first commands at once, one in each of twenty
-// pods whose sbxd agents are connected (a warm pool's burst, without the
-// pool), to the first byte of output. Ours: the agents reached at their
-// pods' IPs (direct_agent); baseline: agents of the same pods reached
-// through their exec streams (direct_agent = false). Bursts alternate,
-// with a quiet second between them, so that load on a shared machine hits
-// both alike. Each iteration is one burst of each.
-//
-//	go test -run '^$' -bench Burst20 -benchtime 10x ./backends/k8s/
-func BenchmarkBurst20(b *testing.B) {
-	const n = 20
-	kb, _ := benchSetUp(b)
-	off := false
-	stream, err := k8s.New(k8s.Config{Kubeconfig: k8stest.Get(b).Kubeconfig, Namespace: kb.Namespace(), DirectAgent: &off})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { stream.Close() })
-	ctx := context.Background()
-	direct, viaStream := make([]*sbxd.Client, n), make([]*sbxd.Client, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			sb, err := kb.Create(ctx, spec("burst", k8stest.BusyboxImage))
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			b.Cleanup(func() { sb.Destroy(context.Background()) })
-			if direct[i], errs[i] = connected(ctx, sb, true); errs[i] != nil {
-				return
-			}
-			other, err := stream.Get(ctx, sb.ID())
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			viaStream[i], errs[i] = connected(ctx, other, false)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		b.Fatal(err)
-	}
-	var ours, base []time.Duration
-	for b.Loop() {
-		time.Sleep(time.Second)
-		ours = append(ours, burst(b, direct)...)
-		time.Sleep(time.Second)
-		base = append(base, burst(b, viaStream)...)
-	}
-	report(b, ours, base)
-}
-
-// connected wraps sb in a client whose agent runs (reached directly or
-// not, as direct says) and has run one command.
-func connected(ctx context.Context, sb backend.Sandbox, direct bool) (*sbxd.Client, error) {
-	c, err := sbxd.Wrap(ctx, sb)
-	if err != nil {
-		return nil, err
-	}
-	info, err := c.Agent(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if info.Direct != direct {
-		return nil, fmt.Errorf("sandbox %s: agent reached directly: %v, want %v", sb.ID(), info.Direct, direct)
-	}
-	_, err = c.Exec(ctx, backend.ExecRequest{Cmd: []string{"true"}})
-	return c, err
-}
-
-// burst runs echo in every client at once and returns the times to the
-// first byte of output.
-func burst(b *testing.B, cs []*sbxd.Client) []time.Duration {
-	ds := make([]time.Duration, len(cs))
-	gate := make(chan struct{})
-	var wg sync.WaitGroup
-	for i, c := range cs {
-		wg.Go(func() {
-			<-gate
-			start := time.Now()
-			out := &syncbuf.FirstWrite{}
-			if _, err := c.Exec(context.Background(), backend.ExecRequest{Cmd: []string{"echo", "ok"}, Stdout: out}); err != nil {
-				b.Error(err)
-			}
-			ds[i] = out.Since(start)
-		})
-	}
-	close(gate)
-	wg.Wait()
-	return ds
 }

@@ -181,15 +181,6 @@ type Config struct {
 	// instead of the embedded one (also: env SBX_SBXD_PATH).
 	SbxdPath string `toml:"sbxd_path"`
 
-	// DirectAgent lets sbxd's client reach a pod's agent at the pod's IP
-	// (TLS with a pinned certificate and a token, both handed over the
-	// exec stream; see sbxd.DirectDialer) instead of through the exec
-	// stream, which runs through the API server, the kubelet and the
-	// container runtime. Where pod IPs are not reachable from this
-	// process, one short probe per agent fails and the exec stream is
-	// used. nil: true.
-	DirectAgent *bool `toml:"direct_agent"`
-
 	// fromEnv maps the keys withEnv filled to their variables.
 	fromEnv map[string]string
 }
@@ -307,8 +298,6 @@ func (c Config) deleteGrace() int64 {
 	}
 	return int64(c.DeleteGraceSec)
 }
-
-func (c Config) directAgent() bool { return c.DirectAgent == nil || *c.DirectAgent }
 
 func (c Config) volumeSize() resource.Quantity {
 	if c.VolumeSize == "" {

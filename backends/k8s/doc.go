@@ -23,23 +23,6 @@
 // does. Attach gives sbxd.Wrap its stream; with it, exec and file calls go
 // over one long-lived exec instead of one API round trip each.
 //
-// Where this process reaches the pod network (on a node, in the cluster,
-// or with a route to the pod CIDR), sbxd's calls skip the API server, the
-// kubelet and the runtime too: the Sandbox is an sbxd.DirectDialer, so
-// the agent started over the exec stream also listens on a port of the pod
-// and the client talks to it there, over TLS pinned to a certificate the
-// agent made and reported over the exec stream, with a token the client
-// gave it over the same stream (nothing of either is in the pod's spec,
-// annotations or environment; other pods that connect get nothing). The
-// probe is one TCP connect of at most half a second when the agent starts
-// (a pool pays it while making a member, not at the claim); when it fails
-// the exec stream carries everything, as before. The exec stream stays
-// open either way: the agent, its listener and its direct connections end
-// with it. Code running as root in the pod could read the token from the
-// agent's memory, as it could take over the exec stream's descriptors
-// today: the trust is the exec stream's. Not tried for network = "host"
-// (the port would be the node's) or "none".
-//
 // Commands with ExecRequest.User run under "sbxd exec --user", which
 // resolves the user in the pod's /etc/passwd and switches to it: that
 // needs a pod running as root; otherwise (and for a user the pod does not
@@ -117,7 +100,6 @@
 //	volume_size = "1Gi"
 //	helper_image = "busybox:1.36"   # fills volumes from host folders
 //	service = false                 # a ClusterIP Service per sandbox with ports
-//	direct_agent = true             # sbxd at the pod's IP when reachable
 //
 // # Test cluster
 //

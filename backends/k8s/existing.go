@@ -84,7 +84,6 @@ func (b *Backend) adopt(ctx context.Context, ref, what string) (*Sandbox, error)
 	}
 	s := &Sandbox{b: b, id: id, pod: name, container: container, adopted: true,
 		ports: tcpPorts(pod, container), workDir: "/"}
-	s.podIP, s.noDirect = directTarget(pod)
 	for _, c := range pod.Spec.Containers {
 		if c.Name == container && c.WorkingDir != "" {
 			s.workDir = c.WorkingDir

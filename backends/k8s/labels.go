@@ -41,9 +41,6 @@ const (
 	// annotationHostPorts records the entry's host addresses of ports
 	// ("8080=127.0.0.1:18080,..."), where Endpoint listens for them.
 	annotationHostPorts = "sandboxkit.io/host-ports"
-	// annotationNetwork records network "none" (a deny-all NetworkPolicy),
-	// so a handle from Get does not try the pod's IP either.
-	annotationNetwork = "sandboxkit.io/network"
 )
 
 // podLabels returns the Kubernetes labels for a sandboxkit label map: the

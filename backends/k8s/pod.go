@@ -89,9 +89,6 @@ func (b *Backend) podFor(id string, spec backend.Spec) (*corev1.Pod, error) {
 	if hostPorts != "" {
 		annotations[annotationHostPorts] = hostPorts
 	}
-	if spec.Network == "none" {
-		annotations[annotationNetwork] = spec.Network
-	}
 	if c.Resources, err = resourcesFor(spec.Resources); err != nil {
 		return nil, err
 	}

@@ -43,9 +43,6 @@ type Sandbox struct {
 	// timeout or cancel can kill its process tree.
 	sbxd  bool
 	ports []int // declared TCP container ports
-	// podIP is where DialDirect reaches the pod; noDirect says why it
-	// cannot when podIP is "".
-	podIP, noDirect string
 	// hostAddrs: where Endpoint listens for a port (the entry's host IP
 	// and port); others get a free loopback port.
 	hostAddrs map[int]string
@@ -68,7 +65,6 @@ func (b *Backend) sandboxFor(pod *corev1.Pod) *Sandbox {
 	s := &Sandbox{b: b, id: pod.Name, pod: pod.Name, container: containerName, workDir: infoOf(pod).WorkDir,
 		sbxd: pod.Annotations[annotationSbxd] == sbxdPath}
 	s.ports = tcpPorts(pod, containerName)
-	s.podIP, s.noDirect = directTarget(pod)
 	for kv := range strings.SplitSeq(pod.Annotations[annotationHostPorts], ",") {
 		p, addr, ok := strings.Cut(kv, "=")
 		if port, err := strconv.Atoi(p); ok && err == nil {
