@@ -7,12 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxkit/sandboxkit"
+	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
 )
 
 // Bundles: sbx snapshot -o, sbx restore and sbx move (see session's
@@ -229,7 +229,7 @@ func (a *app) move(ctx context.Context, id, to string, keep bool) error {
 	// Both halves report progress at once: serialise their writes where
 	// stderr is no file (a file's writes are whole already).
 	if _, ok := a.stderr.(*os.File); !ok {
-		a.stderr = &lockedWriter{w: a.stderr}
+		a.stderr = &syncbuf.Writer{W: a.stderr}
 	}
 	pr, pw := io.Pipe()
 	wctx, cancel := context.WithCancel(ctx)
@@ -262,16 +262,4 @@ func (a *app) move(ctx context.Context, id, to string, keep bool) error {
 		return fmt.Errorf("move: the session runs on the new backend, but removing the original %s failed: %w (sbx down %s)", id, err, id)
 	}
 	return nil
-}
-
-// lockedWriter serialises writes to w.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }

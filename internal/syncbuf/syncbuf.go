@@ -4,6 +4,7 @@ package syncbuf
 
 import (
 	"bytes"
+	"io"
 	"sync"
 	"time"
 )
@@ -54,4 +55,17 @@ func (f *FirstWrite) Since(start time.Time) time.Duration {
 		return time.Since(start)
 	}
 	return f.at.Sub(start)
+}
+
+// Writer serialises writes to W, for writers whose Write is not safe to
+// call from several goroutines at once (a bytes.Buffer).
+type Writer struct {
+	mu sync.Mutex
+	W  io.Writer
+}
+
+func (w *Writer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.W.Write(p)
 }
