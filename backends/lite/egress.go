@@ -2,6 +2,7 @@ package lite
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -118,7 +119,7 @@ func (b *Backend) checkEgress(spec backend.Spec) error {
 	switch {
 	case b.userns != nil:
 		return fmt.Errorf("%w: egress needs lite running as root: the enforcer's nftables rules and the sandbox's veth live in the host's network namespace", errors.ErrUnsupported)
-	case cmpNetwork(spec.Network, b.cfg.network()) == NetworkHost:
+	case cmp.Or(spec.Network, b.cfg.network()) == NetworkHost:
 		return fmt.Errorf("%w: egress and network = \"host\" exclude each other: a sandbox on the host's network cannot be held to a policy (remove one)", backend.ErrInvalidConfig)
 	case spec.Privileged:
 		return fmt.Errorf("%w: egress and privileged exclude each other: a privileged sandbox has CAP_NET_ADMIN", backend.ErrInvalidConfig)
@@ -131,13 +132,6 @@ func (b *Backend) checkEgress(spec backend.Spec) error {
 		return fmt.Errorf("%w: egress: cap_add NET_ADMIN (or ALL) would let the sandbox manage its network; remove it", backend.ErrInvalidConfig)
 	}
 	return nil
-}
-
-func cmpNetwork(spec, def string) string {
-	if spec == "" {
-		return def
-	}
-	return spec
 }
 
 // claimEgress claims the first free index for sandbox id of this backend.

@@ -215,16 +215,14 @@ func readPolicy(file string) (backend.Egress, error) {
 	return spec, nil
 }
 
-func writePolicy(file string, spec backend.Egress) error {
+// WritePolicy writes the policy file an enforcer starts from.
+func WritePolicy(file string, spec backend.Egress) error {
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return err
 	}
 	return statedir.WriteFileAtomic(file, data)
 }
-
-// WritePolicy writes the policy file an enforcer starts from.
-func WritePolicy(file string, spec backend.Egress) error { return writePolicy(file, spec) }
 
 // guardedDial is the proxy's outbound dial: the host's own addresses,
 // loopback and link-local ones (cloud metadata services) are refused
@@ -332,32 +330,30 @@ func (w *denialWriter) write(d egress.Denial) {
 	}
 }
 
-// ReadDenials returns the latest max denials recorded in file (and its
-// rotated predecessor), oldest first. A missing file has none.
+// ReadDenials returns the latest max denials recorded in file, oldest
+// first. A missing file has none.
 func ReadDenials(file string, max int) ([]backend.EgressDenial, error) {
+	f, err := os.Open(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
 	var all []backend.EgressDenial
-	for _, p := range []string{file + ".1", file} {
-		f, err := os.Open(p)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var d backend.EgressDenial
+		if json.Unmarshal(sc.Bytes(), &d) == nil {
+			all = append(all, d)
 		}
-		if err != nil {
-			return nil, err
-		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			var d backend.EgressDenial
-			if json.Unmarshal(sc.Bytes(), &d) == nil {
-				all = append(all, d)
-			}
-		}
-		f.Close()
 	}
 	if max > 0 && len(all) > max {
 		all = all[len(all)-max:]
 	}
-	return all, nil
+	return all, sc.Err()
 }
 
 // Paths of an enforcer's files in a sandbox folder dir.
