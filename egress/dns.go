@@ -225,8 +225,7 @@ func (e *Enforcer) forward(q dnsQuery) ([]byte, error) {
 }
 
 func (e *Enforcer) exchange(ctx context.Context, network string, query []byte, id uint16, q dnsmessage.Question) ([]byte, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, network, e.upstream)
+	c, err := e.upstreamDial(ctx, network, e.upstream)
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,8 @@ type Options struct {
 	// Dial makes the proxy's outbound connections; nil: a net.Dialer.
 	// The DNS forwarding does not use it.
 	Dial DialFunc
+	// UpstreamDial makes the connections to Upstream; nil: a net.Dialer.
+	UpstreamDial DialFunc
 	// OnDeny is called for every refusal, synchronously from the
 	// goroutine that refused: it must return quickly (hand slow work to
 	// a goroutine of its own). May be nil.
@@ -60,6 +62,7 @@ type Stats struct {
 // documentation for the model.
 type Enforcer struct {
 	upstream        string
+	upstreamDial    DialFunc
 	upstreamTimeout time.Duration
 	onDeny          func(Denial)
 	log             *slog.Logger
@@ -93,6 +96,10 @@ func New(o Options) (*Enforcer, error) {
 		resolved:        newResolvedAddrs(),
 		closers:         make(map[io.Closer]struct{}),
 		conns:           make(map[*proxyConn]struct{}),
+	}
+	if e.upstreamDial = o.UpstreamDial; e.upstreamDial == nil {
+		var d net.Dialer
+		e.upstreamDial = d.DialContext
 	}
 	if e.upstreamTimeout <= 0 {
 		e.upstreamTimeout = 5 * time.Second

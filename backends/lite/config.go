@@ -2,7 +2,6 @@ package lite
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -11,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/egressctl"
 )
 
 // Config is the [sandbox.lite] table (also accepted as
@@ -204,30 +204,14 @@ func (c Config) egressBlock() (netip.Prefix, error) {
 // egressDNS is EgressDNS as "IP:PORT", else the host's first nameserver.
 func (c Config) egressDNS() (string, error) {
 	if c.EgressDNS == "" {
-		return hostNameserver()
-	}
-	if ap, err := netip.ParseAddrPort(c.EgressDNS); err == nil {
-		return ap.String(), nil
-	}
-	if a, err := netip.ParseAddr(c.EgressDNS); err == nil {
-		return netip.AddrPortFrom(a, 53).String(), nil
-	}
-	return "", fmt.Errorf("%w: [sandbox.lite] egress_dns %q: want an IP address, optionally with a port (\"10.0.0.53\", \"10.0.0.53:5353\")", backend.ErrInvalidConfig, c.EgressDNS)
-}
-
-// hostNameserver is the first nameserver of /etc/resolv.conf.
-func hostNameserver() (string, error) {
-	data, err := os.ReadFile("/etc/resolv.conf")
-	if err != nil {
-		return "", fmt.Errorf("egress: no DNS server for the enforcer: %w (set [sandbox.lite] egress_dns)", err)
-	}
-	for line := range strings.Lines(string(data)) {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == "nameserver" {
-			if a, err := netip.ParseAddr(f[1]); err == nil {
-				return netip.AddrPortFrom(a, 53).String(), nil
-			}
+		ns, err := egressctl.Nameserver("/etc/resolv.conf")
+		if err != nil {
+			return "", fmt.Errorf("%w (set [sandbox.lite] egress_dns)", err)
 		}
+		return ns, nil
 	}
-	return "", errors.New("egress: /etc/resolv.conf names no nameserver; set [sandbox.lite] egress_dns")
+	if ap, ok := egressctl.DNSServer(c.EgressDNS); ok {
+		return ap, nil
+	}
+	return "", fmt.Errorf("%w: [sandbox.lite] egress_dns %q: %s", backend.ErrInvalidConfig, c.EgressDNS, egressctl.DNSServerWant)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/egresstest"
 	"github.com/sandboxkit/sandboxkit/internal/fakenet"
 )
 
@@ -69,7 +70,7 @@ func BenchmarkEgressDownload(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer sb.Destroy(context.Background())
-	probe := netprobe(b)
+	probe := egresstest.Netprobe(b)
 	if err := sb.(*Sandbox).WriteFile(ctx, "/netprobe", bytes.NewReader(probe), 0o755); err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/egressctl"
 )
 
 // Config is the [sandbox.native] table. Every field has a working zero
@@ -40,6 +41,12 @@ type Config struct {
 	// SbxdPath is a static sbxd binary for the engine's architecture, used
 	// instead of the embedded one (also: env SBX_SBXD_PATH).
 	SbxdPath string `toml:"sbxd_path"`
+	// EgressDNS is the DNS server ("IP" or "IP:PORT") that the enforcer
+	// of a sandbox with an egress policy asks for the names the policy
+	// allows. Default: the first nameserver the engine gives the
+	// enforcer's container (the engine's host's, or its embedded DNS
+	// server on a user-defined network).
+	EgressDNS string `toml:"egress_dns"`
 }
 
 // Pull policies.
@@ -70,6 +77,9 @@ func (c Config) validate() error {
 	case "", PortsDynamic, PortsLoopback:
 	default:
 		return fmt.Errorf("%w: [sandbox.native] ports %q: want %q or %q", backend.ErrInvalidConfig, c.Ports, PortsDynamic, PortsLoopback)
+	}
+	if _, ok := egressctl.DNSServer(c.EgressDNS); c.EgressDNS != "" && !ok {
+		return fmt.Errorf("%w: [sandbox.native] egress_dns %q: %s", backend.ErrInvalidConfig, c.EgressDNS, egressctl.DNSServerWant)
 	}
 	if strings.HasPrefix(c.Host, "ssh://") {
 		return fmt.Errorf("%w: [sandbox.native] docker_host %q: the native backend speaks to unix:// and tcp:// engines; use the remotedocker backend for ssh://",

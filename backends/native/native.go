@@ -253,7 +253,7 @@ func (b *Backend) runProbe(done chan struct{}) {
 func (b *Backend) Capabilities() backend.Capabilities {
 	caps := backend.Capabilities{
 		Isolation:        backend.IsolationContainer,
-		EgressWhy:        "not built for Docker engines yet; lite enforces egress policies",
+		Egress:           true,
 		Images:           true,
 		NetworkModes:     []string{"none", "bridge", "host", "*"},
 		BindVolumes:      true,
@@ -349,6 +349,9 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err := b.Capabilities().Check(Name, spec); err != nil {
 		return fail(err)
 	}
+	if err := b.checkEgress(spec); err != nil {
+		return fail(err)
+	}
 	if spec.Existing != "" {
 		return b.attachExisting(ctx, spec)
 	}
@@ -379,12 +382,22 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err != nil {
 		return fail(err)
 	}
+	var ecfg *container.Config
+	var ehc *container.HostConfig
+	if spec.Egress != nil {
+		if ecfg, ehc, err = b.joinEnforcer(spec, id, cfg, hc); err != nil {
+			return fail(err)
+		}
+	}
 	verr := b.mountSbxd(ctx, hc, bin, spec.Image, cfg.Labels)
 	name := containerName(spec, id)
 	var created container.CreateResponse
-	if b.cfg.Ports == PortsLoopback && len(spec.Ports) > 0 {
+	switch {
+	case b.cfg.Ports == PortsLoopback && len(spec.Ports) > 0:
 		created, err = b.createOnLoopback(ctx, spec, id, cfg, hc, name)
-	} else {
+	case ecfg != nil:
+		created, err = b.cli.ContainerCreate(ctx, cfg, hc, nil, platformOf(spec), name)
+	default:
 		created, err = b.cli.ContainerCreate(ctx, cfg, hc, networkingConfig(spec), platformOf(spec), name)
 	}
 	if err != nil {
@@ -404,17 +417,24 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		}
 		return fail(err)
 	}
-	if verr != nil {
-		dir, prefix := "/", ".sbx/"
-		if hc.ReadonlyRootfs {
-			dir, prefix = sbxdDir, ""
-		}
-		tr, err := sbxdTar(bin, prefix)
-		if err != nil {
+	if err := b.injectSbxd(ctx, cid, bin, hc, verr); err != nil {
+		return cleanup(err)
+	}
+	if ecfg != nil {
+		everr := b.mountSbxd(ctx, ehc, bin, spec.Image, ecfg.Labels)
+		inject := func(ecid string) error { return b.injectSbxd(ctx, ecid, bin, ehc, everr) }
+		if err := b.startEnforcer(ctx, spec, id, ecfg, ehc, inject); err != nil {
 			return cleanup(err)
 		}
-		if err := b.cli.CopyToContainer(ctx, cid, dir, tr, container.CopyToContainerOptions{}); err != nil {
-			return cleanup(fmt.Errorf("injecting sbxd: %w", b.translate(err)))
+		// The enforcer goes first; a failure below removes it too.
+		inner := cleanup
+		cleanup = func(err error) (backend.Sandbox, error) {
+			rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if rerr := b.removeEnforcer(rmCtx, enforcerName(id)); rerr != nil {
+				b.log.Warn("removing a half-created sandbox's egress enforcer failed", "err", rerr)
+			}
+			return inner(err)
 		}
 	}
 	if err := b.cli.ContainerStart(ctx, cid, container.StartOptions{}); err != nil {
@@ -426,7 +446,27 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	}
 	b.log.Debug("created sandbox", "id", id, "container", cid, "name", name, "image", spec.Image)
 	return &Sandbox{b: b, id: id, cid: cid, workDir: wd, pool: spec.Labels[backend.LabelPool] != "",
-		autoRemove: hc.AutoRemove, bareInit: !slices.Contains(cfg.Entrypoint, "--")}, nil
+		autoRemove: hc.AutoRemove, bareInit: !slices.Contains(cfg.Entrypoint, "--"), egress: cfg.Labels[labelEgress]}, nil
+}
+
+// injectSbxd copies bin into container cid when mountSbxd could not mount
+// the shared volume (verr).
+func (b *Backend) injectSbxd(ctx context.Context, cid string, bin embedbin.Binary, hc *container.HostConfig, verr error) error {
+	if verr == nil {
+		return nil
+	}
+	dir, prefix := "/", ".sbx/"
+	if hc.ReadonlyRootfs {
+		dir, prefix = sbxdDir, ""
+	}
+	tr, err := sbxdTar(bin, prefix)
+	if err != nil {
+		return err
+	}
+	if err := b.cli.CopyToContainer(ctx, cid, dir, tr, container.CopyToContainerOptions{}); err != nil {
+		return fmt.Errorf("injecting sbxd: %w", b.translate(err))
+	}
+	return nil
 }
 
 // specImage builds spec's image, or makes sure the engine has it, and
@@ -811,6 +851,9 @@ func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
 	s.pool = c.Config != nil && c.Config.Labels[backend.LabelPool] != ""
 	s.autoRemove = c.HostConfig != nil && c.HostConfig.AutoRemove
 	s.bareInit = c.Config != nil && !slices.Contains(c.Config.Entrypoint, "--")
+	if c.Config != nil {
+		s.egress = c.Config.Labels[labelEgress]
+	}
 	s.setAgent(c)
 	return s, nil
 }

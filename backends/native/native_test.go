@@ -450,13 +450,6 @@ func TestErrorsAreTranslated(t *testing.T) {
 	assert.ErrorIs(t, err, errors.ErrUnsupported)
 	assert.Contains(t, err.Error(), "no-such-runtime")
 
-	// An egress policy native cannot enforce yet is refused with why.
-	s = spec("x", dockertest.BusyboxImage)
-	s.Egress = &backend.Egress{Allow: []string{"pypi.org:443"}}
-	_, err = b.Create(ctx, s)
-	assert.ErrorIs(t, err, errors.ErrUnsupported)
-	assert.Contains(t, err.Error(), "egress (not built for Docker engines yet")
-
 	// Options the engine rejects are named in the error.
 	for option, mutate := range map[string]func(*backend.Spec){
 		"cap_add":      func(s *backend.Spec) { s.CapAdd = []string{"NOT_A_CAPABILITY"} },

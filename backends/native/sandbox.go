@@ -45,6 +45,9 @@ type Sandbox struct {
 	// (Spec.AutoRemove; see Discard). bareInit: its first process is sbxd
 	// init keeping it alive, with no command of the entry's.
 	autoRemove, bareInit bool
+	// egress: the container name of its egress enforcer, which owns its
+	// network ("": none; egress.go).
+	egress string
 
 	// The host folder of the sandbox's agent socket (agent.go), once
 	// known; "" when it has none.
@@ -231,7 +234,7 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	if copyErr != nil {
 		return res, s.opErr("exec", fmt.Errorf("reading output: %w", s.b.translate(copyErr)))
 	}
-	code, err := s.exitCode(ctx, engineID)
+	code, err := s.b.exitCode(ctx, engineID)
 	if err != nil {
 		return res, s.opErr("exec", err)
 	}
@@ -246,13 +249,13 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 // when the process's pipes close and records the exit a moment later, so a
 // first inspect may still say running: ask again with a short, bounded
 // backoff.
-func (s *Sandbox) exitCode(ctx context.Context, engineID string) (int, error) {
+func (b *Backend) exitCode(ctx context.Context, engineID string) (int, error) {
 	delay := time.Millisecond
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ins, err := s.b.cli.ContainerExecInspect(ctx, engineID)
+		ins, err := b.cli.ContainerExecInspect(ctx, engineID)
 		if err != nil {
-			return -1, s.b.translate(err)
+			return -1, b.translate(err)
 		}
 		if !ins.Running {
 			return ins.ExitCode, nil
@@ -279,25 +282,11 @@ func (s *Sandbox) kill(execID string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// Attached to its output: Podman refuses to start an exec with no
-	// stream attached, and sbxd kill says why it failed on stderr.
-	created, err := s.b.cli.ContainerExecCreate(ctx, s.cid, container.ExecOptions{
-		Cmd: []string{sbxdPath, "kill", execID}, User: "0", AttachStdout: true, AttachStderr: true,
-	})
-	var out bytes.Buffer
-	if err == nil {
-		var hr types.HijackedResponse
-		if hr, err = s.b.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{}); err == nil {
-			_, err = stdcopy.StdCopy(&out, &out, io.LimitReader(hr.Reader, 64<<10))
-			hr.Close()
-		}
-	}
-	var code int
-	if err == nil {
-		code, err = s.exitCode(ctx, created.ID)
-	}
+	// execCapture attaches to its output: Podman refuses to start an exec
+	// with no stream attached, and sbxd kill says why it failed on stderr.
+	out, code, err := s.b.execCapture(ctx, s.cid, []string{sbxdPath, "kill", execID}, nil)
 	if err == nil && code != 0 {
-		err = fmt.Errorf("sbxd kill exited %d: %s", code, bytes.TrimSpace(out.Bytes()))
+		err = fmt.Errorf("sbxd kill exited %d: %s", code, bytes.TrimSpace(out))
 	}
 	if err != nil {
 		s.b.log.Warn("killing a command in a sandbox failed", "sandbox", s.id, "exec", execID, "err", err)
@@ -311,6 +300,14 @@ func (s *Sandbox) kill(execID string) {
 func (s *Sandbox) Destroy(ctx context.Context) error {
 	if s.adopted {
 		return nil
+	}
+	// The enforcer goes first: an enforcer whose sandbox is gone is a
+	// leftover for PruneCaches, and a sandbox without its enforcer
+	// reaches nothing.
+	if s.egress != "" {
+		if err := s.b.removeEnforcer(ctx, s.egress); err != nil {
+			return s.opErr("destroy", err)
+		}
 	}
 	err := s.b.cli.ContainerRemove(ctx, s.cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	err = s.b.translate(err)
@@ -343,7 +340,7 @@ var _ backend.Discarder = (*Sandbox)(nil)
 // stop (~100 ms here for SIGKILL); a command of the entry's might ignore
 // SIGTERM, so it gets SIGKILL. Any other sandbox is destroyed.
 func (s *Sandbox) Discard(ctx context.Context) error {
-	if !s.autoRemove || s.adopted || s.pool {
+	if !s.autoRemove || s.adopted || s.pool || s.egress != "" {
 		return s.Destroy(ctx)
 	}
 	sig := "KILL"
@@ -367,6 +364,11 @@ func (s *Sandbox) Endpoint(ctx context.Context, port int) (string, error) {
 		return "", s.opErr("endpoint", fmt.Errorf("%w: port %d out of range", backend.ErrInvalidConfig, port))
 	}
 	c, err := s.inspect(ctx)
+	if err == nil && s.egress != "" {
+		// Its enforcer owns the network and publishes the ports.
+		c, err = s.b.cli.ContainerInspect(ctx, s.egress)
+		err = s.b.translate(err)
+	}
 	if err != nil {
 		return "", s.opErr("endpoint", err)
 	}
@@ -458,7 +460,7 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest) (backend.
 	go func() {
 		_, err := stdcopy.StdCopy(pw, stderr, hr.Reader)
 		pw.CloseWithError(err)
-		code, ierr := s.exitCode(context.WithoutCancel(ctx), engineID)
+		code, ierr := s.b.exitCode(context.WithoutCancel(ctx), engineID)
 		if ierr != nil && err == nil {
 			err = ierr
 		}

@@ -118,6 +118,11 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 	if err != nil {
 		return pruned, err
 	}
+	enforcers, err := b.pruneEnforcers(ctx, dryRun)
+	pruned = append(pruned, enforcers...)
+	if err != nil {
+		return pruned, b.opErr("prune caches", "", err)
+	}
 	imgs, err := b.pruneForkImages(ctx, dryRun)
 	if err != nil {
 		err = b.opErr("prune caches", "", err)

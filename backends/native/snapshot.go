@@ -159,6 +159,9 @@ func (s *Sandbox) fork(ctx context.Context, req backend.ForkRequest) (_ []backen
 	if s.adopted {
 		return nil, fmt.Errorf("%w: the sandbox is an existing container sandboxkit did not make", errors.ErrUnsupported)
 	}
+	if s.egress != "" {
+		return nil, fmt.Errorf("%w: the sandbox has an egress policy, which a fork would not carry; create sandboxes of its entry instead", errors.ErrUnsupported)
+	}
 	c, err := s.inspect(ctx)
 	if err != nil {
 		return nil, err

@@ -94,7 +94,7 @@ func (t *engineTerminal) Read(p []byte) (int, error) {
 	if err == io.EOF {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		code, cerr := t.s.exitCode(ctx, t.engineID)
+		code, cerr := t.s.b.exitCode(ctx, t.engineID)
 		t.mu.Lock()
 		closed := t.closed
 		if cerr == nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backends/native"
+	"github.com/sandboxkit/sandboxkit/internal/egressctl"
 )
 
 // Config is the [sandbox.remotedocker] table. Only the engine's address is
@@ -61,6 +62,9 @@ type Config struct {
 	AllowNewPrivileges bool   `toml:"allow_new_privileges"`
 	Runtime            string `toml:"runtime"`
 	SbxdPath           string `toml:"sbxd_path"`
+	// EgressDNS: the DNS server enforcers of egress policies ask, as on
+	// native (on the remote host's network).
+	EgressDNS string `toml:"egress_dns"`
 }
 
 // OpenSage's environment variables, read when the config leaves the
@@ -183,6 +187,9 @@ func hostPort(host string, port int) string {
 }
 
 func (c Config) validate() error {
+	if _, ok := egressctl.DNSServer(c.EgressDNS); c.EgressDNS != "" && !ok {
+		return invalid("egress_dns %q: %s", c.EgressDNS, egressctl.DNSServerWant)
+	}
 	switch c.Ports {
 	case "", PortsRemote, PortsTunnel:
 	default:
@@ -208,5 +215,6 @@ func (c Config) nativeConfig(host string) native.Config {
 		AllowNewPrivileges: c.AllowNewPrivileges,
 		Runtime:            c.Runtime,
 		SbxdPath:           c.SbxdPath,
+		EgressDNS:          c.EgressDNS,
 	}
 }

@@ -286,6 +286,27 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 	return names, b.opErr("prune caches", "", err)
 }
 
+var _ backend.EgressController = (*Backend)(nil)
+
+// SetEgress replaces the policy of sandbox id on the remote engine
+// (native.Backend.SetEgress: an exec in its enforcer's container).
+func (b *Backend) SetEgress(ctx context.Context, id string, policy backend.Egress) error {
+	if err := b.ready(ctx); err != nil {
+		return b.opErr("set egress", id, err)
+	}
+	return b.rewrap(b.nat.SetEgress(ctx, id, policy))
+}
+
+// EgressStatus returns the policy and latest denials of sandbox id on the
+// remote engine.
+func (b *Backend) EgressStatus(ctx context.Context, id string) (backend.EgressStatus, error) {
+	if err := b.ready(ctx); err != nil {
+		return backend.EgressStatus{}, b.opErr("egress status", id, err)
+	}
+	st, err := b.nat.EgressStatus(ctx, id)
+	return st, b.rewrap(err)
+}
+
 func (b *Backend) ListVolumes(ctx context.Context, filter backend.Filter) ([]backend.VolumeInfo, error) {
 	if err := b.ready(ctx); err != nil {
 		return nil, b.opErr("list volumes", "", err)

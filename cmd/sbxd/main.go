@@ -142,10 +142,13 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+	case "egress-ctl":
+		// Talks to an enforcer in the same container (egressctl.Ctl).
+		os.Exit(egressctl.Ctl(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	case "version":
 		fmt.Println("sbxd 1")
 	default:
-		usage("sbxd init|exec|serve|ls|stat|cat|readlink|kill|dial|egress|version")
+		usage("sbxd init|exec|serve|ls|stat|cat|readlink|kill|dial|egress|egress-ctl|version")
 	}
 }
 

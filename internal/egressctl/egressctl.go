@@ -7,12 +7,14 @@ package egressctl
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,6 +23,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -30,25 +33,56 @@ import (
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
-// Run is `sbxd egress`. It listens on --listen for DNS (port 53, UDP and
-// TCP) and for redirected TCP connections (a free port), serves the
+// Run is `sbxd egress`. It listens on --listen for DNS (--dns-port, UDP
+// and TCP) and for redirected TCP connections (--proxy-port), serves the
 // policy on the unix socket --control, appends denials to --denials, and
 // writes "ready PORT\n" (PORT: the proxy's) to the descriptor --ready-fd
 // once it serves. It runs until SIGTERM or SIGINT.
+//
+// With --in-netns it runs in the sandbox's network namespace instead (see
+// installRules): it listens on loopback, loads the namespace's rules
+// before it tells it is ready, marks its own sockets, keeps its files in
+// --state (PathsIn) and starts from the policy saved there (changes are
+// saved), else from --policy-json.
 func Run(args []string, stderr io.Writer) error {
 	fl := flag.NewFlagSet("sbxd egress", flag.ContinueOnError)
 	fl.SetOutput(stderr)
-	listen := fl.String("listen", "", "address to serve on (the sandbox's gateway)")
-	upstream := fl.String("upstream", "", "DNS server (IP:PORT) asked for allowed names")
-	policyFile := fl.String("policy", "", "the policy file (JSON of backend.Egress), rewritten on changes")
+	listen := fl.String("listen", "", "address to serve on (the sandbox's gateway; --in-netns: 127.0.0.1)")
+	upstream := fl.String("upstream", "", "DNS server (IP:PORT) asked for allowed names (default: /etc/resolv.conf's first)")
+	policyFile := fl.String("policy", "", "the policy file (JSON of backend.Egress)")
 	denials := fl.String("denials", "", "file the denied attempts are appended to (JSON lines)")
 	control := fl.String("control", "", "unix socket to serve the policy on")
 	readyFD := fl.Int("ready-fd", 0, "descriptor to write \"ready PORT\\n\" to once serving")
 	proxyPort := fl.Int("proxy-port", 0, "the proxy's port (0: any free one)")
+	dnsPort := fl.Int("dns-port", 53, "the resolver's port")
+	inNetns := fl.Bool("in-netns", false, "run in the sandbox's network namespace and load its rules")
+	state := fl.String("state", "", "--in-netns: the folder of the policy, denials and control socket")
+	policyJSON := fl.String("policy-json", "", "--in-netns: the policy to start from when --state holds none")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
-	for _, f := range []struct{ name, v string }{{"listen", *listen}, {"upstream", *upstream}, {"policy", *policyFile}, {"denials", *denials}, {"control", *control}} {
+	persist := ""
+	if *inNetns {
+		if *state == "" {
+			return errors.New("sbxd egress: --in-netns needs --state")
+		}
+		if err := os.MkdirAll(*state, 0o700); err != nil {
+			return fmt.Errorf("sbxd egress: %w", err)
+		}
+		p := PathsIn(*state)
+		*policyFile, *denials, *control, persist = p.Policy, p.Denials, p.Control, p.Policy
+		*listen = cmp.Or(*listen, "127.0.0.1")
+		if _, err := os.Stat(p.Policy); errors.Is(err, fs.ErrNotExist) {
+			var spec backend.Egress
+			if err := json.Unmarshal([]byte(*policyJSON), &spec); err != nil {
+				return fmt.Errorf("sbxd egress: --policy-json: %w", err)
+			}
+			if err := WritePolicy(p.Policy, spec); err != nil {
+				return fmt.Errorf("sbxd egress: %w", err)
+			}
+		}
+	}
+	for _, f := range []struct{ name, v string }{{"listen", *listen}, {"policy", *policyFile}, {"denials", *denials}, {"control", *control}} {
 		if f.v == "" {
 			return fmt.Errorf("sbxd egress: --%s is required", f.name)
 		}
@@ -56,6 +90,11 @@ func Run(args []string, stderr io.Writer) error {
 	host, err := netip.ParseAddr(*listen)
 	if err != nil {
 		return fmt.Errorf("sbxd egress: --listen %q: %w", *listen, err)
+	}
+	if *upstream == "" {
+		if *upstream, err = Nameserver("/etc/resolv.conf"); err != nil {
+			return fmt.Errorf("sbxd egress: %w (give --upstream)", err)
+		}
 	}
 	spec, err := readPolicy(*policyFile)
 	if err != nil {
@@ -70,22 +109,38 @@ func Run(args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("sbxd egress: %w", err)
 	}
+	dialer := &net.Dialer{}
+	var upstreamDial egress.DialFunc
+	if *inNetns {
+		dialer = markedDialer()
+		upstreamDial = dialer.DialContext
+	}
 	var e *egress.Enforcer
-	dial := guardedDial(func() *egress.Policy { return e.Policy() })
-	e, err = egress.New(egress.Options{Policy: pol, Upstream: *upstream, OnDeny: dw.write, Logger: log, Dial: dial})
+	dial := guardedDial(func() *egress.Policy { return e.Policy() }, dialer)
+	e, err = egress.New(egress.Options{Policy: pol, Upstream: *upstream, OnDeny: dw.write, Logger: log, Dial: dial, UpstreamDial: upstreamDial})
 	if err != nil {
 		return err
 	}
-	s := &server{e: e, spec: spec}
-	port, err := s.listen(host, *proxyPort, *control)
+	s := &server{e: e, spec: spec, persist: persist}
+	port, err := s.listen(host, *dnsPort, *proxyPort, *control)
 	if err != nil {
 		return fmt.Errorf("sbxd egress: %w", err)
 	}
-	if err := dropPrivileges(); err != nil {
+	if *inNetns {
+		// Marks need CAP_NET_ADMIN for as long as it runs: it keeps root
+		// (in a container of its own, with no other capability).
+		if err := installRules(uint16(port), uint16(*dnsPort)); err != nil {
+			s.close()
+			return fmt.Errorf("sbxd egress: %w", err)
+		}
+	} else if err := dropPrivileges(); err != nil {
 		s.close()
 		return fmt.Errorf("sbxd egress: %w", err)
 	}
-	if *readyFD > 0 {
+	switch {
+	case *readyFD == 1:
+		fmt.Fprintf(os.Stdout, "ready %d\n", port)
+	case *readyFD > 0:
 		f := os.NewFile(uintptr(*readyFD), "ready")
 		fmt.Fprintf(f, "ready %d\n", port)
 		f.Close()
@@ -97,21 +152,53 @@ func Run(args []string, stderr io.Writer) error {
 	return nil
 }
 
+// DNSServer is v ("IP" or "IP:PORT") as "IP:PORT".
+func DNSServer(v string) (string, bool) {
+	if ap, err := netip.ParseAddrPort(v); err == nil {
+		return ap.String(), true
+	}
+	if a, err := netip.ParseAddr(v); err == nil {
+		return netip.AddrPortFrom(a, 53).String(), true
+	}
+	return "", false
+}
+
+// DNSServerWant says what DNSServer takes, for errors.
+const DNSServerWant = `want an IP address, optionally with a port ("10.0.0.53", "10.0.0.53:5353")`
+
+// Nameserver returns the first nameserver of resolv.conf file as IP:53.
+func Nameserver(file string) (string, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("egress: no DNS server for the enforcer: %w", err)
+	}
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "nameserver" {
+			if a, err := netip.ParseAddr(f[1]); err == nil {
+				return netip.AddrPortFrom(a, 53).String(), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("egress: %s names no nameserver", file)
+}
+
 // server is a running enforcer's listeners.
 type server struct {
 	e       *egress.Enforcer
 	mu      sync.Mutex     // serialises policy changes
 	spec    backend.Egress // the policy in force, as given
+	persist string         // where changes are saved ("": not saved)
 	closers []io.Closer
 }
 
-func (s *server) listen(host netip.Addr, port int, control string) (proxyPort int, err error) {
+func (s *server) listen(host netip.Addr, dnsPort, port int, control string) (proxyPort int, err error) {
 	defer func() {
 		if err != nil {
 			s.close()
 		}
 	}()
-	dnsAddr := netip.AddrPortFrom(host, 53).String()
+	dnsAddr := netip.AddrPortFrom(host, uint16(dnsPort)).String()
 	udp, err := net.ListenPacket("udp", dnsAddr)
 	if err != nil {
 		return 0, err
@@ -171,6 +258,12 @@ func (s *server) handler() http.Handler {
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if s.persist != "" {
+			if err := WritePolicy(s.persist, spec); err != nil {
+				http.Error(w, "saving the policy: "+err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
 		s.e.SetPolicy(pol)
 		s.spec = spec
 		w.WriteHeader(http.StatusNoContent)
@@ -229,8 +322,7 @@ func WritePolicy(file string, spec backend.Egress) error {
 // unless the policy's default is deny and an address rule allows them,
 // so that a policy of default allow does not open the host's services to
 // the sandbox.
-func guardedDial(policy func() *egress.Policy) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	var d net.Dialer
+func guardedDial(policy func() *egress.Policy, d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		ap, err := netip.ParseAddrPort(addr)
 		if err != nil {
@@ -274,10 +366,7 @@ func SetPolicy(ctx context.Context, sock string, spec backend.Egress) error {
 	if err != nil {
 		return err
 	}
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}}
+	c := unixClient(sock)
 	defer c.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://enforcer/policy", bytes.NewReader(body))
 	if err != nil {
@@ -296,6 +385,14 @@ func SetPolicy(ctx context.Context, sock string, spec backend.Egress) error {
 		return fmt.Errorf("egress enforcer: %s: %s", resp.Status, bytes.TrimSpace(msg))
 	}
 	return nil
+}
+
+// unixClient is an HTTP client of the server on unix socket sock.
+func unixClient(sock string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
 }
 
 // maxDenialsFile is the size at which the denials file starts afresh.
@@ -380,4 +477,78 @@ func Args(dir string, host netip.Addr, upstream string) []string {
 	p := PathsIn(dir)
 	return []string{"egress", "--listen", host.String(), "--upstream", upstream, "--proxy-port", strconv.Itoa(ProxyPort),
 		"--policy", p.Policy, "--denials", p.Denials, "--control", p.Control, "--ready-fd", strconv.Itoa(3)}
+}
+
+// Ctl is `sbxd egress-ctl --state DIR status|set`, how a backend that
+// reaches an in-namespace enforcer only by running commands next to it
+// (the Docker backends: an exec in its container) talks to it:
+//
+//   - status writes the policy in force and the latest --max denials as
+//     JSON of backend.EgressStatus;
+//   - set reads a policy (JSON of backend.Egress) from stdin and sends it
+//     to the enforcer; it exits 2 when the enforcer refuses it (the reason
+//     on stderr), 1 on other errors.
+func Ctl(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("sbxd egress-ctl", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	state := fl.String("state", "", "the enforcer's --state folder")
+	max := fl.Int("max", 200, "status: the most denials to show")
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	if *state == "" || fl.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: sbxd egress-ctl --state DIR status|set")
+		return 2
+	}
+	p := PathsIn(*state)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	switch fl.Arg(0) {
+	case "status":
+		st, err := status(ctx, p, *max)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		json.NewEncoder(stdout).Encode(st)
+		return 0
+	case "set":
+		var spec backend.Egress
+		if err := json.NewDecoder(io.LimitReader(stdin, 1<<20)).Decode(&spec); err != nil {
+			fmt.Fprintln(stderr, "policy:", err)
+			return 2
+		}
+		if err := SetPolicy(ctx, p.Control, spec); err != nil {
+			fmt.Fprintln(stderr, err)
+			if errors.Is(err, backend.ErrInvalidConfig) {
+				return 2
+			}
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stderr, "sbxd egress-ctl: unknown command %q (want status or set)\n", fl.Arg(0))
+	return 2
+}
+
+// status asks the enforcer whose files are p for its policy, and reads its
+// latest max denials.
+func status(ctx context.Context, p Paths, max int) (backend.EgressStatus, error) {
+	var st backend.EgressStatus
+	c := unixClient(p.Control)
+	defer c.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://enforcer/policy", nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return st, fmt.Errorf("the sandbox's egress enforcer does not answer (%w); it fails closed: nothing is reachable", err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st.Policy); err != nil {
+		return st, fmt.Errorf("egress enforcer's policy: %w", err)
+	}
+	st.Denials, err = ReadDenials(p.Denials, max)
+	return st, err
 }

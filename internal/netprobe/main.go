@@ -15,6 +15,9 @@
 //	netprobe route-add CIDR GW     tries to add a route
 //	netprobe raw-udp IP:PORT       sends a UDP "ping" through a raw socket
 //	                               and waits 1 s for the echo
+//	netprobe mark-udp IP:PORT MARK sends a UDP "ping" from a socket with
+//	                               firewall mark MARK (SO_MARK) and prints
+//	                               the echo (1 s)
 //	netprobe download URL HOST     GET, counting bytes; prints the count
 //	netprobe stream URL HOST       GET a stream, printing each line as it
 //	                               comes until the connection ends; exits 0
@@ -32,6 +35,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -39,7 +43,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(fmt.Errorf("usage: netprobe get|tls|lookup|txt|udp|route-del|route-add|raw-udp|download|stream ..."))
+		fail(fmt.Errorf("usage: netprobe get|tls|lookup|txt|udp|route-del|route-add|raw-udp|mark-udp|download|stream ..."))
 	}
 	var err error
 	a := os.Args[2:]
@@ -68,6 +72,8 @@ func main() {
 		err = routeAdd(arg(a, 0), arg(a, 1))
 	case "raw-udp":
 		err = rawUDP(arg(a, 0))
+	case "mark-udp":
+		err = markUDP(arg(a, 0), arg(a, 1))
 	case "download":
 		err = download(arg(a, 0), arg(a, 1))
 	case "stream":
@@ -152,6 +158,11 @@ func udpEcho(addr string) error {
 		return err
 	}
 	defer c.Close()
+	return echo(c)
+}
+
+// echo sends "ping" on c and prints the answer (1 s).
+func echo(c net.Conn) error {
 	c.SetDeadline(time.Now().Add(time.Second))
 	if _, err := c.Write([]byte("ping")); err != nil {
 		return err
@@ -274,6 +285,33 @@ func routeMsg(typ uint16, flags uint16, dst netip.Prefix, gw netip.Addr) error {
 // rawUDP sends a UDP datagram built by hand through a raw IP socket (which
 // CAP_NET_RAW allows) and waits for the echo on an ordinary socket bound to
 // the source port it used.
+// markUDP is udpEcho from a socket marked mark: an enforcer that lets
+// its own marked sockets out must not let this one out.
+func markUDP(addr, mark string) error {
+	m, err := strconv.ParseUint(mark, 0, 32)
+	if err != nil {
+		return err
+	}
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_MARK, int(m))
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("SO_MARK: %w", serr)
+		}
+		return nil
+	}}
+	c, err := d.Dial("udp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return echo(c)
+}
+
 func rawUDP(addr string) error {
 	dst, err := netip.ParseAddrPort(addr)
 	if err != nil {

@@ -1,0 +1,192 @@
+package native_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backends/native"
+	"github.com/sandboxkit/sandboxkit/internal/dockertest"
+	"github.com/sandboxkit/sandboxkit/internal/egresstest"
+	"github.com/sandboxkit/sandboxkit/internal/fakenet"
+)
+
+// egressBackend is a native backend whose enforcers ask fn's DNS server.
+func egressBackend(t *testing.T, fn *fakenet.Net) *native.Backend {
+	t.Helper()
+	dockertest.RequireImage(t, dockertest.Client(t), dockertest.BusyboxImage)
+	b, err := native.New(native.Config{PullPolicy: native.PullNever, EgressDNS: fn.DNS.String()})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// enforcerOf inspects the enforcer container of sandbox sb.
+func enforcerOf(t *testing.T, sb backend.Sandbox) container.InspectResponse {
+	t.Helper()
+	cli := dockertest.Client(t)
+	c, err := cli.ContainerInspect(t.Context(), sb.(interface{ ContainerID() string }).ContainerID())
+	require.NoError(t, err)
+	name := c.Config.Labels["sandboxkit.native.egress"]
+	require.NotEmpty(t, name, "the sandbox names no enforcer")
+	require.Equal(t, container.NetworkMode("container:"+name), c.HostConfig.NetworkMode, "the sandbox is not in its enforcer's network")
+	for _, cp := range []string{"NET_RAW", "NET_ADMIN"} {
+		require.True(t, slices.ContainsFunc(c.HostConfig.CapDrop, func(d string) bool { return strings.TrimPrefix(d, "CAP_") == cp }),
+			"the sandbox keeps %s (drops %v)", cp, c.HostConfig.CapDrop)
+	}
+	e, err := cli.ContainerInspect(t.Context(), name)
+	require.NoError(t, err)
+	return e
+}
+
+func trimCaps(caps []string) []string {
+	var out []string
+	for _, c := range caps {
+		out = append(out, strings.TrimPrefix(c, "CAP_"))
+	}
+	return out
+}
+
+func TestEgress(t *testing.T) {
+	t.Parallel()
+	fn := fakenet.Start(t)
+	b := egressBackend(t, fn)
+	s := spec("egress", dockertest.BusyboxImage)
+	p := egresstest.Policy(fn)
+	s.Egress = &p
+	sb := create(t, b, s)
+	e := &egresstest.Env{Net: fn, Ctl: b, Sandbox: sb}
+	e.Install(t)
+	before := enforcerOf(t, sb)
+	require.Equal(t, []string{"NET_ADMIN"}, trimCaps(before.HostConfig.CapAdd))
+	require.Equal(t, []string{"ALL"}, trimCaps(before.HostConfig.CapDrop))
+	egresstest.Run(t, e, func(t *testing.T) {
+		after := enforcerOf(t, sb)
+		require.True(t, after.State.Running, "the enforcer stopped")
+		require.Equal(t, before.State.StartedAt, after.State.StartedAt, "the enforcer restarted")
+	})
+}
+
+// Published ports of a sandbox with a policy are its enforcer's (which
+// owns the network); connections from outside reach the sandbox.
+func TestEgressPorts(t *testing.T) {
+	t.Parallel()
+	fn := fakenet.Start(t)
+	b := egressBackend(t, fn)
+	s := spec("egress-ports", dockertest.BusyboxImage)
+	s.Egress = &backend.Egress{Default: "deny"}
+	s.Ports = []backend.Port{{Port: 8080}}
+	s.Command = []string{"httpd", "-f", "-p", "8080", "-h", "/etc"}
+	sb := create(t, b, s)
+	addr, err := sb.(backend.Endpointer).Endpoint(t.Context(), 8080)
+	require.NoError(t, err)
+	var body string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err == nil {
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			io.WriteString(c, "GET /hostname HTTP/1.0\r\n\r\n")
+			data, _ := io.ReadAll(c)
+			c.Close()
+			if body = string(data); strings.Contains(body, "200 OK") {
+				break
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "the published port %s does not answer: %v %q", addr, err, body)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A sandbox's enforcer goes with it; one left by a sandbox removed behind
+// sandboxkit's back is reclaimed by PruneCaches.
+func TestEgressLeavesNothing(t *testing.T) {
+	t.Parallel()
+	fn := fakenet.Start(t)
+	b := egressBackend(t, fn)
+	cli := dockertest.Client(t)
+	s := spec("egress-leak", dockertest.BusyboxImage)
+	s.Egress = &backend.Egress{Allow: []string{"allowed.test"}}
+	sb, err := b.Create(t.Context(), s)
+	require.NoError(t, err)
+	t.Cleanup(func() { sb.Destroy(context.Background()) })
+	name := enforcerOf(t, sb).Name
+	require.NoError(t, sb.Destroy(t.Context()))
+	_, err = cli.ContainerInspect(t.Context(), name)
+	require.Error(t, err, "the enforcer outlived its sandbox")
+
+	sb2, err := b.Create(t.Context(), s)
+	require.NoError(t, err)
+	t.Cleanup(func() { sb2.Destroy(context.Background()) })
+	sb = sb2
+	name = strings.TrimPrefix(enforcerOf(t, sb).Name, "/")
+	require.NoError(t, cli.ContainerRemove(t.Context(), sb.(interface{ ContainerID() string }).ContainerID(), container.RemoveOptions{Force: true}))
+	names, err := b.PruneCaches(t.Context(), true)
+	require.NoError(t, err)
+	require.Contains(t, names, "egress enforcer "+name)
+	_, err = cli.ContainerInspect(t.Context(), name)
+	require.NoError(t, err, "a dry run removed the enforcer")
+	names, err = b.PruneCaches(t.Context(), false)
+	require.NoError(t, err)
+	require.Contains(t, names, "egress enforcer "+name)
+	_, err = cli.ContainerInspect(t.Context(), name)
+	require.Error(t, err, "PruneCaches left the enforcer")
+	// The enforcer of a live sandbox stays.
+	live := create(t, b, s)
+	names, err = b.PruneCaches(t.Context(), false)
+	require.NoError(t, err)
+	require.False(t, slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "egress enforcer") }), "pruned %v", names)
+	require.True(t, enforcerOf(t, live).State.Running)
+}
+
+// Policies native cannot hold a sandbox to are refused before anything is
+// made.
+func TestEgressRefused(t *testing.T) {
+	t.Parallel()
+	fn := fakenet.Start(t)
+	b := egressBackend(t, fn)
+	for _, tc := range []struct {
+		name string
+		mod  func(*backend.Spec)
+		want string
+	}{
+		{"bad rule", func(s *backend.Spec) { s.Egress = &backend.Egress{Allow: []string{"a.*.test"}} }, "a.*.test"},
+		{"host network", func(s *backend.Spec) { s.Egress = &backend.Egress{}; s.Network = "host" }, `network = "host"`},
+		{"no network", func(s *backend.Spec) { s.Egress = &backend.Egress{}; s.Network = "none" }, `network = "none"`},
+		{"privileged", func(s *backend.Spec) { s.Egress = &backend.Egress{}; s.Privileged = true }, "privileged"},
+		{"NET_RAW", func(s *backend.Spec) { s.Egress = &backend.Egress{}; s.CapAdd = []string{"NET_RAW"} }, "NET_RAW"},
+		{"NET_ADMIN", func(s *backend.Spec) { s.Egress = &backend.Egress{}; s.CapAdd = []string{"cap_net_admin"} }, "cap_net_admin"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := spec("refused", dockertest.BusyboxImage)
+			tc.mod(&s)
+			_, err := b.Create(t.Context(), s)
+			require.ErrorIs(t, err, backend.ErrInvalidConfig)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+	// A fork would not carry the policy.
+	s := spec("egress-fork", dockertest.BusyboxImage)
+	s.Egress = &backend.Egress{}
+	sb := create(t, b, s)
+	_, err := sb.(backend.Forker).Fork(t.Context(), backend.ForkRequest{N: 1})
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+	require.Contains(t, err.Error(), "egress")
+	// A sandbox made without a policy has no enforcer to change.
+	plain := create(t, b, spec("plain", dockertest.BusyboxImage))
+	err = b.SetEgress(t.Context(), plain.ID(), backend.Egress{})
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+	_, err = b.EgressStatus(context.Background(), plain.ID())
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+	assert.True(t, b.Capabilities().Egress)
+}

@@ -1,0 +1,217 @@
+// Package egresstest is the backend-neutral part of the egress tests: a
+// sandbox with a policy on the fake internet (package fakenet) is probed
+// with internal/netprobe, run inside it, and every backend that enforces
+// policies passes the same checks.
+package egresstest
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/egressctl"
+	"github.com/sandboxkit/sandboxkit/internal/fakenet"
+	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
+)
+
+var (
+	probeOnce sync.Once
+	probePath string
+	probeErr  error
+)
+
+// Netprobe builds internal/netprobe once per test binary and returns it:
+// the program the tests run in sandboxes to try the network.
+func Netprobe(t testing.TB) []byte {
+	t.Helper()
+	probeOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sbx-netprobe-")
+		if err != nil {
+			probeErr = err
+			return
+		}
+		probePath = filepath.Join(dir, "netprobe")
+		cmd := exec.Command("go", "build", "-o", probePath, "github.com/sandboxkit/sandboxkit/internal/netprobe")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			probeErr = errors.New(string(out))
+		}
+	})
+	require.NoError(t, probeErr, "building netprobe")
+	data, err := os.ReadFile(probePath)
+	require.NoError(t, err)
+	return data
+}
+
+// Env is a sandbox with a policy, on the fake internet.
+type Env struct {
+	Net     *fakenet.Net
+	Ctl     backend.EgressController
+	Sandbox backend.Sandbox
+}
+
+// Install writes netprobe to /netprobe in the sandbox.
+func (e *Env) Install(t testing.TB) {
+	t.Helper()
+	require.NoError(t, backend.WriteFile(t.Context(), e.Sandbox, "/netprobe", bytes.NewReader(Netprobe(t)), 0o755))
+}
+
+// Probe runs netprobe in the sandbox; ok reports exit status 0.
+func (e *Env) Probe(t testing.TB, args ...string) (out string, ok bool) {
+	t.Helper()
+	res, err := e.Sandbox.Exec(t.Context(), backend.ExecRequest{Cmd: append([]string{"/netprobe"}, args...), Timeout: 30 * time.Second})
+	require.NoError(t, err)
+	return strings.TrimSpace(string(res.Stdout) + string(res.Stderr)), res.ExitCode == 0
+}
+
+// MustReach requires netprobe args to succeed with output want.
+func (e *Env) MustReach(t testing.TB, want string, args ...string) {
+	t.Helper()
+	out, ok := e.Probe(t, args...)
+	require.True(t, ok, "netprobe %v was refused: %s", args, out)
+	require.Equal(t, want, out, "netprobe %v", args)
+}
+
+// MustFail requires netprobe args to fail, and returns its output.
+func (e *Env) MustFail(t testing.TB, args ...string) string {
+	t.Helper()
+	out, ok := e.Probe(t, args...)
+	require.False(t, ok, "netprobe %v got through: %s", args, out)
+	return out
+}
+
+// Policy is the policy Run expects: allowed.test and *.allowed.test on
+// port 80 but api.allowed.test, and other.test only by its address, on
+// port 80.
+func Policy(fn *fakenet.Net) backend.Egress {
+	return backend.Egress{
+		Default: "deny",
+		Allow:   []string{"allowed.test", "*.allowed.test:80", fn.Addr("other.test").String() + ":80"},
+		Deny:    []string{"api.allowed.test"},
+	}
+}
+
+// Run checks e, made with Policy, from inside: what it reaches, what it
+// does not, what is recorded, that root in it cannot get around the
+// enforcer (enforcerAlive checks, the backend's way, that the enforcer
+// outlived `kill -9 -1` in the sandbox), and that a policy change applies
+// to open connections. It changes the policy last.
+func Run(t *testing.T, e *Env, enforcerAlive func(t *testing.T)) {
+	addr := func(name string) string { return e.Net.Addr(name).String() }
+	allowed, denied, other := addr("allowed.test"), addr("denied.test"), addr("other.test")
+	id := e.Sandbox.ID()
+
+	t.Run("allowed name over HTTP and HTTPS", func(t *testing.T) {
+		e.MustReach(t, allowed, "lookup", "allowed.test")
+		e.MustReach(t, "hello from allowed.test", "get", "http://allowed.test/")
+		e.MustReach(t, "hello from allowed.test", "get", "https://allowed.test/")
+		e.MustReach(t, "hello from www.allowed.test", "get", "http://www.allowed.test/")
+	})
+	t.Run("port and deny rules", func(t *testing.T) {
+		// *.allowed.test only on port 80; api.allowed.test denied.
+		e.MustFail(t, "get", "https://www.allowed.test/")
+		e.MustFail(t, "get", "http://api.allowed.test/")
+	})
+	t.Run("denied names do not resolve and never reach the DNS server", func(t *testing.T) {
+		before := e.Net.Queries("denied.test")
+		e.MustFail(t, "lookup", "denied.test")
+		e.MustFail(t, "txt", "secret-data.tunnel.denied.test")
+		require.Equal(t, before, e.Net.Queries("denied.test"), "a denied name reached the upstream DNS server")
+		require.Zero(t, e.Net.Queries("secret-data.tunnel.denied.test"), "a tunnelling query reached the upstream DNS server")
+	})
+	t.Run("direct connections to denied addresses", func(t *testing.T) {
+		e.MustFail(t, "get", "http://"+denied+"/", "denied.test")
+		// An allowed Host towards an address not resolved for it.
+		e.MustFail(t, "get", "http://"+denied+"/", "allowed.test")
+		// No name at all.
+		e.MustFail(t, "get", "http://"+denied+"/", denied)
+	})
+	t.Run("SNI spoofing", func(t *testing.T) {
+		e.MustFail(t, "tls", denied+":443", "allowed.test")
+		e.MustReach(t, "hello from allowed.test", "tls", allowed+":443", "allowed.test")
+	})
+	t.Run("address rule", func(t *testing.T) {
+		e.MustReach(t, "hello from other.test", "get", "http://"+other+"/", other)
+		e.MustFail(t, "tls", other+":443", "other.test")
+	})
+	t.Run("UDP is dropped", func(t *testing.T) {
+		e.MustFail(t, "udp", allowed+":7")
+	})
+	t.Run("denials are recorded", func(t *testing.T) {
+		st, err := e.Ctl.EgressStatus(t.Context(), id)
+		require.NoError(t, err)
+		require.Equal(t, "deny", st.Policy.Default)
+		var dns, tcp bool
+		for _, d := range st.Denials {
+			dns = dns || d.Proto == "dns" && strings.Contains(d.Dest+d.Name, "denied.test")
+			tcp = tcp || d.Proto == "tcp" && d.Dest == denied && d.Port == 443 && d.Name == "allowed.test"
+		}
+		require.True(t, dns, "no dns denial of denied.test in %+v", st.Denials)
+		require.True(t, tcp, "no tcp denial of the spoofed SNI in %+v", st.Denials)
+	})
+	t.Run("root in the sandbox cannot get around it", func(t *testing.T) {
+		out := e.MustFail(t, "route-del")
+		require.Contains(t, out, "operation not permitted")
+		out = e.MustFail(t, "route-add", "0.0.0.0/1", "10.252.0.1")
+		require.Contains(t, out, "operation not permitted")
+		e.MustFail(t, "raw-udp", denied+":7")
+		// The mark an in-namespace enforcer's own sockets carry (where the
+		// sandbox may set it at all).
+		e.MustFail(t, "mark-udp", allowed+":7", strconv.Itoa(egressctl.Mark))
+		// Killing every process it can see leaves the enforcer alone.
+		_, err := e.Sandbox.Exec(t.Context(), backend.ExecRequest{Cmd: []string{"sh", "-c", "kill -9 -1; true"}})
+		require.NoError(t, err)
+		enforcerAlive(t)
+		e.MustFail(t, "get", "http://"+denied+"/", "denied.test")
+		e.MustReach(t, "hello from allowed.test", "get", "http://allowed.test/")
+	})
+	t.Run("a policy change applies to running connections", func(t *testing.T) {
+		out := make(chan string, 1)
+		var buf syncbuf.Buffer
+		go func() {
+			res, err := e.Sandbox.Exec(t.Context(), backend.ExecRequest{Cmd: []string{"/netprobe", "stream", "http://allowed.test/stream", "allowed.test"}, Stdout: &buf})
+			if err != nil {
+				out <- err.Error()
+				return
+			}
+			out <- "exit " + strconv.Itoa(res.ExitCode)
+		}()
+		// The stream is open once it sent a line.
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(buf.String(), "\n") {
+			require.True(t, time.Now().Before(deadline), "the stream did not start: %q", buf.String())
+			time.Sleep(20 * time.Millisecond)
+		}
+		changed := time.Now()
+		require.NoError(t, e.Ctl.SetEgress(t.Context(), id, backend.Egress{Default: "deny", Allow: []string{"www.allowed.test"}}))
+		select {
+		case got := <-out:
+			require.Equal(t, "exit 0", got)
+			require.Contains(t, buf.String(), "cut:")
+			t.Logf("the open connection was cut %v after the change", time.Since(changed).Round(time.Millisecond))
+		case <-time.After(5 * time.Second):
+			t.Fatal("the connection the new policy denies is still open after 5 s")
+		}
+		e.MustFail(t, "lookup", "allowed.test")
+		e.MustFail(t, "get", "http://allowed.test/")
+		e.MustReach(t, "hello from www.allowed.test", "get", "http://www.allowed.test/")
+		st, err := e.Ctl.EgressStatus(t.Context(), id)
+		require.NoError(t, err)
+		require.Equal(t, []string{"www.allowed.test"}, st.Policy.Allow)
+		// Bad rules are refused and change nothing.
+		err = e.Ctl.SetEgress(t.Context(), id, backend.Egress{Allow: []string{"https://x.test"}})
+		require.ErrorIs(t, err, backend.ErrInvalidConfig)
+		require.Contains(t, err.Error(), "https://x.test")
+		e.MustReach(t, "hello from www.allowed.test", "get", "http://www.allowed.test/")
+	})
+}
