@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/egress"
 	"github.com/sandboxkit/sandboxkit/internal/egressctl"
+	"github.com/sandboxkit/sandboxkit/internal/owner"
 )
 
 // Egress policies (Spec.Egress) on Docker engines.
@@ -38,9 +39,10 @@ import (
 // exec in its container: SetEgress and EgressStatus). Everything goes
 // through the Engine API, so remotedocker enforces the same way over SSH.
 //
-// The enforcer is made after the sandbox's container (created, not
-// started) and removed before it: an enforcer whose sandbox is gone is
-// always a leftover, which PruneCaches removes. Published ports, the host
+// The enforcer is made while the sandbox's container is (which starts only
+// once the enforcer is ready) and removed before it: an enforcer whose
+// sandbox is gone is a leftover once its creator (LabelCreator) has died
+// or a minute has passed, and PruneCaches removes it. Published ports, the host
 // name and extra hosts belong to the namespace's owner, so they move to
 // the enforcer's container.
 const (
@@ -128,6 +130,7 @@ func (b *Backend) joinEnforcer(spec backend.Spec, id string, cfg *container.Conf
 		}
 	}
 	ecfg.Labels[backend.LabelBackend], ecfg.Labels[labelEgressFor] = Name, id
+	ecfg.Labels[backend.LabelCreator] = owner.Self()
 	if s := spec.Session; s != "" {
 		ecfg.Labels[backend.LabelSession] = s
 	}
@@ -238,10 +241,16 @@ func (b *Backend) removeEnforcer(ctx context.Context, name string) error {
 	return nil
 }
 
-// pruneEnforcers removes the enforcers whose sandbox's container is gone.
+// enforcerGrace is how long an enforcer whose sandbox's container does
+// not exist is left alone while its creator lives (Create makes the two at
+// once).
+var enforcerGrace = time.Minute
+
+// pruneEnforcers removes the enforcers whose sandbox's container is gone,
+// once their creator is dead or enforcerGrace has passed.
 func (b *Backend) pruneEnforcers(ctx context.Context, dryRun bool) ([]string, error) {
-	// Enforcers first: one made after this listing is not looked at, and
-	// the sandbox of one made before it exists already (it is made first).
+	// Enforcers first: the sandbox of one listed here and still being
+	// made is then in the second listing, or its creator is alive.
 	ef := filters.NewArgs(filters.Arg("label", backend.LabelBackend+"="+Name), filters.Arg("label", labelEgressFor))
 	enforcers, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: ef})
 	if err != nil || len(enforcers) == 0 {
@@ -260,6 +269,9 @@ func (b *Backend) pruneEnforcers(ctx context.Context, dryRun bool) ([]string, er
 	for _, c := range enforcers {
 		name := strings.TrimPrefix(firstName(c.Names), "/")
 		if !matchLabels(c.Labels, ef) || live[name] {
+			continue
+		}
+		if alive, known := owner.Alive(c.Labels[backend.LabelCreator]); (alive || !known) && time.Since(time.Unix(c.Created, 0)) < enforcerGrace {
 			continue
 		}
 		if !dryRun {

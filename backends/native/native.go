@@ -390,6 +390,30 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		}
 	}
 	verr := b.mountSbxd(ctx, hc, bin, spec.Image, cfg.Labels)
+	// The enforcer starts while the sandbox's container is made; the
+	// sandbox starts once the enforcer is ready (or not at all).
+	enforcer := func() error { return nil }
+	if ecfg != nil {
+		everr := b.mountSbxd(ctx, ehc, bin, spec.Image, ecfg.Labels)
+		started := make(chan error, 1)
+		go func() {
+			inject := func(ecid string) error { return b.injectSbxd(ctx, ecid, bin, ehc, everr) }
+			started <- b.startEnforcer(ctx, spec, id, ecfg, ehc, inject)
+		}()
+		enforcer = sync.OnceValue(func() error { return <-started })
+	}
+	// dropEnforcer removes a started enforcer (a failed one removed
+	// itself).
+	dropEnforcer := func() {
+		if ecfg == nil || enforcer() != nil {
+			return
+		}
+		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if rerr := b.removeEnforcer(rmCtx, enforcerName(id)); rerr != nil {
+			b.log.Warn("removing a half-created sandbox's egress enforcer failed", "err", rerr)
+		}
+	}
 	name := containerName(spec, id)
 	var created container.CreateResponse
 	switch {
@@ -401,6 +425,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		created, err = b.cli.ContainerCreate(ctx, cfg, hc, networkingConfig(spec), platformOf(spec), name)
 	}
 	if err != nil {
+		dropEnforcer()
 		if spec.ContainerName != "" && cerrdefs.IsConflict(err) {
 			return fail(fmt.Errorf("%w: container_name %q: a container of that name exists (remove it, or drop container_name so each sandbox gets a name of its own): %v",
 				backend.ErrAlreadyExists, spec.ContainerName, err))
@@ -408,8 +433,9 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		return fail(b.explainCreate(err))
 	}
 	cid := created.ID
-	// From here on a failure must not leave the container behind.
+	// From here on a failure must not leave the containers behind.
 	cleanup := func(err error) (backend.Sandbox, error) {
+		dropEnforcer()
 		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if rerr := b.cli.ContainerRemove(rmCtx, cid, container.RemoveOptions{Force: true, RemoveVolumes: true}); rerr != nil {
@@ -420,22 +446,8 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err := b.injectSbxd(ctx, cid, bin, hc, verr); err != nil {
 		return cleanup(err)
 	}
-	if ecfg != nil {
-		everr := b.mountSbxd(ctx, ehc, bin, spec.Image, ecfg.Labels)
-		inject := func(ecid string) error { return b.injectSbxd(ctx, ecid, bin, ehc, everr) }
-		if err := b.startEnforcer(ctx, spec, id, ecfg, ehc, inject); err != nil {
-			return cleanup(err)
-		}
-		// The enforcer goes first; a failure below removes it too.
-		inner := cleanup
-		cleanup = func(err error) (backend.Sandbox, error) {
-			rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if rerr := b.removeEnforcer(rmCtx, enforcerName(id)); rerr != nil {
-				b.log.Warn("removing a half-created sandbox's egress enforcer failed", "err", rerr)
-			}
-			return inner(err)
-		}
+	if err := enforcer(); err != nil {
+		return cleanup(err)
 	}
 	if err := b.cli.ContainerStart(ctx, cid, container.StartOptions{}); err != nil {
 		return cleanup(b.explainCreate(err))

@@ -132,7 +132,7 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 				args = []string{"pool", "keep", "--sessions", "worker"}
 			case "bundle": // its snapshots, temporary folder and images
 				args = []string{"snapshot", "-o", filepath.Join(outs, fmt.Sprintf("b%d.tar", n)), "chaoskeep"}
-			case "run-egress": // its network namespace, veth, rules and enforcer
+			case "run-egress": // lite: its network namespace, veth, rules and enforcer; native: its enforcer
 				args = []string{"run", "--sandbox", "fenced", "--", "sh", "-c", "echo started; sleep 60"}
 			case "claim": // from the pool a killed keeper may have left
 				args = []string{"run", "--sandbox", "worker", "--", "sh", "-c", "echo started; sleep 60"}
@@ -317,8 +317,12 @@ func chaosLite(t *testing.T) chaosTarget {
 func chaosNative(t *testing.T) chaosTarget {
 	cli := dockertest.Client(t)
 	dockertest.RequireImage(t, cli, dockertest.BusyboxImage)
+	// The enforcers of "fenced" carry the backend's label: the inventory
+	// has them.
+	fenced := fmt.Sprintf("\n[sandbox.sandboxes.fenced]\nimage = %q\negress = { allow = [\"allowed.test\"] }\n", dockertest.BusyboxImage)
 	return chaosTarget{
-		config:   writeChaosConfig(t, "[sandbox]\nbackend = \"native\"\n", dockertest.BusyboxImage),
+		config:   writeChaosConfig(t, "[sandbox]\nbackend = \"native\"\n[sandbox.native]\negress_dns = \"127.0.0.1\"\n", dockertest.BusyboxImage, fenced),
+		egress:   true,
 		kills:    50,
 		maxDelay: 1500 * time.Millisecond,
 		inventory: func(t *testing.T) []string {

@@ -104,7 +104,9 @@ func Run(args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("sbxd egress: %s: %w", *policyFile, err)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	// Warnings only: every denial is in the denials file (which is
+	// bounded); logged too, a sandbox could fill its log without end.
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	dw, err := openDenials(*denials, log)
 	if err != nil {
 		return fmt.Errorf("sbxd egress: %w", err)

@@ -6,7 +6,9 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -164,4 +166,67 @@ func newNet(b block) (*Net, error) {
 	}
 	serve(n, c, ls)
 	return n, nil
+}
+
+// Attach links the fake internet to the network namespace ns (a name under
+// /run/netns, such as a harness's "remote host"), for t's life: a veth pair
+// of 10.249.N.0/30 (N: this fake internet's block), a route there to
+// Prefix, and routes here back to each of routes (the namespace's own
+// networks, such as its containers' bridge) through it. Traffic stays
+// between the two namespaces.
+func (n *Net) Attach(t testing.TB, ns string, routes ...netip.Prefix) {
+	t.Helper()
+	b := block(n.Prefix.Addr().As4()[2])
+	here, there := "sbxfa-"+strconv.Itoa(int(b)), "sbxfb-"+strconv.Itoa(int(b))
+	local := netip.AddrFrom4([4]byte{10, 249, byte(b), 1})
+	remote := local.Next()
+	nsPath := filepath.Join(netnsDir, ns)
+	// A link left by an earlier run of this block goes first.
+	inNamespace(b.nsPath(), func() error {
+		if linkExists(here) {
+			return ip("link del " + here)
+		}
+		return nil
+	})
+	err := inNamespace(b.nsPath(), func() error {
+		return ip(
+			fmt.Sprintf("link add %s type veth peer name %s netns %s", here, there, ns),
+			fmt.Sprintf("addr add %s dev %s", netip.PrefixFrom(local, 30), here),
+			"link set "+here+" up",
+		)
+	})
+	if err == nil {
+		err = inNamespace(nsPath, func() error {
+			return ip(fmt.Sprintf("addr add %s dev %s", netip.PrefixFrom(remote, 30), there), "link set "+there+" up")
+		})
+	}
+	if err == nil {
+		err = inNamespace(b.nsPath(), func() error { return waitRunning(here, linkUpTimeout) })
+	}
+	if err == nil {
+		err = inNamespace(nsPath, func() error {
+			if err := waitRunning(there, linkUpTimeout); err != nil {
+				return err
+			}
+			return ip(fmt.Sprintf("route replace %s via %s", n.Prefix, local))
+		})
+	}
+	if err == nil {
+		err = inNamespace(b.nsPath(), func() error {
+			var cmds []string
+			for _, r := range routes {
+				cmds = append(cmds, fmt.Sprintf("route replace %s via %s", r, remote))
+			}
+			if len(cmds) == 0 {
+				return nil
+			}
+			return ip(cmds...)
+		})
+	}
+	t.Cleanup(func() {
+		inNamespace(b.nsPath(), func() error { return ip("link del " + here) })
+	})
+	if err != nil {
+		t.Fatalf("fakenet: attaching %s to %s: %v", n.Namespace, ns, err)
+	}
 }

@@ -1,0 +1,64 @@
+package remotedocker_test
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/dockertest"
+	"github.com/sandboxkit/sandboxkit/internal/egresstest"
+	"github.com/sandboxkit/sandboxkit/internal/fakenet"
+	"github.com/sandboxkit/sandboxkit/internal/remotetest"
+)
+
+// A sandbox on the remote engine is held to its policy as on native: the
+// enforcer is made, controlled and read through the Engine API over SSH.
+// The fake internet is attached to the remote host's namespace, routed to
+// and from its containers' bridge.
+func TestEgress(t *testing.T) {
+	h := remotetest.Get(t)
+	fn := fakenet.Start(t)
+	rcli := h.DockerClient(t)
+	br, err := rcli.NetworkInspect(t.Context(), "bridge", network.InspectOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, br.IPAM.Config, "the remote engine's bridge has no subnet")
+	bridge, err := netip.ParsePrefix(br.IPAM.Config[0].Subnet)
+	require.NoError(t, err)
+	fn.Attach(t, h.NetNS, bridge)
+
+	cfg := config(h)
+	cfg.EgressDNS = fn.DNS.String()
+	b := open(t, cfg)
+	s := spec("egress", dockertest.BusyboxImage)
+	p := egresstest.Policy(fn)
+	s.Egress = &p
+	sb := create(t, b, s)
+	e := &egresstest.Env{Net: fn, Ctl: b, Sandbox: sb}
+	e.Install(t)
+	var enforcer string
+	list, err := rcli.ContainerList(t.Context(), container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", "sandboxkit.native.egress-for="+sb.ID()))})
+	require.NoError(t, err)
+	require.Len(t, list, 1, "the remote engine has no enforcer for the sandbox")
+	enforcer = list[0].ID
+	started := func(t *testing.T) string {
+		c, err := rcli.ContainerInspect(t.Context(), enforcer)
+		require.NoError(t, err)
+		require.True(t, c.State.Running, "the enforcer stopped")
+		return c.State.StartedAt
+	}
+	first := started(t)
+	egresstest.Run(t, e, func(t *testing.T) {
+		require.Equal(t, first, started(t), "the enforcer restarted")
+	})
+	// Nothing of it is left on the remote engine once the sandbox is gone.
+	require.NoError(t, sb.Destroy(t.Context()))
+	_, err = rcli.ContainerInspect(t.Context(), enforcer)
+	require.Error(t, err, "the enforcer outlived its sandbox")
+	var _ backend.EgressController = b
+}
