@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/egressctl"
 )
 
 // EnvKubeconfig is the standard variable naming kubeconfig files (a list
@@ -181,6 +182,11 @@ type Config struct {
 	// instead of the embedded one (also: env SBX_SBXD_PATH).
 	SbxdPath string `toml:"sbxd_path"`
 
+	// EgressDNS is the DNS server ("IP" or "IP:PORT") that the enforcers
+	// of sandboxes with an egress policy ask for the names the policy
+	// allows. Default: the pod's nameserver (the cluster's DNS).
+	EgressDNS string `toml:"egress_dns"`
+
 	// fromEnv maps the keys withEnv filled to their variables.
 	fromEnv map[string]string
 }
@@ -203,6 +209,9 @@ func invalid(key, format string, args ...any) error {
 // validate checks what can be checked without the cluster.
 func (c Config) validate() error {
 	var errs []error
+	if _, ok := egressctl.DNSServer(c.EgressDNS); c.EgressDNS != "" && !ok {
+		errs = append(errs, c.invalid("egress_dns", "%q: %s", c.EgressDNS, egressctl.DNSServerWant))
+	}
 	if c.Namespace != "" {
 		if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
 			errs = append(errs, c.invalid("namespace", "%q is not a namespace name: %s", c.Namespace, msgs[0]))

@@ -125,7 +125,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	runtimes := slices.DeleteFunc(append([]string{b.cfg.RuntimeClass}, b.cfg.RuntimeClasses...), func(s string) bool { return s == "" })
 	return backend.Capabilities{
 		Isolation:      backend.IsolationContainer,
-		EgressWhy:      "it needs a network plugin that enforces NetworkPolicy plus an egress proxy, which is not built yet; lite enforces egress policies",
+		Egress:         true,
 		NetworkModes:   []string{"bridge", "host", "none"},
 		Images:         true,
 		BindVolumes:    true,
@@ -171,6 +171,9 @@ func (b *Backend) reqCtx(ctx context.Context) (context.Context, context.CancelFu
 // Create makes a pod for spec and waits for it to run.
 func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
 	if err := refuseUnsupported(spec); err != nil {
+		return nil, b.opErr("create", "", err)
+	}
+	if err := checkEgress(spec); err != nil {
 		return nil, b.opErr("create", "", err)
 	}
 	if err := b.Capabilities().Check(Name, spec); err != nil {
@@ -226,6 +229,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	sb := b.sandboxFor(running)
 	if err := sb.setUp(ctx, spec.WorkingDir == ""); err != nil {
 		return fail(err)
+	}
+	if spec.Egress != nil {
+		if err := sb.waitEnforcer(ctx); err != nil {
+			return fail(err)
+		}
 	}
 	if spec.Network == "none" {
 		if err := sb.checkCutOff(ctx, running); err != nil {

@@ -102,6 +102,11 @@ func (b *Backend) podFor(id string, spec backend.Spec) (*corev1.Pod, error) {
 	c.VolumeMounts = mounts
 
 	ps := b.podSpec(c, volumes)
+	if spec.Egress != nil {
+		if err := b.addEnforcer(&ps, &ps.Containers[0], spec); err != nil {
+			return nil, err
+		}
+	}
 	if err := applyNetwork(&ps, spec.Network); err != nil {
 		return nil, err
 	}

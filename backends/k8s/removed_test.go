@@ -2,7 +2,6 @@ package k8s_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -39,18 +38,4 @@ func TestWaitRemoved(t *testing.T) {
 	cctx, cancel2 := context.WithCancel(ctx)
 	cancel2()
 	require.ErrorIs(t, b.WaitRemoved(cctx, sb2.ID()), context.Canceled)
-}
-
-// The k8s backend refuses an egress policy, saying why, and makes nothing.
-func TestEgressRefused(t *testing.T) {
-	t.Parallel()
-	b, c, ns := newBackend(t)
-	s := spec("egress", k8stest.BusyboxImage)
-	s.Egress = &backend.Egress{Allow: []string{"pypi.org:443"}}
-	_, err := b.Create(t.Context(), s)
-	require.ErrorIs(t, err, errors.ErrUnsupported)
-	require.Contains(t, err.Error(), "egress (it needs a network plugin that enforces NetworkPolicy")
-	pods, err := c.Client(t).CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
-	require.NoError(t, err)
-	require.Empty(t, pods.Items, "a refused create made a pod")
 }

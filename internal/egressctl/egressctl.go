@@ -58,6 +58,7 @@ func Run(args []string, stderr io.Writer) error {
 	inNetns := fl.Bool("in-netns", false, "run in the sandbox's network namespace and load its rules")
 	state := fl.String("state", "", "--in-netns: the folder of the policy, denials and control socket")
 	policyJSON := fl.String("policy-json", "", "--in-netns: the policy to start from when --state holds none")
+	readyFile := fl.String("ready-file", "", "a file to create once serving (after the rules, with --in-netns)")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -138,6 +139,12 @@ func Run(args []string, stderr io.Writer) error {
 	} else if err := dropPrivileges(); err != nil {
 		s.close()
 		return fmt.Errorf("sbxd egress: %w", err)
+	}
+	if *readyFile != "" {
+		if err := os.WriteFile(*readyFile, fmt.Appendf(nil, "ready %d\n", port), 0o644); err != nil {
+			s.close()
+			return fmt.Errorf("sbxd egress: %w", err)
+		}
 	}
 	switch {
 	case *readyFD == 1:

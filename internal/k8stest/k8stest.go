@@ -61,6 +61,10 @@ type Cluster struct {
 	NoPermKubeconfig string
 	Server           string
 	Node             string
+	// NetNS is the network namespace the node runs in (under /run/netns)
+	// and PodCIDR its pods' addresses, for tests that route to pods.
+	NetNS   string
+	PodCIDR string
 	// Script is scripts/k8s-harness.sh (empty when SBX_K8S_ENV was set).
 	Script string
 }
@@ -120,6 +124,8 @@ func readEnv(path string) (*Cluster, error) {
 		NoPermKubeconfig: env["SBX_K8S_NOPERM_KUBECONFIG"],
 		Server:           env["SBX_K8S_SERVER"],
 		Node:             env["SBX_K8S_NODE"],
+		NetNS:            env["SBX_K8S_NETNS"],
+		PodCIDR:          env["SBX_K8S_POD_CIDR"],
 	}
 	if c.Kubeconfig == "" || c.Server == "" {
 		return nil, fmt.Errorf("%s: SBX_K8S_KUBECONFIG or SBX_K8S_SERVER missing", path)

@@ -1,0 +1,107 @@
+package k8s_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backends/k8s"
+	"github.com/sandboxkit/sandboxkit/internal/egresstest"
+	"github.com/sandboxkit/sandboxkit/internal/fakenet"
+	"github.com/sandboxkit/sandboxkit/internal/k8stest"
+)
+
+// A pod with a policy is held to it by its enforcer sidecar, which needs
+// no NetworkPolicy support (the harness's bridge plugin has none). The
+// fake internet is attached to the node's namespace, routed to and from
+// the pods.
+func TestEgress(t *testing.T) {
+	c := k8stest.Get(t)
+	ns := c.Namespace(t)
+	require.NotEmpty(t, c.NetNS, "the harness's env names no node namespace (SBX_K8S_NETNS): rerun scripts/k8s-harness.sh up")
+	pods, err := netip.ParsePrefix(c.PodCIDR)
+	require.NoError(t, err, "SBX_K8S_POD_CIDR")
+	fn := fakenet.Start(t)
+	fn.Attach(t, c.NetNS, pods)
+	b, err := k8s.New(k8s.Config{Kubeconfig: c.Kubeconfig, Namespace: ns, ImagePullPolicy: "IfNotPresent",
+		StartTimeoutSec: 120, EgressDNS: fn.DNS.String()})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	require.True(t, b.Capabilities().Egress)
+
+	s := spec("egress", k8stest.BusyboxImage)
+	p := egresstest.Policy(fn)
+	s.Egress = &p
+	sb := create(t, b, s)
+	e := &egresstest.Env{Net: fn, Ctl: b, Sandbox: sb}
+	e.Install(t)
+	cs := c.Client(t)
+	sidecar := func(t *testing.T) corev1.ContainerStatus {
+		pod, err := cs.CoreV1().Pods(ns).Get(t.Context(), sb.ID(), metav1.GetOptions{})
+		require.NoError(t, err)
+		for _, st := range pod.Status.InitContainerStatuses {
+			if st.Name == "egress" {
+				return st
+			}
+		}
+		t.Fatalf("the pod has no enforcer: %+v", pod.Status.InitContainerStatuses)
+		return corev1.ContainerStatus{}
+	}
+	egresstest.Run(t, e, func(t *testing.T) {
+		st := sidecar(t)
+		require.NotNil(t, st.State.Running, "the enforcer is not running: %+v", st.State)
+		require.Zero(t, st.RestartCount, "the enforcer restarted")
+	})
+
+	// The entry's own command waits for the enforcer: its first
+	// connection is already held to the policy.
+	s = spec("egress-cmd", k8stest.BusyboxImage)
+	s.Egress = &backend.Egress{Default: "deny"}
+	s.Command = []string{"sh", "-c", "wget -T 2 -q -O /tmp/got http://" + fn.Addr("allowed.test").String() + "/ ; echo $? > /tmp/rc; sleep 3600"}
+	sb2 := create(t, b, s)
+	res, err := sb2.Exec(t.Context(), backend.ExecRequest{Cmd: []string{"sh", "-c", "while [ ! -e /tmp/rc ]; do sleep 0.1; done; cat /tmp/rc; cat /tmp/got 2>/dev/null"}})
+	require.NoError(t, err)
+	require.NotEqual(t, "0\n", string(res.Stdout), "the entry's command reached a denied address: %q", res.Stdout)
+}
+
+// Policies a pod cannot be held to are refused, saying why, and make
+// nothing.
+func TestEgressRefused(t *testing.T) {
+	t.Parallel()
+	b, c, ns := newBackend(t)
+	for _, tc := range []struct {
+		name string
+		mod  func(*backend.Spec)
+		want string
+		err  error
+	}{
+		{"bad rule", func(s *backend.Spec) { s.Egress = &backend.Egress{Allow: []string{"a.*.test"}} }, "a.*.test", backend.ErrInvalidConfig},
+		{"host network", func(s *backend.Spec) { s.Egress = &backend.Egress{}; s.Network = "host" }, `network = "host"`, backend.ErrInvalidConfig},
+		{"privileged", func(s *backend.Spec) { s.Egress = &backend.Egress{}; s.Privileged = true }, "privileged", backend.ErrInvalidConfig},
+		{"NET_RAW", func(s *backend.Spec) { s.Egress = &backend.Egress{}; s.CapAdd = []string{"NET_RAW"} }, "NET_RAW", backend.ErrInvalidConfig},
+		{"image command", func(s *backend.Spec) { s.Egress = &backend.Egress{}; s.ImageCommand = true }, "image's own command", errors.ErrUnsupported},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := spec("refused", k8stest.BusyboxImage)
+			tc.mod(&s)
+			_, err := b.Create(t.Context(), s)
+			require.ErrorIs(t, err, tc.err)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+	pods, err := c.Client(t).CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Empty(t, pods.Items, "a refused create made a pod")
+	// A sandbox made without a policy has no enforcer to change.
+	plain := create(t, b, spec("plain", k8stest.BusyboxImage))
+	err = b.SetEgress(t.Context(), plain.ID(), backend.Egress{})
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+	_, err = b.EgressStatus(context.Background(), plain.ID())
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+}
