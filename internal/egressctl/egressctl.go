@@ -125,6 +125,9 @@ func Run(args []string, stderr io.Writer) error {
 		return err
 	}
 	s := &server{e: e, spec: spec, persist: persist}
+	if *inNetns {
+		s.onPolicy = setAddrRules
+	}
 	port, err := s.listen(host, *dnsPort, *proxyPort, *control)
 	if err != nil {
 		return fmt.Errorf("sbxd egress: %w", err)
@@ -132,7 +135,7 @@ func Run(args []string, stderr io.Writer) error {
 	if *inNetns {
 		// Marks need CAP_NET_ADMIN for as long as it runs: it keeps root
 		// (in a container of its own, with no other capability).
-		if err := installRules(uint16(port), uint16(*dnsPort)); err != nil {
+		if err := installRules(uint16(port), uint16(*dnsPort), pol); err != nil {
 			s.close()
 			return fmt.Errorf("sbxd egress: %w", err)
 		}
@@ -198,7 +201,10 @@ type server struct {
 	mu      sync.Mutex     // serialises policy changes
 	spec    backend.Egress // the policy in force, as given
 	persist string         // where changes are saved ("": not saved)
-	closers []io.Closer
+	// onPolicy, when set, applies a new policy's address rules before the
+	// enforcer follows it.
+	onPolicy func(*egress.Policy) error
+	closers  []io.Closer
 }
 
 func (s *server) listen(host netip.Addr, dnsPort, port int, control string) (proxyPort int, err error) {
@@ -267,6 +273,12 @@ func (s *server) handler() http.Handler {
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if s.onPolicy != nil {
+			if err := s.onPolicy(pol); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
 		if s.persist != "" {
 			if err := WritePolicy(s.persist, spec); err != nil {
 				http.Error(w, "saving the policy: "+err.Error(), http.StatusInternalServerError)

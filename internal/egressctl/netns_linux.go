@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
+	"slices"
 	"syscall"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxkit/sandboxkit/egress"
 )
 
 // An enforcer in the sandbox's own network namespace (--in-netns: the
@@ -19,6 +23,10 @@ import (
 //
 //   - DNS (UDP and TCP port 53, to any address) goes to its resolver and
 //     every other TCP connection to its proxy, both on loopback;
+//   - other protocols (UDP but DNS, ICMP, ...) leave only towards what an
+//     address rule of the policy allows and no address rule denies
+//     (chain addrChain, rewritten on every policy change; a rule with
+//     ports covers UDP on them, one without every protocol);
 //   - nothing else leaves the namespace but what the enforcer's own
 //     sockets send: they carry Mark, which only a process with
 //     CAP_NET_ADMIN or CAP_NET_RAW can set (the sandbox has neither);
@@ -36,12 +44,16 @@ const Mark = 0x53425845 // "SBXE"
 // one: the enforcer keeps no capability but CAP_NET_ADMIN).
 const DNSPort = 15053
 
-// tableName is the in-namespace enforcer's nftables table (family inet).
-const tableName = "sandboxkit_egress"
+// tableName is the in-namespace enforcer's nftables table (family inet);
+// addrChain its chain of address rules.
+const (
+	tableName = "sandboxkit_egress"
+	addrChain = "addr_out"
+)
 
 // installRules loads the table into the current network namespace,
 // replacing one there is.
-func installRules(proxyPort, dnsPort uint16) error {
+func installRules(proxyPort, dnsPort uint16, policy *egress.Policy) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
@@ -128,10 +140,76 @@ func installRules(proxyPort, dnsPort uint16) error {
 			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED), Xor: zero},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: zero},
 	}, v(accept))
+	addr := c.AddChain(&nftables.Chain{Name: addrChain, Table: t})
+	addAddrRules(c, t, addr, policy)
+	rule(filter, v(&expr.Verdict{Kind: expr.VerdictJump, Chain: addrChain}))
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("loading the nftables rules: %w", err)
 	}
 	return nil
+}
+
+// setAddrRules replaces the address rules' chain with policy's.
+func setAddrRules(policy *egress.Policy) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: tableName}
+	ch := &nftables.Chain{Name: addrChain, Table: t}
+	c.FlushChain(ch)
+	addAddrRules(c, t, ch, policy)
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("loading the address rules: %w", err)
+	}
+	return nil
+}
+
+// addAddrRules adds policy's address rules to chain ch: deny rules drop
+// first (deny wins), then allow rules accept; the caller's chain drops
+// what returns.
+func addAddrRules(c *nftables.Conn, t *nftables.Table, ch *nftables.Chain, policy *egress.Policy) {
+	for _, list := range []struct {
+		rules   []egress.Rule
+		verdict expr.VerdictKind
+	}{{policy.Deny, expr.VerdictDrop}, {policy.Allow, expr.VerdictAccept}} {
+		for _, r := range list.rules {
+			if !r.Prefix.IsValid() {
+				continue
+			}
+			match := prefixMatch(r.Prefix)
+			if len(r.Ports) == 0 {
+				c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: append(match, &expr.Verdict{Kind: list.verdict})})
+				continue
+			}
+			for _, pr := range r.Ports {
+				exprs := append(slices.Clone(match),
+					&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
+					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+					&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: binaryutil.BigEndian.PutUint16(pr.Lo), ToData: binaryutil.BigEndian.PutUint16(pr.Hi)},
+					&expr.Verdict{Kind: list.verdict})
+				c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
+			}
+		}
+	}
+}
+
+// prefixMatch matches packets to an address of p.
+func prefixMatch(p netip.Prefix) []expr.Any {
+	p = p.Masked()
+	proto, off, size := byte(unix.NFPROTO_IPV4), uint32(16), 4
+	if p.Addr().Is6() {
+		proto, off, size = unix.NFPROTO_IPV6, 24, 16
+	}
+	mask := net.CIDRMask(p.Bits(), size*8)
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(size)},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: uint32(size), Mask: mask, Xor: make([]byte, size)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Addr().AsSlice()},
+	}
 }
 
 // markedDialer is a dialer whose sockets carry Mark, so the namespace's

@@ -58,6 +58,9 @@ type Env struct {
 	Net     *fakenet.Net
 	Ctl     backend.EgressController
 	Sandbox backend.Sandbox
+	// UDPByAddress: address rules let UDP through (the in-namespace
+	// enforcers; lite forwards none).
+	UDPByAddress bool
 }
 
 // Install writes netprobe to /netprobe in the sandbox.
@@ -92,11 +95,11 @@ func (e *Env) MustFail(t testing.TB, args ...string) string {
 
 // Policy is the policy Run expects: allowed.test and *.allowed.test on
 // port 80 but api.allowed.test, and other.test only by its address, on
-// port 80.
+// ports 80 and 7.
 func Policy(fn *fakenet.Net) backend.Egress {
 	return backend.Egress{
 		Default: "deny",
-		Allow:   []string{"allowed.test", "*.allowed.test:80", fn.Addr("other.test").String() + ":80"},
+		Allow:   []string{"allowed.test", "*.allowed.test:80", fn.Addr("other.test").String() + ":80,7"},
 		Deny:    []string{"api.allowed.test"},
 	}
 }
@@ -146,7 +149,13 @@ func Run(t *testing.T, e *Env, enforcerAlive func(t *testing.T)) {
 	})
 	t.Run("UDP is dropped", func(t *testing.T) {
 		e.MustFail(t, "udp", allowed+":7")
+		e.MustFail(t, "udp", denied+":7")
 	})
+	if e.UDPByAddress {
+		t.Run("address rules cover UDP", func(t *testing.T) {
+			e.MustReach(t, "ping", "udp", other+":7")
+		})
+	}
 	t.Run("denials are recorded", func(t *testing.T) {
 		st, err := e.Ctl.EgressStatus(t.Context(), id)
 		require.NoError(t, err)
@@ -204,6 +213,9 @@ func Run(t *testing.T, e *Env, enforcerAlive func(t *testing.T)) {
 		}
 		e.MustFail(t, "lookup", "allowed.test")
 		e.MustFail(t, "get", "http://allowed.test/")
+		if e.UDPByAddress {
+			e.MustFail(t, "udp", other+":7") // its address rule is gone
+		}
 		e.MustReach(t, "hello from www.allowed.test", "get", "http://www.allowed.test/")
 		st, err := e.Ctl.EgressStatus(t.Context(), id)
 		require.NoError(t, err)
