@@ -27,6 +27,7 @@ const (
 const (
 	ServiceLifecycle = "lifecycle server"
 	ServiceExecd     = "execd"
+	ServiceEgress    = "egress sidecar"
 )
 
 // APIError is an error answer of the OpenSandbox lifecycle server or of a
@@ -272,6 +273,7 @@ func drain(body io.Reader) {
 // carries.
 type execd struct {
 	c       *client
+	service string   // ServiceExecd, or ServiceEgress for the egress sidecar
 	base    *url.URL // scheme://host:port[/proxy path]
 	headers http.Header
 	where   string // for errors: the URL without credentials
@@ -317,7 +319,7 @@ func (c *client) newExecd(ep endpointJSON, proxied bool, token string) (*execd, 
 		// endpoint headers say.
 		h.Del(headerAPIKey)
 	}
-	x := &execd{c: c, base: u, headers: h, where: u.Scheme + "://" + u.Host + u.Path, token: token}
+	x := &execd{c: c, service: ServiceExecd, base: u, headers: h, where: u.Scheme + "://" + u.Host + u.Path, token: token}
 	return x, nil
 }
 
@@ -345,13 +347,13 @@ func (x *execd) request(ctx context.Context, method, path string, query url.Valu
 func (x *execd) do(req *http.Request, okStatus ...int) (*http.Response, error) {
 	resp, err := x.c.http.Do(req)
 	if err != nil {
-		return nil, x.c.transportError(ServiceExecd, x.where, err)
+		return nil, x.c.transportError(x.service, x.where, err)
 	}
 	if (resp.StatusCode >= 200 && resp.StatusCode <= 299) || containsInt(okStatus, resp.StatusCode) {
 		return resp, nil
 	}
 	defer resp.Body.Close()
-	return nil, apiErrorFrom(ServiceExecd, resp, x.redact)
+	return nil, apiErrorFrom(x.service, resp, x.redact)
 }
 
 // json sends a request with an optional JSON body and decodes a JSON answer
@@ -384,7 +386,7 @@ func (x *execd) json(ctx context.Context, method, path string, query url.Values,
 		return nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("%s: %s %s: reading the answer: %w", ServiceExecd, method, path, err)
+		return fmt.Errorf("%s: %s %s: reading the answer: %w", x.service, method, path, err)
 	}
 	return nil
 }

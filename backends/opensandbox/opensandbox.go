@@ -139,7 +139,7 @@ func (b *Backend) Close() error {
 func (b *Backend) Capabilities() backend.Capabilities {
 	return backend.Capabilities{
 		Isolation:        backend.IsolationContainer,
-		EgressWhy:        "OpenSandbox's egress API is not wired in yet; lite enforces egress policies",
+		Egress:           true,
 		Images:           true,
 		BindVolumes:      true,
 		NamedVolumes:     true,
@@ -218,6 +218,11 @@ func (b *Backend) createRequest(spec backend.Spec) (createRequest, map[string]st
 		return req, nil, err
 	}
 	req.Volumes = vols
+	if spec.Egress != nil {
+		if req.NetworkPolicy, err = networkPolicy(*spec.Egress); err != nil {
+			return req, nil, err
+		}
+	}
 	ports, err := b.checkPorts(spec)
 	if err != nil {
 		return req, nil, err
@@ -236,6 +241,9 @@ func (b *Backend) createRequest(spec backend.Spec) (createRequest, map[string]st
 	req.Env[envExecdToken] = b.execdToken(nonce)
 
 	labels := b.sandboxLabels(spec, nonce, ports)
+	if spec.Egress != nil {
+		labels[labelEgress] = "1"
+	}
 	md, err := encodeLabels(labels)
 	if err != nil {
 		return req, nil, err

@@ -22,6 +22,7 @@ const (
 	envRealImage  = "SBX_TEST_OPENSANDBOX_IMAGE"   // default ubuntu:24.04 (needs bash, coreutils)
 	envRealProxy  = "SBX_TEST_OPENSANDBOX_PROXY"   // "1": reach execd through the server proxy
 	envRealProto  = "SBX_TEST_OPENSANDBOX_PROTOCOL"
+	envRealEgress = "SBX_TEST_OPENSANDBOX_EGRESS" // "1": the deployment runs egress sidecars
 )
 
 // TestRealDeployment runs the backend suite and the fileops table against a
@@ -52,5 +53,28 @@ func TestRealDeployment(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { assert.NoError(t, sb.Destroy(context.Background())) })
 		fileopstest.Run(t, func(t *testing.T) backend.Sandbox { return sb })
+	})
+	t.Run("egress", func(t *testing.T) {
+		if os.Getenv(envRealEgress) != "1" {
+			t.Skipf("set %s=1 when the deployment starts egress sidecars (its egress image configured)", envRealEgress)
+		}
+		b := newBackend(t, cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		policy := backend.Egress{Default: "deny", Allow: []string{"pypi.org"}, Deny: []string{"evil.pypi.org"}}
+		sb, err := b.Create(ctx, backend.Spec{Name: "egress", Image: image, TTL: 30 * time.Minute, Egress: &policy})
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, sb.Destroy(context.Background())) })
+		st, err := b.EgressStatus(ctx, sb.ID())
+		require.NoError(t, err)
+		assert.Equal(t, policy, st.Policy)
+		require.NoError(t, b.SetEgress(ctx, sb.ID(), backend.Egress{Default: "deny", Allow: []string{"files.pythonhosted.org"}}))
+		st, err = b.EgressStatus(ctx, sb.ID())
+		require.NoError(t, err)
+		assert.Equal(t, []string{"files.pythonhosted.org"}, st.Policy.Allow)
+		// A denied name does not resolve inside.
+		res, err := sb.Exec(ctx, backend.ExecRequest{Shell: "getent hosts evil.pypi.org"})
+		require.NoError(t, err)
+		assert.NotZero(t, res.ExitCode, "a denied name resolved: %s", res.Stdout)
 	})
 }

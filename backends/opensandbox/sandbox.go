@@ -27,6 +27,8 @@ type Sandbox struct {
 	user  string // default user of Exec (Spec.User)
 	ports []int  // Spec.Ports, the ports Endpoint answers for
 	name  string // Spec.Name
+	// egress: made with a policy, so with an egress sidecar (egress.go).
+	egress bool
 
 	// onState is called at each state change waitState sees, during
 	// Create only (from Create's goroutine).
@@ -55,6 +57,7 @@ func (b *Backend) newSandbox(id string, labels map[string]string) *Sandbox {
 		user:    labels[labelUser],
 		workDir: labels[labelWorkDir],
 		name:    labels[backend.LabelName],
+		egress:  labels[labelEgress] != "",
 	}
 	for p := range strings.SplitSeq(labels[labelPorts], ".") {
 		if n, err := strconv.Atoi(p); err == nil {

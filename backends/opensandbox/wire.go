@@ -48,12 +48,13 @@ type sandboxJSON struct {
 type createRequest struct {
 	Image imageSpec `json:"image"`
 	// Timeout in seconds; nil means no expiry.
-	Timeout        *int              `json:"timeout,omitempty"`
-	ResourceLimits map[string]string `json:"resourceLimits"`
-	Env            map[string]string `json:"env,omitempty"`
-	Metadata       map[string]string `json:"metadata,omitempty"`
-	Entrypoint     []string          `json:"entrypoint"`
-	Volumes        []volumeJSON      `json:"volumes,omitempty"`
+	Timeout        *int               `json:"timeout,omitempty"`
+	ResourceLimits map[string]string  `json:"resourceLimits"`
+	Env            map[string]string  `json:"env,omitempty"`
+	Metadata       map[string]string  `json:"metadata,omitempty"`
+	Entrypoint     []string           `json:"entrypoint"`
+	Volumes        []volumeJSON       `json:"volumes,omitempty"`
+	NetworkPolicy  *networkPolicyJSON `json:"networkPolicy,omitempty"`
 }
 
 type volumeJSON struct {

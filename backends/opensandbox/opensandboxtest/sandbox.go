@@ -52,6 +52,9 @@ type sandbox struct {
 	sessions               map[string]*ptySession // execd's bash sessions
 
 	execd *httptest.Server
+	// egress is the egress sidecar of a sandbox created with a
+	// networkPolicy (nil without one).
+	egress *egressSidecar
 }
 
 func newID() string {
@@ -168,6 +171,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		sb.expiresAt = now.Add(time.Duration(req.timeout) * time.Second)
 	}
 	sb.execd = httptest.NewServer(sb.execdRoutes())
+	if req.network != nil {
+		sb.egress = newEgressSidecar(*req.network)
+	}
 
 	s.mu.Lock()
 	s.sandboxes[id] = sb
@@ -199,6 +205,7 @@ type createBody struct {
 	limits     map[string]string
 	env        map[string]string
 	metadata   map[string]string
+	network    *NetworkPolicy
 	volumes    []struct {
 		Name      string `json:"name"`
 		MountPath string `json:"mountPath"`
@@ -248,6 +255,9 @@ func decodeCreate(raw map[string]json.RawMessage) (createBody, []validationError
 	field("env", &c.env, false)
 	field("metadata", &c.metadata, false)
 	field("volumes", &c.volumes, false)
+	if field("networkPolicy", &c.network, false) {
+		errs = append(errs, checkPolicy(*c.network)...)
+	}
 	return c, errs
 }
 
@@ -350,6 +360,10 @@ func (s *Server) remove(id, reason string) {
 	procfs.KillByEnv(markerEnv, id)
 	sb.execd.CloseClientConnections()
 	sb.execd.Close()
+	if sb.egress != nil {
+		sb.egress.srv.CloseClientConnections()
+		sb.egress.srv.Close()
+	}
 	os.RemoveAll(sb.dir)
 	time.Sleep(s.opts.RemovalTime)
 

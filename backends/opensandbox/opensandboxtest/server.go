@@ -37,6 +37,9 @@
 //     container") when a sandbox it lists is being removed meanwhile, as
 //     the Docker runtime does when a container vanishes between its listing
 //     and its inspection (Options.RemovalTime widens that window);
+//   - a create request's networkPolicy starts an egress sidecar whose
+//     policy API (GET, PATCH, DELETE /policy) is the endpoint of port
+//     EgressPort, with an auth header; it enforces nothing;
 //   - with Options.RoutedPorts, ports other than execd's published only
 //     through execd's HTTP proxy route, the endpoint coming back as
 //     host:port/proxy/PORT (execd's address), as a real deployment does
@@ -450,6 +453,8 @@ func (s *Server) endpoint(w http.ResponseWriter, r *http.Request) {
 	proxy := r.URL.Query().Get("use_server_proxy")
 	ep := map[string]any{}
 	switch {
+	case port == EgressPort && sb.egress != nil:
+		ep = sb.egress.endpoint()
 	case port == s.opts.ExecdPort:
 		ep["endpoint"] = strings.TrimPrefix(sb.execd.URL, "http://")
 		// As a gateway would: execd requests must carry this header.
@@ -476,7 +481,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	port, _ := strconv.Atoi(r.PathValue("port"))
-	if port != s.opts.ExecdPort {
+	targetURL := sb.execd.URL
+	switch {
+	case port == EgressPort && sb.egress != nil:
+		targetURL = sb.egress.srv.URL
+	case port != s.opts.ExecdPort:
 		writeJSON(w, http.StatusBadGateway, map[string]string{"detail": fmt.Sprintf("Could not connect to the backend sandbox port %d", port)})
 		return
 	}
@@ -491,7 +500,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"detail": "reading the request: " + err.Error()})
 		return
 	}
-	target, _ := url.Parse(sb.execd.URL)
+	target, _ := url.Parse(targetURL)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = target.Scheme, target.Host
