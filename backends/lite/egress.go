@@ -220,8 +220,18 @@ func (b *Backend) setupEgress(ctx context.Context, m *meta, dir string) error {
 	// The rules name the proxy's fixed port, so they load while the
 	// enforcer starts; until it listens, the sandbox (not started yet
 	// anyway) would reach nothing.
+	pol, err := egress.NewPolicy(m.Egress.Default, m.Egress.Allow, m.Egress.Deny)
+	if err != nil {
+		return err
+	}
 	rules := make(chan error, 1)
-	go func() { rules <- nftApply(ctx, egressRules(n, host, egressctl.ProxyPort)) }()
+	go func() {
+		err := nftApply(ctx, egressRules(n, host, egressctl.ProxyPort, pol))
+		if err == nil && forwardsAddrs(pol) {
+			err = openDockerForward(ctx)
+		}
+		rules <- err
+	}()
 	pid, start, port, err := b.startEnforcer(ctx, dir, host)
 	rerr := <-rules
 	if err != nil {
@@ -384,8 +394,9 @@ func (b *Backend) startEnforcer(ctx context.Context, dir string, host netip.Addr
 }
 
 // egressRules is the nftables table of index n: DNS to the resolver, TCP
-// to the proxy, nothing else to the host and nothing forwarded.
-func egressRules(n int, host netip.Addr, port int) string {
+// to the proxy, nothing else to the host, and forwarded (masqueraded) only
+// what policy's address rules allow (chain addr_, see addrRules).
+func egressRules(n int, host netip.Addr, port int, policy *egress.Policy) string {
 	t, v := egressTable(n), egressName(n)
 	return fmt.Sprintf(`table inet %[1]s {
 	chain prerouting_ {
@@ -399,13 +410,98 @@ func egressRules(n int, host netip.Addr, port int) string {
 		iifname "%[2]s" ip daddr %[3]s tcp dport %[4]d accept
 		iifname "%[2]s" drop
 	}
+	chain addr_ {
+%[5]s	}
 	chain forward_ {
 		type filter hook forward priority filter; policy accept;
-		iifname "%[2]s" drop
+		oifname "%[2]s" ct state established,related accept
 		oifname "%[2]s" drop
+		iifname "%[2]s" jump addr_
+		iifname "%[2]s" drop
+	}
+	chain postrouting_ {
+		type nat hook postrouting priority srcnat; policy accept;
+		iifname "%[2]s" oifname != "%[2]s" masquerade
 	}
 }
-`, t, v, host, port)
+`, t, v, host, port, addrRules(policy))
+}
+
+// addrRules is the body of chain addr_: policy's IPv4 address rules, deny
+// rules dropping first (deny wins), then allow rules accepting (UDP on a
+// rule's ports, every protocol without ports). TCP never gets here: it
+// goes to the proxy.
+func addrRules(policy *egress.Policy) string {
+	var b strings.Builder
+	for _, list := range []struct {
+		rules   []egress.Rule
+		verdict string
+	}{{policy.Deny, "drop"}, {policy.Allow, "accept"}} {
+		for _, r := range list.rules {
+			if !r.Prefix.IsValid() || !r.Prefix.Addr().Is4() {
+				continue
+			}
+			ports := ""
+			if len(r.Ports) > 0 {
+				var rs []string
+				for _, pr := range r.Ports {
+					if pr.Lo == pr.Hi {
+						rs = append(rs, strconv.Itoa(int(pr.Lo)))
+					} else {
+						rs = append(rs, fmt.Sprintf("%d-%d", pr.Lo, pr.Hi))
+					}
+				}
+				ports = " udp dport { " + strings.Join(rs, ", ") + " }"
+			}
+			fmt.Fprintf(&b, "\t\tip daddr %s%s %s\n", r.Prefix.Masked(), ports, list.verdict)
+		}
+	}
+	return b.String()
+}
+
+// forwardsAddrs reports whether policy has address rules whose traffic
+// lite forwards (IPv4 ones).
+func forwardsAddrs(policy *egress.Policy) bool {
+	return slices.ContainsFunc(policy.Allow, func(r egress.Rule) bool { return r.Prefix.IsValid() && r.Prefix.Addr().Is4() })
+}
+
+// dockerUserRules are the rules of the chain DOCKER-USER (Docker's place
+// for the host's own rules in its FORWARD chain, whose policy is drop)
+// that let the egress interfaces' forwarded traffic on to the sandboxes'
+// own nftables tables, which decide.
+var dockerUserRules = [][]string{{"-i", "sbxe-+", "-j", "ACCEPT"}, {"-o", "sbxe-+", "-j", "ACCEPT"}}
+
+// openDockerForward adds dockerUserRules where a Docker engine's FORWARD
+// chain would drop forwarded traffic; without one, or without iptables,
+// there is nothing to do.
+func openDockerForward(ctx context.Context) error {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return nil
+	}
+	if exec.CommandContext(ctx, "iptables", "-w", "-n", "-L", "DOCKER-USER").Run() != nil {
+		return nil // no such chain: no Docker FORWARD policy in the way
+	}
+	for _, r := range dockerUserRules {
+		if exec.CommandContext(ctx, "iptables", append([]string{"-w", "-C", "DOCKER-USER"}, r...)...).Run() == nil {
+			continue
+		}
+		if out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "-I", "DOCKER-USER"}, r...)...).CombinedOutput(); err != nil {
+			return fmt.Errorf("iptables -I DOCKER-USER %s: %v: %s", strings.Join(r, " "), err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+// closeDockerForward removes dockerUserRules (once no sandbox has an
+// egress network).
+func closeDockerForward() {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return
+	}
+	for _, r := range dockerUserRules {
+		for exec.Command("iptables", append([]string{"-w", "-D", "DOCKER-USER"}, r...)...).Run() == nil {
+		}
+	}
 }
 
 // nftApply loads an nftables script.
@@ -505,6 +601,17 @@ func pruneEgress(dryRun bool) ([]string, error) {
 			return names, err
 		}
 	}
+	if !dryRun {
+		// The FORWARD rules for egress interfaces go with the last one.
+		if left, err := egressClaims(); err == nil && len(left) == 0 {
+			closeDockerForward()
+			// A sandbox claimed since needs them (its own rules decide
+			// what passes).
+			if now, err := egressClaims(); err == nil && len(now) > 0 {
+				openDockerForward(context.Background())
+			}
+		}
+	}
 	return names, nil
 }
 
@@ -553,8 +660,19 @@ func (b *Backend) SetEgress(ctx context.Context, id string, policy backend.Egres
 	if err != nil {
 		return err
 	}
-	if _, err := egress.NewPolicy(policy.Default, policy.Allow, policy.Deny); err != nil {
+	pol, err := egress.NewPolicy(policy.Default, policy.Allow, policy.Deny)
+	if err != nil {
 		return sb.opErr("set egress", fmt.Errorf("%w: egress: %v", backend.ErrInvalidConfig, err))
+	}
+	t := egressTable(m.EgressNet.Index)
+	script := fmt.Sprintf("flush chain inet %[1]s addr_\ntable inet %[1]s {\n\tchain addr_ {\n%[2]s\t}\n}\n", t, addrRules(pol))
+	if err := nftApply(ctx, script); err != nil {
+		return sb.opErr("set egress", err)
+	}
+	if forwardsAddrs(pol) {
+		if err := openDockerForward(ctx); err != nil {
+			return sb.opErr("set egress", err)
+		}
 	}
 	if err := egressctl.SetPolicy(ctx, egressctl.PathsIn(sb.dir).Control, policy); err != nil {
 		return sb.opErr("set egress", err)

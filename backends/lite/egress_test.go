@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/egress"
 	"github.com/sandboxkit/sandboxkit/internal/egressctl"
 	"github.com/sandboxkit/sandboxkit/internal/egresstest"
 	"github.com/sandboxkit/sandboxkit/internal/fakenet"
@@ -38,7 +39,7 @@ func newEgressEnv(t *testing.T, policy func(*fakenet.Net) backend.Egress) *egres
 	p := policy(fn)
 	spec.Egress = &p
 	sb := create(t, b, spec)
-	env := &egressEnv{Env: egresstest.Env{Net: fn, Ctl: b, Sandbox: sb}, b: b, sb: sb}
+	env := &egressEnv{Env: egresstest.Env{Net: fn, Ctl: b, Sandbox: sb, UDPByAddress: true}, b: b, sb: sb}
 	env.Install(t)
 	return env
 }
@@ -102,7 +103,9 @@ func TestEgressLeavesNothing(t *testing.T) {
 	host, sbx, err := b.egressAddrs(n2)
 	require.NoError(t, err)
 	require.NoError(t, makeEgressLink(egressName(n2), host, sbx))
-	require.NoError(t, nftApply(t.Context(), egressRules(n2, host, 1)))
+	deny, err := egress.NewPolicy("deny", nil, nil)
+	require.NoError(t, err)
+	require.NoError(t, nftApply(t.Context(), egressRules(n2, host, 1, deny)))
 	requireEgressNet(t, n2, true)
 	names, err := b.PruneCaches(t.Context(), true)
 	require.NoError(t, err)
