@@ -173,45 +173,30 @@ func (b *Backend) SetEgress(ctx context.Context, id string, policy backend.Egres
 	if err := b.checkEnforcer(ctx, "set egress", id); err != nil {
 		return err
 	}
-	if _, err := egress.NewPolicy(policy.Default, policy.Allow, policy.Deny); err != nil {
-		return b.opErr("set egress", id, fmt.Errorf("%w: egress: %v", backend.ErrInvalidConfig, err))
-	}
-	body, err := json.Marshal(policy)
-	if err != nil {
-		return b.opErr("set egress", id, err)
-	}
-	var out bytes.Buffer
-	code, err := b.stream(ctx, id, egressContainer, []string{sbxdPath, "egress-ctl", "--state", egressState, "set"}, bytes.NewReader(body), &out, &out)
-	switch {
-	case err != nil:
-		return b.opErr("set egress", id, fmt.Errorf("reaching the egress enforcer: %w", err))
-	case code == 2:
-		return b.opErr("set egress", id, fmt.Errorf("%w: %s", backend.ErrInvalidConfig, bytes.TrimSpace(out.Bytes())))
-	case code != 0:
-		return b.opErr("set egress", id, fmt.Errorf("egress enforcer: %s", bytes.TrimSpace(out.Bytes())))
-	}
-	return nil
+	return b.opErr("set egress", id, egressctl.SetPolicyVia(ctx, b.runInSidecar(id), sbxdPath, egressState, policy))
 }
 
 // EgressStatus returns sandbox id's policy and latest denials
 // (backend.EgressController).
 func (b *Backend) EgressStatus(ctx context.Context, id string) (backend.EgressStatus, error) {
-	var st backend.EgressStatus
 	if err := b.checkEnforcer(ctx, "egress status", id); err != nil {
-		return st, err
+		return backend.EgressStatus{}, err
 	}
-	var out, errOut bytes.Buffer
-	code, err := b.stream(ctx, id, egressContainer, []string{sbxdPath, "egress-ctl", "--state", egressState, "status"}, nil, &out, &errOut)
-	if err == nil && code != 0 {
-		err = fmt.Errorf("egress enforcer: %s", bytes.TrimSpace(errOut.Bytes()))
+	st, err := egressctl.StatusVia(ctx, b.runInSidecar(id), sbxdPath, egressState)
+	return st, b.opErr("egress status", id, err)
+}
+
+// runInSidecar runs commands in pod's enforcer sidecar.
+func (b *Backend) runInSidecar(pod string) egressctl.RunFunc {
+	return func(ctx context.Context, argv []string, stdin []byte) ([]byte, []byte, int, error) {
+		var stdout, stderr bytes.Buffer
+		var in io.Reader
+		if stdin != nil {
+			in = bytes.NewReader(stdin)
+		}
+		code, err := b.stream(ctx, pod, egressContainer, argv, in, &stdout, &stderr)
+		return stdout.Bytes(), stderr.Bytes(), code, err
 	}
-	if err == nil {
-		err = json.Unmarshal(out.Bytes(), &st)
-	}
-	if err != nil {
-		return st, b.opErr("egress status", id, err)
-	}
-	return st, nil
 }
 
 // checkEnforcer makes sure sandbox id's pod has an enforcer.

@@ -25,31 +25,7 @@ func BenchmarkEgressCreate(b *testing.B) {
 	bk.cfg.EgressDNS = fn.DNS.String()
 	withPolicy := spec
 	withPolicy.Egress = &backend.Egress{Allow: []string{"allowed.test:443", "*.allowed.test:443"}}
-	ctx := context.Background()
-	var plain, enforced []time.Duration
-	for b.Loop() {
-		for _, s := range []backend.Spec{spec, withPolicy} {
-			start := time.Now()
-			sb, err := bk.Create(ctx, s)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if res, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"true"}}); err != nil || res.ExitCode != 0 {
-				b.Fatal(err, res.ExitCode)
-			}
-			d := time.Since(start)
-			if s.Egress == nil {
-				plain = append(plain, d)
-			} else {
-				enforced = append(enforced, d)
-			}
-			b.StopTimer()
-			if err := sb.Destroy(ctx); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-		}
-	}
+	plain, enforced := egresstest.CreateTimes(b, bk.Create, spec, withPolicy)
 	reportPercentiles(b, "plain", plain)
 	reportPercentiles(b, "egress", enforced)
 	b.ReportMetric(float64((median(enforced)-median(plain)).Microseconds())/1000, "overhead-p50-ms")

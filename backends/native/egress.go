@@ -290,44 +290,25 @@ func (b *Backend) SetEgress(ctx context.Context, id string, policy backend.Egres
 	if err != nil {
 		return err
 	}
-	if _, err := egress.NewPolicy(policy.Default, policy.Allow, policy.Deny); err != nil {
-		return b.opErr("set egress", id, fmt.Errorf("%w: egress: %v", backend.ErrInvalidConfig, err))
-	}
-	body, err := json.Marshal(policy)
-	if err != nil {
-		return b.opErr("set egress", id, err)
-	}
-	out, code, err := b.execCapture(ctx, name, []string{sbxdPath, "egress-ctl", "--state", egressState, "set"}, body)
-	switch {
-	case err != nil:
-		return b.opErr("set egress", id, fmt.Errorf("reaching the egress enforcer: %w", err))
-	case code == 2:
-		return b.opErr("set egress", id, fmt.Errorf("%w: %s", backend.ErrInvalidConfig, bytes.TrimSpace(out)))
-	case code != 0:
-		return b.opErr("set egress", id, fmt.Errorf("egress enforcer: %s", bytes.TrimSpace(out)))
-	}
-	return nil
+	return b.opErr("set egress", id, egressctl.SetPolicyVia(ctx, b.runIn(name), sbxdPath, egressState, policy))
 }
 
 // EgressStatus returns sandbox id's policy and latest denials
 // (backend.EgressController).
 func (b *Backend) EgressStatus(ctx context.Context, id string) (backend.EgressStatus, error) {
-	var st backend.EgressStatus
 	name, err := b.enforcerOf(ctx, "egress status", id)
 	if err != nil {
-		return st, err
+		return backend.EgressStatus{}, err
 	}
-	out, code, err := b.execCapture(ctx, name, []string{sbxdPath, "egress-ctl", "--state", egressState, "status"}, nil)
-	if err == nil && code != 0 {
-		err = fmt.Errorf("egress enforcer: %s", bytes.TrimSpace(out))
+	st, err := egressctl.StatusVia(ctx, b.runIn(name), sbxdPath, egressState)
+	return st, b.opErr("egress status", id, err)
+}
+
+// runIn runs commands in container cid (execCapture).
+func (b *Backend) runIn(cid string) egressctl.RunFunc {
+	return func(ctx context.Context, argv []string, stdin []byte) ([]byte, []byte, int, error) {
+		return b.execCapture(ctx, cid, argv, stdin)
 	}
-	if err == nil {
-		err = json.Unmarshal(out, &st)
-	}
-	if err != nil {
-		return st, b.opErr("egress status", id, err)
-	}
-	return st, nil
 }
 
 // enforcerOf returns the enforcer container of sandbox id, which must
@@ -348,32 +329,31 @@ func (b *Backend) enforcerOf(ctx context.Context, op, id string) (string, error)
 }
 
 // execCapture runs argv as root in container cid with stdin, and returns
-// its output (stdout, then stderr) and exit code.
-func (b *Backend) execCapture(ctx context.Context, cid string, argv []string, stdin []byte) ([]byte, int, error) {
+// its output and exit code.
+func (b *Backend) execCapture(ctx context.Context, cid string, argv []string, stdin []byte) (stdout, stderr []byte, code int, err error) {
 	created, err := b.cli.ContainerExecCreate(ctx, cid, container.ExecOptions{
 		Cmd: argv, User: "0", AttachStdin: stdin != nil, AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
-		return nil, 0, b.translate(err)
+		return nil, nil, 0, b.translate(err)
 	}
 	hr, err := b.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
 	if err != nil {
-		return nil, 0, b.translate(err)
+		return nil, nil, 0, b.translate(err)
 	}
 	defer hr.Close()
 	if stdin != nil {
 		if _, err := hr.Conn.Write(stdin); err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		if err := hr.CloseWrite(); err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 	}
 	var out, errOut bytes.Buffer
 	if _, err := stdcopy.StdCopy(&out, &errOut, io.LimitReader(hr.Reader, 4<<20)); err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
-	out.Write(errOut.Bytes())
-	code, err := b.exitCode(ctx, created.ID)
-	return out.Bytes(), code, err
+	code, err = b.exitCode(ctx, created.ID)
+	return out.Bytes(), errOut.Bytes(), code, err
 }

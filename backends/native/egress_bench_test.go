@@ -34,31 +34,7 @@ func BenchmarkEgressCreate(b *testing.B) {
 	plainSpec := spec("bench-plain", dockertest.BusyboxImage)
 	withPolicy := spec("bench-egress", dockertest.BusyboxImage)
 	withPolicy.Egress = &backend.Egress{Allow: []string{"allowed.test:443", "*.allowed.test:443"}}
-	ctx := context.Background()
-	var plain, enforced []time.Duration
-	for b.Loop() {
-		for _, s := range []backend.Spec{plainSpec, withPolicy} {
-			start := time.Now()
-			sb, err := nb.Create(ctx, s)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if res, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"true"}}); err != nil || res.ExitCode != 0 {
-				b.Fatal(err, res.ExitCode)
-			}
-			d := time.Since(start)
-			if s.Egress == nil {
-				plain = append(plain, d)
-			} else {
-				enforced = append(enforced, d)
-			}
-			b.StopTimer()
-			if err := sb.Destroy(ctx); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-		}
-	}
+	plain, enforced := egresstest.CreateTimes(b, nb.Create, plainSpec, withPolicy)
 	b.ReportMetric(pct(plain, 0.5), "plain-p50-ms")
 	b.ReportMetric(pct(enforced, 0.5), "egress-p50-ms")
 	b.ReportMetric(pct(enforced, 0.5)-pct(plain, 0.5), "overhead-p50-ms")

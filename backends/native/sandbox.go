@@ -284,9 +284,9 @@ func (s *Sandbox) kill(execID string) {
 	defer cancel()
 	// execCapture attaches to its output: Podman refuses to start an exec
 	// with no stream attached, and sbxd kill says why it failed on stderr.
-	out, code, err := s.b.execCapture(ctx, s.cid, []string{sbxdPath, "kill", execID}, nil)
+	stdout, stderr, code, err := s.b.execCapture(ctx, s.cid, []string{sbxdPath, "kill", execID}, nil)
 	if err == nil && code != 0 {
-		err = fmt.Errorf("sbxd kill exited %d: %s", code, bytes.TrimSpace(out))
+		err = fmt.Errorf("sbxd kill exited %d: %s", code, bytes.TrimSpace(append(stdout, stderr...)))
 	}
 	if err != nil {
 		s.b.log.Warn("killing a command in a sandbox failed", "sandbox", s.id, "exec", execID, "err", err)

@@ -573,3 +573,45 @@ func status(ctx context.Context, p Paths, max int) (backend.EgressStatus, error)
 	st.Denials, err = ReadDenials(p.Denials, max)
 	return st, err
 }
+
+// RunFunc runs argv next to an in-namespace enforcer (an exec in its
+// container) with stdin, and returns its output and exit code.
+type RunFunc func(ctx context.Context, argv []string, stdin []byte) (stdout, stderr []byte, code int, err error)
+
+// SetPolicyVia sends spec to the in-namespace enforcer whose sbxd is sbxd
+// and whose --state is state, through run (`sbxd egress-ctl set`). A bad
+// policy is backend.ErrInvalidConfig, checked before anything runs.
+func SetPolicyVia(ctx context.Context, run RunFunc, sbxd, state string, spec backend.Egress) error {
+	if _, err := egress.NewPolicy(spec.Default, spec.Allow, spec.Deny); err != nil {
+		return fmt.Errorf("%w: egress: %v", backend.ErrInvalidConfig, err)
+	}
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	stdout, stderr, code, err := run(ctx, []string{sbxd, "egress-ctl", "--state", state, "set"}, body)
+	msg := bytes.TrimSpace(append(stdout, stderr...))
+	switch {
+	case err != nil:
+		return fmt.Errorf("reaching the egress enforcer: %w", err)
+	case code == 2:
+		return fmt.Errorf("%w: %s", backend.ErrInvalidConfig, msg)
+	case code != 0:
+		return fmt.Errorf("egress enforcer: %s", msg)
+	}
+	return nil
+}
+
+// StatusVia asks the in-namespace enforcer (as SetPolicyVia) for its
+// policy and latest denials (`sbxd egress-ctl status`).
+func StatusVia(ctx context.Context, run RunFunc, sbxd, state string) (backend.EgressStatus, error) {
+	var st backend.EgressStatus
+	stdout, stderr, code, err := run(ctx, []string{sbxd, "egress-ctl", "--state", state, "status"}, nil)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("egress enforcer: %s", bytes.TrimSpace(stderr))
+	}
+	if err == nil {
+		err = json.Unmarshal(stdout, &st)
+	}
+	return st, err
+}

@@ -6,6 +6,7 @@ package egresstest
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -226,4 +227,36 @@ func Run(t *testing.T, e *Env, enforcerAlive func(t *testing.T)) {
 		require.Contains(t, err.Error(), "https://x.test")
 		e.MustReach(t, "hello from www.allowed.test", "get", "http://www.allowed.test/")
 	})
+}
+
+// CreateTimes times create to first exec of a sandbox of spec without a
+// policy and one of withPolicy, alternating, once each per b.Loop
+// (destroying each outside the timer), for the create overhead of a
+// policy.
+func CreateTimes(b *testing.B, create func(context.Context, backend.Spec) (backend.Sandbox, error), spec, withPolicy backend.Spec) (plain, enforced []time.Duration) {
+	ctx := context.Background()
+	for b.Loop() {
+		for _, s := range []backend.Spec{spec, withPolicy} {
+			start := time.Now()
+			sb, err := create(ctx, s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if res, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"true"}}); err != nil || res.ExitCode != 0 {
+				b.Fatal(err, res.ExitCode)
+			}
+			d := time.Since(start)
+			if s.Egress == nil {
+				plain = append(plain, d)
+			} else {
+				enforced = append(enforced, d)
+			}
+			b.StopTimer()
+			if err := sb.Destroy(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	}
+	return plain, enforced
 }
