@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/egress"
 	"github.com/sandboxkit/sandboxkit/internal/egressctl"
+	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
 )
 
 // Egress policies (Spec.Egress) on Kubernetes.
@@ -137,10 +138,12 @@ func (b *Backend) addEnforcer(ps *corev1.PodSpec, c *corev1.Container, spec back
 func (s *Sandbox) waitEnforcer(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	var out bytes.Buffer
+	// One buffer for both streams, which the client copies from two
+	// goroutines.
+	var out syncbuf.Buffer
 	code, err := s.stream(ctx, []string{"/bin/sh", "-c", egressWait}, nil, &out, &out)
 	if err == nil && code != 0 {
-		err = fmt.Errorf("exited %d: %s", code, bytes.TrimSpace(out.Bytes()))
+		err = fmt.Errorf("exited %d: %s", code, strings.TrimSpace(out.String()))
 	}
 	if err != nil {
 		var logs string

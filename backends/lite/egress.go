@@ -232,7 +232,7 @@ func (b *Backend) setupEgress(ctx context.Context, m *meta, dir string) error {
 		}
 		rules <- err
 	}()
-	pid, start, port, err := b.startEnforcer(ctx, dir, host)
+	pid, start, port, err := b.startEnforcer(ctx, dir, host, egressctl.LogGroup(n))
 	rerr := <-rules
 	if err != nil {
 		return fmt.Errorf("egress enforcer: %w", err)
@@ -344,7 +344,7 @@ func newNamedNetns(name string) (netns.NsHandle, error) {
 
 // startEnforcer starts `sbxd egress` for the sandbox in dir, listening on
 // host, and waits until it serves.
-func (b *Backend) startEnforcer(ctx context.Context, dir string, host netip.Addr) (pid int, start uint64, port int, err error) {
+func (b *Backend) startEnforcer(ctx context.Context, dir string, host netip.Addr, logGroup uint16) (pid int, start uint64, port int, err error) {
 	upstream, err := b.cfg.egressDNS()
 	if err != nil {
 		return 0, 0, 0, err
@@ -359,7 +359,7 @@ func (b *Backend) startEnforcer(ctx context.Context, dir string, host netip.Addr
 		return 0, 0, 0, err
 	}
 	defer r.Close()
-	cmd := exec.Command(b.sbxd, egressctl.Args(dir, host, upstream)...)
+	cmd := exec.Command(b.sbxd, egressctl.Args(dir, host, upstream, logGroup)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.Dir = "/"
@@ -408,6 +408,7 @@ func egressRules(n int, host netip.Addr, port int, policy *egress.Policy) string
 		type filter hook input priority filter; policy accept;
 		iifname "%[2]s" ip daddr %[3]s meta l4proto { tcp, udp } th dport 53 accept
 		iifname "%[2]s" ip daddr %[3]s tcp dport %[4]d accept
+		iifname "%[2]s" limit rate %[6]d/second log group %[7]d
 		iifname "%[2]s" drop
 	}
 	chain addr_ {
@@ -417,6 +418,7 @@ func egressRules(n int, host netip.Addr, port int, policy *egress.Policy) string
 		oifname "%[2]s" ct state established,related accept
 		oifname "%[2]s" drop
 		iifname "%[2]s" jump addr_
+		iifname "%[2]s" limit rate %[6]d/second log group %[7]d
 		iifname "%[2]s" drop
 	}
 	chain postrouting_ {
@@ -424,7 +426,7 @@ func egressRules(n int, host netip.Addr, port int, policy *egress.Policy) string
 		iifname "%[2]s" oifname != "%[2]s" masquerade
 	}
 }
-`, t, v, host, port, addrRules(policy))
+`, t, v, host, port, addrRules(policy), egressctl.LogRate, egressctl.LogGroup(n))
 }
 
 // addrRules is the body of chain addr_: policy's IPv4 address rules, deny

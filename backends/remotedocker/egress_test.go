@@ -38,7 +38,7 @@ func TestEgress(t *testing.T) {
 	p := egresstest.Policy(fn)
 	s.Egress = &p
 	sb := create(t, b, s)
-	e := &egresstest.Env{Net: fn, Ctl: b, Sandbox: sb, UDPByAddress: true}
+	e := &egresstest.Env{Net: fn, Ctl: b, Sandbox: sb, UDPByAddress: true, UDPDenials: true}
 	e.Install(t)
 	var enforcer string
 	list, err := rcli.ContainerList(t.Context(), container.ListOptions{All: true,

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -253,6 +254,37 @@ size = 2
 `, head, image, image)+strings.Join(more, ""))
 }
 
+// labelEntries adds line (TOML) to every sandbox entry of config.
+func labelEntries(t *testing.T, config, line string) {
+	t.Helper()
+	data, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for l := range strings.Lines(string(data)) {
+		out.WriteString(l)
+		if h := strings.TrimSpace(l); strings.HasPrefix(h, "[sandbox.sandboxes.") && strings.Count(h, ".") == 2 {
+			out.WriteString(line)
+		}
+	}
+	if err := os.WriteFile(config, []byte(out.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// chaosRunLabel is the label (key = value, TOML) that every entry of a
+// native chaos config carries, so that its inventory is its own and not
+// that of other tests using the engine at the same time.
+func chaosRunLabel(t *testing.T) (key, value, toml string) {
+	var b [6]byte
+	for i := range b {
+		b[i] = byte(rand.Uint32())
+	}
+	key, value = "sbx-chaos-run", hex.EncodeToString(b[:])
+	return key, value, fmt.Sprintf("labels = { %s = %q }\n", key, value)
+}
+
 func chaosLocal(t *testing.T) chaosTarget {
 	state := t.TempDir()
 	config := writeChaosConfig(t, fmt.Sprintf("[sandbox]\nbackend = \"local\"\n[sandbox.local]\nstate_dir = %q\n", state), "")
@@ -317,11 +349,15 @@ func chaosLite(t *testing.T) chaosTarget {
 func chaosNative(t *testing.T) chaosTarget {
 	cli := dockertest.Client(t)
 	dockertest.RequireImage(t, cli, dockertest.BusyboxImage)
-	// The enforcers of "fenced" carry the backend's label: the inventory
-	// has them.
+	// Every entry's sandboxes (and the enforcers of "fenced", which copy
+	// their labels) carry the run's label: the inventory's containers are
+	// this config's.
+	runKey, runValue, runLabel := chaosRunLabel(t)
 	fenced := fmt.Sprintf("\n[sandbox.sandboxes.fenced]\nimage = %q\negress = { allow = [\"allowed.test\"] }\n", dockertest.BusyboxImage)
+	config := writeChaosConfig(t, "[sandbox]\nbackend = \"native\"\n[sandbox.native]\negress_dns = \"127.0.0.1\"\n", dockertest.BusyboxImage, fenced)
+	labelEntries(t, config, runLabel)
 	return chaosTarget{
-		config:   writeChaosConfig(t, "[sandbox]\nbackend = \"native\"\n[sandbox.native]\negress_dns = \"127.0.0.1\"\n", dockertest.BusyboxImage, fenced),
+		config:   config,
 		egress:   true,
 		kills:    50,
 		maxDelay: 1500 * time.Millisecond,
@@ -332,7 +368,7 @@ func chaosNative(t *testing.T) chaosTarget {
 				t.Fatal(err)
 			}
 			var inv []string
-			cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+			cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", runKey+"="+runValue))})
 			if err != nil {
 				t.Fatal(err)
 			}

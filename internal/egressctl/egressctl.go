@@ -59,6 +59,7 @@ func Run(args []string, stderr io.Writer) error {
 	state := fl.String("state", "", "--in-netns: the folder of the policy, denials and control socket")
 	policyJSON := fl.String("policy-json", "", "--in-netns: the policy to start from when --state holds none")
 	readyFile := fl.String("ready-file", "", "a file to create once serving (after the rules, with --in-netns)")
+	logGroup := fl.Int("log-group", 0, "the NFLOG group whose packets are recorded as denials (--in-netns: NetnsLogGroup)")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -127,6 +128,17 @@ func Run(args []string, stderr io.Writer) error {
 	s := &server{e: e, spec: spec, persist: persist}
 	if *inNetns {
 		s.onPolicy = setAddrRules
+		*logGroup = NetnsLogGroup
+	}
+	if *logGroup > 0 {
+		// Bound while privileged; without it, only DNS and TCP denials
+		// are recorded.
+		if l, err := openNflog(uint16(*logGroup)); err != nil {
+			log.Warn("egress: other protocols' denials will not be recorded", "err", err)
+		} else {
+			s.closers = append(s.closers, l)
+			go l.run(dw.write)
+		}
 	}
 	port, err := s.listen(host, *dnsPort, *proxyPort, *control)
 	if err != nil {
@@ -493,11 +505,13 @@ const ProxyPort = 15001
 
 // Args are the arguments of `sbxd egress` for an enforcer of folder dir
 // listening on host (DNS on 53, the proxy on ProxyPort), asking upstream,
-// telling readiness on descriptor 3.
-func Args(dir string, host netip.Addr, upstream string) []string {
+// recording the packets logged to NFLOG group logGroup, telling readiness
+// on descriptor 3.
+func Args(dir string, host netip.Addr, upstream string, logGroup uint16) []string {
 	p := PathsIn(dir)
 	return []string{"egress", "--listen", host.String(), "--upstream", upstream, "--proxy-port", strconv.Itoa(ProxyPort),
-		"--policy", p.Policy, "--denials", p.Denials, "--control", p.Control, "--ready-fd", strconv.Itoa(3)}
+		"--policy", p.Policy, "--denials", p.Denials, "--control", p.Control, "--ready-fd", strconv.Itoa(3),
+		"--log-group", strconv.Itoa(int(logGroup))}
 }
 
 // Ctl is `sbxd egress-ctl --state DIR status|set`, how a backend that

@@ -143,6 +143,11 @@ func installRules(proxyPort, dnsPort uint16, policy *egress.Policy) error {
 	addr := c.AddChain(&nftables.Chain{Name: addrChain, Table: t})
 	addAddrRules(c, t, addr, policy)
 	rule(filter, v(&expr.Verdict{Kind: expr.VerdictJump, Chain: addrChain}))
+	// What the policy drops now is logged for the enforcer to record.
+	rule(filter, []expr.Any{
+		&expr.Limit{Type: expr.LimitTypePkts, Rate: LogRate, Unit: expr.LimitTimeSecond, Burst: LogRate},
+		&expr.Log{Key: 1 << unix.NFTA_LOG_GROUP, Group: NetnsLogGroup},
+	})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("loading the nftables rules: %w", err)
 	}

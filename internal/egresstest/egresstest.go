@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,9 +60,9 @@ type Env struct {
 	Net     *fakenet.Net
 	Ctl     backend.EgressController
 	Sandbox backend.Sandbox
-	// UDPByAddress: address rules let UDP through (the in-namespace
-	// enforcers; lite forwards none).
-	UDPByAddress bool
+	// UDPByAddress: address rules let UDP through; UDPDenials: dropped
+	// UDP is recorded.
+	UDPByAddress, UDPDenials bool
 }
 
 // Install writes netprobe to /netprobe in the sandbox.
@@ -168,6 +169,21 @@ func Run(t *testing.T, e *Env, enforcerAlive func(t *testing.T)) {
 		}
 		require.True(t, dns, "no dns denial of denied.test in %+v", st.Denials)
 		require.True(t, tcp, "no tcp denial of the spoofed SNI in %+v", st.Denials)
+		if e.UDPDenials {
+			// Logged by the kernel, read by the enforcer: a moment later.
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				if slices.ContainsFunc(st.Denials, func(d backend.EgressDenial) bool {
+					return d.Proto == "udp" && d.Dest == denied && d.Port == 7
+				}) {
+					break
+				}
+				require.True(t, time.Now().Before(deadline), "no udp denial of %s:7 in %+v", denied, st.Denials)
+				time.Sleep(50 * time.Millisecond)
+				st, err = e.Ctl.EgressStatus(t.Context(), id)
+				require.NoError(t, err)
+			}
+		}
 	})
 	t.Run("root in the sandbox cannot get around it", func(t *testing.T) {
 		out := e.MustFail(t, "route-del")
@@ -175,6 +191,8 @@ func Run(t *testing.T, e *Env, enforcerAlive func(t *testing.T)) {
 		out = e.MustFail(t, "route-add", "0.0.0.0/1", "10.252.0.1")
 		require.Contains(t, out, "operation not permitted")
 		e.MustFail(t, "raw-udp", denied+":7")
+		out = e.MustFail(t, "nft-flush")
+		require.Contains(t, out, "operation not permitted")
 		// The mark an in-namespace enforcer's own sockets carry (where the
 		// sandbox may set it at all).
 		e.MustFail(t, "mark-udp", allowed+":7", strconv.Itoa(egressctl.Mark))

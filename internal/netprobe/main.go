@@ -15,6 +15,8 @@
 //	netprobe route-add CIDR GW     tries to add a route
 //	netprobe raw-udp IP:PORT       sends a UDP "ping" through a raw socket
 //	                               and waits 1 s for the echo
+//	netprobe nft-flush             tries to delete every nftables rule of
+//	                               its network namespace
 //	netprobe mark-udp IP:PORT MARK sends a UDP "ping" from a socket with
 //	                               firewall mark MARK (SO_MARK) and prints
 //	                               the echo (1 s)
@@ -39,11 +41,13 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/google/nftables"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(fmt.Errorf("usage: netprobe get|tls|lookup|txt|udp|route-del|route-add|raw-udp|mark-udp|download|stream ..."))
+		fail(fmt.Errorf("usage: netprobe get|tls|lookup|txt|udp|route-del|route-add|raw-udp|nft-flush|mark-udp|download|stream ..."))
 	}
 	var err error
 	a := os.Args[2:]
@@ -72,6 +76,8 @@ func main() {
 		err = routeAdd(arg(a, 0), arg(a, 1))
 	case "raw-udp":
 		err = rawUDP(arg(a, 0))
+	case "nft-flush":
+		err = nftFlush()
 	case "mark-udp":
 		err = markUDP(arg(a, 0), arg(a, 1))
 	case "download":
@@ -285,6 +291,16 @@ func routeMsg(typ uint16, flags uint16, dst netip.Prefix, gw netip.Addr) error {
 // rawUDP sends a UDP datagram built by hand through a raw IP socket (which
 // CAP_NET_RAW allows) and waits for the echo on an ordinary socket bound to
 // the source port it used.
+// nftFlush tries what `nft flush ruleset` does.
+func nftFlush() error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	c.FlushRuleset()
+	return c.Flush()
+}
+
 // markUDP is udpEcho from a socket marked mark: an enforcer that lets
 // its own marked sockets out must not let this one out.
 func markUDP(addr, mark string) error {
