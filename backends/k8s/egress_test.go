@@ -39,8 +39,7 @@ func TestEgress(t *testing.T) {
 	p := egresstest.Policy(fn)
 	s.Egress = &p
 	sb := create(t, b, s)
-	e := &egresstest.Env{Net: fn, Ctl: b, Sandbox: sb, UDPByAddress: true, UDPDenials: true}
-	e.Install(t)
+	e := egresstest.NewEnv(t, fn, b, sb)
 	cs := c.Client(t)
 	sidecar := func(t *testing.T) corev1.ContainerStatus {
 		pod, err := cs.CoreV1().Pods(ns).Get(t.Context(), sb.ID(), metav1.GetOptions{})

@@ -39,9 +39,7 @@ func newEgressEnv(t *testing.T, policy func(*fakenet.Net) backend.Egress) *egres
 	p := policy(fn)
 	spec.Egress = &p
 	sb := create(t, b, spec)
-	env := &egressEnv{Env: egresstest.Env{Net: fn, Ctl: b, Sandbox: sb, UDPByAddress: true, UDPDenials: true}, b: b, sb: sb}
-	env.Install(t)
-	return env
+	return &egressEnv{Env: *egresstest.NewEnv(t, fn, b, sb), b: b, sb: sb}
 }
 
 func TestEgress(t *testing.T) {

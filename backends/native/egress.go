@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/egress"
 	"github.com/sandboxkit/sandboxkit/internal/egressctl"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
+	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
 )
 
 // Egress policies (Spec.Egress) on Docker engines.
@@ -184,9 +185,10 @@ func (b *Backend) startEnforcer(ctx context.Context, spec backend.Spec, id strin
 		return fmt.Errorf("egress enforcer: %w", b.explainCreate(err))
 	}
 	pr, pw := io.Pipe()
-	var stderr bytes.Buffer
+	// Read here on failure while the copy may still write to it.
+	var stderr syncbuf.Buffer
 	go func() {
-		_, err := stdcopy.StdCopy(pw, &limitedBuffer{&stderr, 8 << 10}, hr.Reader)
+		_, err := stdcopy.StdCopy(pw, &stderr, hr.Reader)
 		pw.CloseWithError(err)
 	}()
 	ready := make(chan error, 1)
@@ -216,19 +218,6 @@ func (b *Backend) startEnforcer(ctx context.Context, spec backend.Spec, id strin
 		return fmt.Errorf("egress enforcer: %w", err)
 	}
 	return nil
-}
-
-// limitedBuffer keeps the first max bytes written to it.
-type limitedBuffer struct {
-	b   *bytes.Buffer
-	max int
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	if room := l.max - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
 }
 
 // removeEnforcer removes the enforcer container name; a missing one is no

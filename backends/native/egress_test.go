@@ -65,8 +65,7 @@ func TestEgress(t *testing.T) {
 	p := egresstest.Policy(fn)
 	s.Egress = &p
 	sb := create(t, b, s)
-	e := &egresstest.Env{Net: fn, Ctl: b, Sandbox: sb, UDPByAddress: true, UDPDenials: true}
-	e.Install(t)
+	e := egresstest.NewEnv(t, fn, b, sb)
 	before := enforcerOf(t, sb)
 	require.Equal(t, []string{"NET_ADMIN"}, trimCaps(before.HostConfig.CapAdd))
 	require.Equal(t, []string{"ALL"}, trimCaps(before.HostConfig.CapDrop))

@@ -38,8 +38,7 @@ func TestEgress(t *testing.T) {
 	p := egresstest.Policy(fn)
 	s.Egress = &p
 	sb := create(t, b, s)
-	e := &egresstest.Env{Net: fn, Ctl: b, Sandbox: sb, UDPByAddress: true, UDPDenials: true}
-	e.Install(t)
+	e := egresstest.NewEnv(t, fn, b, sb)
 	var enforcer string
 	list, err := rcli.ContainerList(t.Context(), container.ListOptions{All: true,
 		Filters: filters.NewArgs(filters.Arg("label", "sandboxkit.native.egress-for="+sb.ID()))})

@@ -60,9 +60,14 @@ type Env struct {
 	Net     *fakenet.Net
 	Ctl     backend.EgressController
 	Sandbox backend.Sandbox
-	// UDPByAddress: address rules let UDP through; UDPDenials: dropped
-	// UDP is recorded.
-	UDPByAddress, UDPDenials bool
+}
+
+// NewEnv is sb, with a policy, on fn, with netprobe installed.
+func NewEnv(t testing.TB, fn *fakenet.Net, ctl backend.EgressController, sb backend.Sandbox) *Env {
+	t.Helper()
+	e := &Env{Net: fn, Ctl: ctl, Sandbox: sb}
+	e.Install(t)
+	return e
 }
 
 // Install writes netprobe to /netprobe in the sandbox.
@@ -153,11 +158,9 @@ func Run(t *testing.T, e *Env, enforcerAlive func(t *testing.T)) {
 		e.MustFail(t, "udp", allowed+":7")
 		e.MustFail(t, "udp", denied+":7")
 	})
-	if e.UDPByAddress {
-		t.Run("address rules cover UDP", func(t *testing.T) {
-			e.MustReach(t, "ping", "udp", other+":7")
-		})
-	}
+	t.Run("address rules cover UDP", func(t *testing.T) {
+		e.MustReach(t, "ping", "udp", other+":7")
+	})
 	t.Run("denials are recorded", func(t *testing.T) {
 		st, err := e.Ctl.EgressStatus(t.Context(), id)
 		require.NoError(t, err)
@@ -169,20 +172,18 @@ func Run(t *testing.T, e *Env, enforcerAlive func(t *testing.T)) {
 		}
 		require.True(t, dns, "no dns denial of denied.test in %+v", st.Denials)
 		require.True(t, tcp, "no tcp denial of the spoofed SNI in %+v", st.Denials)
-		if e.UDPDenials {
-			// Logged by the kernel, read by the enforcer: a moment later.
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				if slices.ContainsFunc(st.Denials, func(d backend.EgressDenial) bool {
-					return d.Proto == "udp" && d.Dest == denied && d.Port == 7
-				}) {
-					break
-				}
-				require.True(t, time.Now().Before(deadline), "no udp denial of %s:7 in %+v", denied, st.Denials)
-				time.Sleep(50 * time.Millisecond)
-				st, err = e.Ctl.EgressStatus(t.Context(), id)
-				require.NoError(t, err)
+		// Logged by the kernel, read by the enforcer: a moment later.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if slices.ContainsFunc(st.Denials, func(d backend.EgressDenial) bool {
+				return d.Proto == "udp" && d.Dest == denied && d.Port == 7
+			}) {
+				break
 			}
+			require.True(t, time.Now().Before(deadline), "no udp denial of %s:7 in %+v", denied, st.Denials)
+			time.Sleep(50 * time.Millisecond)
+			st, err = e.Ctl.EgressStatus(t.Context(), id)
+			require.NoError(t, err)
 		}
 	})
 	t.Run("root in the sandbox cannot get around it", func(t *testing.T) {
@@ -232,9 +233,7 @@ func Run(t *testing.T, e *Env, enforcerAlive func(t *testing.T)) {
 		}
 		e.MustFail(t, "lookup", "allowed.test")
 		e.MustFail(t, "get", "http://allowed.test/")
-		if e.UDPByAddress {
-			e.MustFail(t, "udp", other+":7") // its address rule is gone
-		}
+		e.MustFail(t, "udp", other+":7") // its address rule is gone
 		e.MustReach(t, "hello from www.allowed.test", "get", "http://www.allowed.test/")
 		st, err := e.Ctl.EgressStatus(t.Context(), id)
 		require.NoError(t, err)
