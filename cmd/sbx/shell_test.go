@@ -65,10 +65,13 @@ func startTTY(t *testing.T, args ...string) *ttySession {
 }
 
 // prompt waits for a shell's prompt (busybox's ash asks the terminal
-// where its cursor is after it: ESC [ 6 n).
+// where its cursor is after it: ESC [ 6 n). A terminal size set just
+// after the shell started (k8s applies the first size through its resize
+// channel) makes ash draw the prompt again and clear the rest of the
+// screen: ESC [ J.
 func (s *ttySession) prompt() {
 	s.t.Helper()
-	if r := s.out.Read(s.ctx, regexp.MustCompile(`[$#] (\x1b\[6n)?$`), 0); !r.Matched {
+	if r := s.out.Read(s.ctx, regexp.MustCompile(`[$#] (\x1b\[6n|\x1b\[J)?$`), 0); !r.Matched {
 		s.t.Fatalf("no shell prompt; got %q", r.Output)
 	}
 }
