@@ -25,7 +25,7 @@ func BenchmarkEgressCreate(b *testing.B) {
 	bk.cfg.EgressDNS = fn.DNS.String()
 	withPolicy := spec
 	withPolicy.Egress = &backend.Egress{Allow: []string{"allowed.test:443", "*.allowed.test:443"}}
-	plain, enforced := egresstest.CreateTimes(b, bk.Create, spec, withPolicy)
+	plain, enforced := egresstest.CreateTimes(b, bk.Create, spec, withPolicy, nil)
 	reportPercentiles(b, "plain", plain)
 	reportPercentiles(b, "egress", enforced)
 	b.ReportMetric(float64((median(enforced)-median(plain)).Microseconds())/1000, "overhead-p50-ms")

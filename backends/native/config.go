@@ -47,6 +47,13 @@ type Config struct {
 	// enforcer's container (the engine's host's, or its embedded DNS
 	// server on a user-defined network).
 	EgressDNS string `toml:"egress_dns"`
+	// EgressSpares is how many enforcers of sandboxes with an egress
+	// policy are kept started ahead, per enforcer config (image, policy,
+	// network, ports, host name), for creates to claim: a create with a
+	// policy then costs about what one without does. For long-running
+	// processes (sbx serve, programs using the library): Close removes
+	// them, and gc those of a process that died. 0 (default): none.
+	EgressSpares int `toml:"egress_spares"`
 }
 
 // Pull policies.
@@ -80,6 +87,9 @@ func (c Config) validate() error {
 	}
 	if _, ok := egressctl.DNSServer(c.EgressDNS); c.EgressDNS != "" && !ok {
 		return fmt.Errorf("%w: [sandbox.native] egress_dns %q: %s", backend.ErrInvalidConfig, c.EgressDNS, egressctl.DNSServerWant)
+	}
+	if c.EgressSpares < 0 || c.EgressSpares > MaxEgressSpares {
+		return fmt.Errorf("%w: [sandbox.native] egress_spares = %d: want 0 (none) to %d", backend.ErrInvalidConfig, c.EgressSpares, MaxEgressSpares)
 	}
 	if strings.HasPrefix(c.Host, "ssh://") {
 		return fmt.Errorf("%w: [sandbox.native] docker_host %q: the native backend speaks to unix:// and tcp:// engines; use the remotedocker backend for ssh://",

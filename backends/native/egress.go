@@ -76,8 +76,6 @@ func (b *Backend) checkEgress(spec backend.Spec) error {
 		return fmt.Errorf("%w: egress and privileged exclude each other: a privileged sandbox has CAP_NET_ADMIN", backend.ErrInvalidConfig)
 	case spec.Existing != "":
 		return fmt.Errorf("%w: egress: an existing container (existing = ...) was made without an enforcer; create the sandbox instead", backend.ErrInvalidConfig)
-	case b.cfg.Ports == PortsLoopback && len(spec.Ports) > 0:
-		return fmt.Errorf("%w: egress with ports: [sandbox.native] ports = \"loopback\" is not supported for sandboxes with an egress policy yet (use the default \"dynamic\")", errors.ErrUnsupported)
 	}
 	for _, c := range spec.CapAdd {
 		switch strings.TrimPrefix(strings.ToUpper(c), "CAP_") {
@@ -158,12 +156,19 @@ func (b *Backend) joinEnforcer(spec backend.Spec, id string, cfg *container.Conf
 	return ecfg, ehc, nil
 }
 
-// startEnforcer creates and starts sandbox id's enforcer and waits until
-// its rules are loaded and it serves. On error nothing of it is left.
-func (b *Backend) startEnforcer(ctx context.Context, spec backend.Spec, id string, cfg *container.Config, hc *container.HostConfig, inject func(cid string) error) (err error) {
-	created, err := b.cli.ContainerCreate(ctx, cfg, hc, networkingConfig(spec), platformOf(spec), enforcerName(id))
+// runEnforcer creates and starts an enforcer container named name and
+// waits until its rules are loaded and it serves; it returns the
+// container's ID. On error nothing of it is left.
+func (b *Backend) runEnforcer(ctx context.Context, spec backend.Spec, name string, cfg *container.Config, hc *container.HostConfig, inject func(ctx context.Context, cid string) error) (_ string, err error) {
+	var created container.CreateResponse
+	if b.cfg.Ports == PortsLoopback && len(spec.Ports) > 0 {
+		// The enforcer publishes the ports: on the session's address.
+		created, err = b.createOnLoopback(ctx, spec, cfg.Labels[labelEgressFor], cfg, hc, name)
+	} else {
+		created, err = b.cli.ContainerCreate(ctx, cfg, hc, networkingConfig(spec), platformOf(spec), name)
+	}
 	if err != nil {
-		return fmt.Errorf("egress enforcer: %w", b.explainCreate(err))
+		return "", fmt.Errorf("egress enforcer: %w", b.explainCreate(err))
 	}
 	defer func() {
 		if err != nil {
@@ -172,17 +177,17 @@ func (b *Backend) startEnforcer(ctx context.Context, spec backend.Spec, id strin
 			b.cli.ContainerRemove(rmCtx, created.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 		}
 	}()
-	if err := inject(created.ID); err != nil {
-		return err
+	if err := inject(ctx, created.ID); err != nil {
+		return "", err
 	}
 	// Attached before the start, so that its first line is not missed.
 	hr, err := b.cli.ContainerAttach(ctx, created.ID, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
 	if err != nil {
-		return fmt.Errorf("egress enforcer: attaching: %w", b.translate(err))
+		return "", fmt.Errorf("egress enforcer: attaching: %w", b.translate(err))
 	}
 	defer hr.Close()
 	if err := b.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
-		return fmt.Errorf("egress enforcer: %w", b.explainCreate(err))
+		return "", fmt.Errorf("egress enforcer: %w", b.explainCreate(err))
 	}
 	pr, pw := io.Pipe()
 	// Read here on failure while the copy may still write to it.
@@ -215,9 +220,9 @@ func (b *Backend) startEnforcer(ctx context.Context, spec backend.Spec, id strin
 		if msg := strings.TrimSpace(stderr.String()); msg != "" {
 			err = fmt.Errorf("%w: %s", err, msg)
 		}
-		return fmt.Errorf("egress enforcer: %w", err)
+		return "", fmt.Errorf("egress enforcer: %w", err)
 	}
-	return nil
+	return created.ID, nil
 }
 
 // removeEnforcer removes the enforcer container name; a missing one is no
@@ -260,7 +265,13 @@ func (b *Backend) pruneEnforcers(ctx context.Context, dryRun bool) ([]string, er
 		if !matchLabels(c.Labels, ef) || live[name] {
 			continue
 		}
-		if alive, known := owner.Alive(c.Labels[backend.LabelCreator]); (alive || !known) && time.Since(time.Unix(c.Created, 0)) < enforcerGrace {
+		alive, known := owner.Alive(c.Labels[backend.LabelCreator])
+		young := time.Since(time.Unix(c.Created, 0)) < enforcerGrace
+		// A spare not claimed is kept while its creator lives; any other
+		// enforcer without a sandbox, for enforcerGrace (a claimed spare
+		// is renamed before its sandbox's container is made).
+		spare := strings.HasPrefix(name, sparePrefix) && c.Labels[labelEgressSpare] != ""
+		if alive && spare || (alive || !known) && young {
 			continue
 		}
 		if !dryRun {

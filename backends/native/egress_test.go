@@ -5,12 +5,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
 	"github.com/sandboxkit/sandboxkit/internal/egresstest"
 	"github.com/sandboxkit/sandboxkit/internal/fakenet"
+	"github.com/sandboxkit/sandboxkit/internal/owner"
 )
 
 // egressBackend is a native backend whose enforcers ask fn's DNS server.
@@ -39,13 +42,16 @@ func enforcerOf(t *testing.T, sb backend.Sandbox) container.InspectResponse {
 	require.NoError(t, err)
 	name := c.Config.Labels["sandboxkit.native.egress"]
 	require.NotEmpty(t, name, "the sandbox names no enforcer")
-	require.Equal(t, container.NetworkMode("container:"+name), c.HostConfig.NetworkMode, "the sandbox is not in its enforcer's network")
 	for _, cp := range []string{"NET_RAW", "NET_ADMIN"} {
 		require.True(t, slices.ContainsFunc(c.HostConfig.CapDrop, func(d string) bool { return strings.TrimPrefix(d, "CAP_") == cp }),
 			"the sandbox keeps %s (drops %v)", cp, c.HostConfig.CapDrop)
 	}
 	e, err := cli.ContainerInspect(t.Context(), name)
 	require.NoError(t, err)
+	// The engine keeps the name, or the ID when the enforcer existed at
+	// the sandbox's create.
+	require.Contains(t, []container.NetworkMode{container.NetworkMode("container:" + name), container.NetworkMode("container:" + e.ID)},
+		c.HostConfig.NetworkMode, "the sandbox is not in its enforcer's network")
 	return e
 }
 
@@ -194,4 +200,104 @@ func TestEgressRefused(t *testing.T) {
 	_, err = b.EgressStatus(context.Background(), plain.ID())
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 	assert.True(t, b.Capabilities().Egress)
+}
+
+// With egress_spares, a create with a policy claims an enforcer started
+// ahead (renamed to the sandbox's), which holds the sandbox to the policy
+// as one of its own would; another is started after the create, Close
+// removes those not claimed, and PruneCaches removes a dead process's.
+func TestEgressSpares(t *testing.T) {
+	// Not parallel: it changes the package's grace for enforcers.
+	fn := fakenet.Start(t)
+	dockertest.RequireImage(t, dockertest.Client(t), dockertest.BusyboxImage)
+	b, err := native.New(native.Config{PullPolicy: native.PullNever, EgressDNS: fn.DNS.String(), EgressSpares: 1})
+	require.NoError(t, err)
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			b.Close()
+		}
+	})
+	cli := dockertest.Client(t)
+	spares := func() []string {
+		list, err := cli.ContainerList(t.Context(), container.ListOptions{All: true, Filters: filters.NewArgs(
+			filters.Arg("label", "sandboxkit.native.egress-spare"), filters.Arg("label", backend.LabelCreator+"="+owner.Self()))})
+		require.NoError(t, err)
+		var names []string
+		for _, c := range list {
+			if n := strings.TrimPrefix(c.Names[0], "/"); strings.HasPrefix(n, "sbxe-spare-") {
+				names = append(names, n)
+			}
+		}
+		return names
+	}
+	s := spec("egress-spares", dockertest.BusyboxImage)
+	p := egresstest.Policy(fn)
+	s.Egress = &p
+	// The first create starts its own enforcer, then a spare.
+	first := create(t, b, s)
+	require.Empty(t, enforcerOf(t, first).Config.Labels["sandboxkit.native.egress-spare"], "the first create claimed a spare")
+	require.Eventually(t, func() bool { return b.SparesReady() == 1 }, 60*time.Second, 20*time.Millisecond, "no spare was started")
+	require.Len(t, spares(), 1)
+
+	// Another policy is another config: no spare of it yet.
+	other := s
+	other.Egress = &backend.Egress{Default: "deny"}
+	require.Empty(t, enforcerOf(t, create(t, b, other)).Config.Labels["sandboxkit.native.egress-spare"], "a create claimed the spare of another policy")
+
+	start := time.Now()
+	sb := create(t, b, s)
+	e := enforcerOf(t, sb)
+	require.NotEmpty(t, e.Config.Labels["sandboxkit.native.egress-spare"], "the create did not claim the spare")
+	require.Equal(t, "/sbxe-"+sb.ID(), e.Name)
+	created, err := time.Parse(time.RFC3339Nano, e.Created)
+	require.NoError(t, err)
+	require.True(t, created.Before(start), "the claimed enforcer was made by the create (%s, create at %s)", created, start)
+	require.Equal(t, []string{"NET_ADMIN"}, trimCaps(e.HostConfig.CapAdd))
+	require.Equal(t, []string{"ALL"}, trimCaps(e.HostConfig.CapDrop))
+	egresstest.Run(t, egresstest.NewEnv(t, fn, b, sb), func(t *testing.T) {
+		require.True(t, enforcerOf(t, sb).State.Running, "the enforcer stopped")
+	})
+	require.Eventually(t, func() bool { return b.SparesReady() >= 1 }, 60*time.Second, 20*time.Millisecond, "the spare was not replaced")
+
+	// A live process's spares are not leftovers, however old.
+	defer native.SetEnforcerGrace(0)()
+	names, err := b.PruneCaches(t.Context(), true)
+	require.NoError(t, err)
+	for _, n := range spares() {
+		require.NotContains(t, names, "egress enforcer "+n)
+	}
+	// A dead process's are.
+	dead := deadOwner(t)
+	dc, err := cli.ContainerCreate(t.Context(), &container.Config{Image: dockertest.BusyboxImage, Cmd: []string{"sleep", "600"},
+		Labels: map[string]string{backend.LabelBackend: native.Name, "sandboxkit.native.egress-for": "",
+			"sandboxkit.native.egress-spare": "0123", backend.LabelCreator: dead}}, nil, nil, nil, "sbxe-spare-dead"+sb.ID())
+	require.NoError(t, err)
+	t.Cleanup(func() { cli.ContainerRemove(context.Background(), dc.ID, container.RemoveOptions{Force: true}) })
+	names, err = b.PruneCaches(t.Context(), false)
+	require.NoError(t, err)
+	require.Contains(t, names, "egress enforcer sbxe-spare-dead"+sb.ID())
+	_, err = cli.ContainerInspect(t.Context(), dc.ID)
+	require.Error(t, err, "PruneCaches left a dead process's spare")
+
+	// Close removes the spares not claimed; claimed ones stay with their
+	// sandboxes.
+	require.NotEmpty(t, spares())
+	require.NoError(t, b.Close())
+	closed = true
+	require.Empty(t, spares(), "Close left spares")
+	_, err = cli.ContainerInspect(t.Context(), "sbxe-"+sb.ID())
+	require.NoError(t, err, "Close removed a claimed enforcer")
+}
+
+// deadOwner is the owner string of a process that has ended.
+func deadOwner(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	require.NoError(t, cmd.Start())
+	o, err := owner.Of(cmd.Process.Pid)
+	require.NoError(t, err)
+	cmd.Process.Kill()
+	cmd.Wait()
+	return o
 }

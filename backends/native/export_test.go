@@ -9,3 +9,17 @@ func SetEnforcerGrace(d time.Duration) (undo func()) {
 	enforcerGrace = d
 	return func() { enforcerGrace = old }
 }
+
+// SparesReady is how many started spare enforcers b holds.
+func (b *Backend) SparesReady() int {
+	if b.spares == nil {
+		return 0
+	}
+	b.spares.mu.Lock()
+	defer b.spares.mu.Unlock()
+	n := 0
+	for _, ids := range b.spares.ready {
+		n += len(ids)
+	}
+	return n
+}

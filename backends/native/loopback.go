@@ -31,18 +31,31 @@ const labelLoopback = "sandboxkit.native.loopback"
 var loopbackLockPath = filepath.Join(os.TempDir(), "sandboxkit-native-loopback.lock")
 
 func (b *Backend) createOnLoopback(ctx context.Context, spec backend.Spec, id string, cfg *container.Config, hc *container.HostConfig, name string) (container.CreateResponse, error) {
-	unlock, err := lockFile(loopbackLockPath)
+	unlock, err := b.bindLoopback(ctx, spec, id, cfg, hc)
 	if err != nil {
-		return container.CreateResponse{}, fmt.Errorf("loopback ports: %w", err)
+		return container.CreateResponse{}, err
 	}
 	defer unlock()
+	return b.cli.ContainerCreate(ctx, cfg, hc, networkingConfig(spec), platformOf(spec), name)
+}
+
+// bindLoopback gives the container of cfg and hc, which publishes the
+// ports of sandbox id (the sandbox's, or its egress enforcer's), the
+// session's loopback address, under the host-wide lock: the caller
+// creates the container, which claims the address, and then calls unlock.
+func (b *Backend) bindLoopback(ctx context.Context, spec backend.Spec, id string, cfg *container.Config, hc *container.HostConfig) (unlock func(), err error) {
+	unlock, err = lockFile(loopbackLockPath)
+	if err != nil {
+		return nil, fmt.Errorf("loopback ports: %w", err)
+	}
 	session := spec.Session
 	if session == "" {
 		session = "sandbox-" + id // a session of its own
 	}
 	addr, err := b.loopbackAddr(ctx, session)
 	if err != nil {
-		return container.CreateResponse{}, err
+		unlock()
+		return nil, err
 	}
 	cfg.Labels[labelLoopback] = addr
 	for port, binds := range hc.PortBindings {
@@ -55,7 +68,7 @@ func (b *Backend) createOnLoopback(ctx context.Context, spec backend.Spec, id st
 		}
 		hc.PortBindings[port] = binds
 	}
-	return b.cli.ContainerCreate(ctx, cfg, hc, networkingConfig(spec), platformOf(spec), name)
+	return unlock, nil
 }
 
 // loopbackAddr returns the session's address: the one its containers
@@ -74,7 +87,8 @@ func (b *Backend) loopbackAddr(ctx context.Context, session string) (string, err
 		addr := c.Labels[labelLoopback]
 		s := c.Labels[backend.LabelSession]
 		if s == "" {
-			s = "sandbox-" + c.Labels[backend.LabelID]
+			// An enforcer publishes its sandbox's ports.
+			s = "sandbox-" + cmp(c.Labels[backend.LabelID], c.Labels[labelEgressFor])
 		}
 		if s == session {
 			return addr, nil

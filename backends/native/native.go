@@ -71,6 +71,7 @@ type Backend struct {
 	settled  atomic.Bool // the client's API version is negotiated
 
 	renames sync.WaitGroup // claims' renames, which Close waits for
+	spares  *spareSet      // egress enforcers started ahead (nil: none)
 }
 
 type daemonFacts struct {
@@ -89,6 +90,9 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 		return nil, &backend.OpError{Op: "open", Backend: Name, Err: err}
 	}
 	b := &Backend{cfg: cfg, log: slog.New(slog.DiscardHandler)}
+	if cfg.EgressSpares > 0 {
+		b.spares = newSpareSet(cfg.EgressSpares)
+	}
 	for _, o := range opts {
 		o(b)
 	}
@@ -142,6 +146,7 @@ func (b *Backend) Close() error {
 	case <-time.After(30 * time.Second):
 		b.log.Warn("closing with claims' renames still running")
 	}
+	b.closeSpares()
 	return b.cli.Close()
 }
 
@@ -390,18 +395,30 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		}
 	}
 	verr := b.mountSbxd(ctx, hc, bin, spec.Image, cfg.Labels)
-	// The enforcer starts while the sandbox's container is made; the
-	// sandbox starts once the enforcer is ready (or not at all).
+	// The enforcer starts (or a spare is claimed) while the sandbox's
+	// container is made; the sandbox starts once the enforcer is ready
+	// (or not at all).
 	enforcer := func() error { return nil }
+	refill := func() {}
 	if ecfg != nil {
 		everr := b.mountSbxd(ctx, ehc, bin, spec.Image, ecfg.Labels)
+		inject := func(ctx context.Context, ecid string) error { return b.injectSbxd(ctx, ecid, bin, ehc, everr) }
+		key := b.spareKey(spec, ecfg, ehc)
 		started := make(chan error, 1)
 		go func() {
-			inject := func(ecid string) error { return b.injectSbxd(ctx, ecid, bin, ehc, everr) }
-			started <- b.startEnforcer(ctx, spec, id, ecfg, ehc, inject)
+			if key != "" && b.claimSpare(ctx, key, enforcerName(id)) {
+				started <- nil
+				return
+			}
+			_, err := b.runEnforcer(ctx, spec, enforcerName(id), ecfg, ehc, inject)
+			started <- err
 		}()
 		enforcer = sync.OnceValue(func() error { return <-started })
+		// After this create, not during it: the spare's start would slow
+		// the sandbox's.
+		refill = func() { b.refillSpares(spec, key, ecfg, ehc, inject) }
 	}
+	defer refill()
 	// dropEnforcer removes a started enforcer (a failed one removed
 	// itself).
 	dropEnforcer := func() {
@@ -417,10 +434,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	name := containerName(spec, id)
 	var created container.CreateResponse
 	switch {
+	case ecfg != nil:
+		// The enforcer publishes the ports (on loopback too).
+		created, err = b.cli.ContainerCreate(ctx, cfg, hc, nil, platformOf(spec), name)
 	case b.cfg.Ports == PortsLoopback && len(spec.Ports) > 0:
 		created, err = b.createOnLoopback(ctx, spec, id, cfg, hc, name)
-	case ecfg != nil:
-		created, err = b.cli.ContainerCreate(ctx, cfg, hc, nil, platformOf(spec), name)
 	default:
 		created, err = b.cli.ContainerCreate(ctx, cfg, hc, networkingConfig(spec), platformOf(spec), name)
 	}

@@ -295,11 +295,15 @@ func TestLoopbackPorts(t *testing.T) {
 	b, err := native.New(native.Config{PullPolicy: native.PullNever, Ports: native.PortsLoopback})
 	require.NoError(t, err)
 	defer b.Close()
-	serve := func(session, name string, port int) string {
+	serve := func(session, name string, port int, fenced bool) string {
 		s := spec(name, dockertest.ScratchImage)
 		s.Session = session + "-" + testRun
 		s.Command = []string{"/testbin", "serve", fmt.Sprint(port)}
 		s.Ports = []backend.Port{{Port: port}}
+		if fenced {
+			// Its enforcer publishes the ports, on the session's address.
+			s.Egress = &backend.Egress{Default: "deny"}
+		}
 		sb := create(t, b, s)
 		ep, _ := backend.As[backend.Endpointer](sb)
 		addr, err := ep.Endpoint(ctx, port)
@@ -308,12 +312,20 @@ func TestLoopbackPorts(t *testing.T) {
 		assert.Equal(t, "testbin\n", dialUntilAnswer(t, ctx, addr))
 		return addr[:strings.LastIndex(addr, ":")]
 	}
-	a1 := serve("a", "web", 8080)
-	b1 := serve("b", "web", 8080)
-	a2 := serve("a", "api", 8081)
+	a1 := serve("a", "web", 8080, false)
+	b1 := serve("b", "web", 8080, false)
+	a2 := serve("a", "api", 8081, false)
 	assert.NotEqual(t, a1, b1, "sessions share an address")
 	assert.Equal(t, a1, a2, "one session, two addresses")
 	assert.True(t, strings.HasPrefix(a1, "127.") && !strings.HasPrefix(a1, "127.0.0."), a1)
+	// Sandboxes with an egress policy: in a session with others, and in
+	// sessions of their own (the second finds the first's address taken).
+	a3 := serve("a", "fenced", 8082, true)
+	assert.Equal(t, a1, a3, "a sandbox with a policy got another address than its session's")
+	c1 := serve("c", "fenced", 8080, true)
+	d1 := serve("d", "fenced", 8080, true)
+	assert.NotEqual(t, c1, d1, "sessions of sandboxes with policies share an address")
+	assert.NotContains(t, []string{a1, b1}, c1)
 }
 
 // dialUntilAnswer reads what addr answers, retrying until the service is
@@ -474,6 +486,11 @@ func TestErrorsAreTranslated(t *testing.T) {
 
 	_, err = native.New(native.Config{PullPolicy: "sometimes"})
 	assert.ErrorIs(t, err, backend.ErrInvalidConfig)
+	for _, n := range []int{-1, native.MaxEgressSpares + 1} {
+		_, err = native.New(native.Config{EgressSpares: n})
+		assert.ErrorIs(t, err, backend.ErrInvalidConfig)
+		assert.ErrorContains(t, err, fmt.Sprintf("egress_spares = %d", n))
+	}
 }
 
 // lineWriter sends each complete line written to it.

@@ -65,6 +65,9 @@ type Config struct {
 	// EgressDNS: the DNS server enforcers of egress policies ask, as on
 	// native (on the remote host's network).
 	EgressDNS string `toml:"egress_dns"`
+	// EgressSpares: enforcers kept started ahead on the remote engine,
+	// as on native.
+	EgressSpares int `toml:"egress_spares"`
 }
 
 // OpenSage's environment variables, read when the config leaves the
@@ -190,6 +193,9 @@ func (c Config) validate() error {
 	if _, ok := egressctl.DNSServer(c.EgressDNS); c.EgressDNS != "" && !ok {
 		return invalid("egress_dns %q: %s", c.EgressDNS, egressctl.DNSServerWant)
 	}
+	if c.EgressSpares < 0 || c.EgressSpares > native.MaxEgressSpares {
+		return invalid("egress_spares = %d: want 0 (none) to %d", c.EgressSpares, native.MaxEgressSpares)
+	}
 	switch c.Ports {
 	case "", PortsRemote, PortsTunnel:
 	default:
@@ -216,5 +222,6 @@ func (c Config) nativeConfig(host string) native.Config {
 		Runtime:            c.Runtime,
 		SbxdPath:           c.SbxdPath,
 		EgressDNS:          c.EgressDNS,
+		EgressSpares:       c.EgressSpares,
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
@@ -93,12 +94,16 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 	r.expect(t, 0)
 	kept := strings.TrimSpace(r.stderr[strings.LastIndexByte(strings.TrimSpace(r.stderr), '\n')+1:])
 
+	// The run's sessions have names of their own: what a failed run
+	// left on the backend (its sessions kept) must not clash.
+	tag := hex.EncodeToString(binary.BigEndian.AppendUint32(nil, rand.Uint32()))
+	keep := "chaoskeep-" + tag
 	ops := []string{"run", "up", "exec", "keep", "keep-sessions", "claim"}
 	outs := t.TempDir()
 	if tg.bundles {
 		// A session for sbx snapshot -o, kept across the loop (sbx
 		// down removes it with the others at the end).
-		sbx(t, "up", "--id", "chaoskeep", "main").expect(t, 0)
+		sbx(t, "up", "--id", keep, "main").expect(t, 0)
 		ops = append(ops, "bundle")
 	}
 	if tg.egress {
@@ -124,7 +129,7 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 			case "run":
 				args = []string{"run", "--", "sh", "-c", "echo started; sleep 60"}
 			case "up":
-				args = []string{"up", "--id", fmt.Sprintf("chaos%d", n)}
+				args = []string{"up", "--id", fmt.Sprintf("chaos%s-%d", tag, n)}
 			case "exec":
 				args = []string{"exec", kept, "--", "sh", "-c", "echo started; sleep 60"}
 			case "keep":
@@ -132,7 +137,7 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 			case "keep-sessions":
 				args = []string{"pool", "keep", "--sessions", "worker"}
 			case "bundle": // its snapshots, temporary folder and images
-				args = []string{"snapshot", "-o", filepath.Join(outs, fmt.Sprintf("b%d.tar", n)), "chaoskeep"}
+				args = []string{"snapshot", "-o", filepath.Join(outs, fmt.Sprintf("b%d.tar", n)), keep}
 			case "run-egress": // lite: its network namespace, veth, rules and enforcer; native: its enforcer
 				args = []string{"run", "--sandbox", "fenced", "--", "sh", "-c", "echo started; sleep 60"}
 			case "claim": // from the pool a killed keeper may have left
@@ -349,12 +354,13 @@ func chaosLite(t *testing.T) chaosTarget {
 func chaosNative(t *testing.T) chaosTarget {
 	cli := dockertest.Client(t)
 	dockertest.RequireImage(t, cli, dockertest.BusyboxImage)
-	// Every entry's sandboxes (and the enforcers of "fenced", which copy
-	// their labels) carry the run's label: the inventory's containers are
+	// Every entry's sandboxes (and the enforcers of "fenced", spares
+	// included, which copy their labels) carry the run's label: the inventory's containers are
 	// this config's.
 	runKey, runValue, runLabel := chaosRunLabel(t)
 	fenced := fmt.Sprintf("\n[sandbox.sandboxes.fenced]\nimage = %q\negress = { allow = [\"allowed.test\"] }\n", dockertest.BusyboxImage)
-	config := writeChaosConfig(t, "[sandbox]\nbackend = \"native\"\n[sandbox.native]\negress_dns = \"127.0.0.1\"\n", dockertest.BusyboxImage, fenced)
+	// Spare enforcers too: started after a create, removed at exit.
+	config := writeChaosConfig(t, "[sandbox]\nbackend = \"native\"\n[sandbox.native]\negress_dns = \"127.0.0.1\"\negress_spares = 1\n", dockertest.BusyboxImage, fenced)
 	labelEntries(t, config, runLabel)
 	return chaosTarget{
 		config:   config,

@@ -98,6 +98,23 @@ func (a *app) gc(ctx context.Context, dryRun bool, grace time.Duration) error {
 		failed = failed || !ok
 		results = append(results, r)
 	}
+	snaps, snapsFailed, err := a.gcSnapshots(ctx, b, dryRun)
+	if err != nil {
+		return err
+	}
+	results = append(results, snaps...)
+	failed = failed || snapsFailed
+	// Caches after the snapshots (lite's and local's caches include
+	// snapshot folders nothing uses, which the snapshot pass names as
+	// snapshots) and before volumes and networks: native's egress
+	// enforcers whose sandboxes are gone (a create killed halfway) are
+	// among them, and one of them on a session's network keeps the
+	// network in use.
+	caches, err := a.gcCaches(ctx, b, dryRun)
+	if err != nil {
+		return err
+	}
+	results = append(results, caches...)
 	// Volumes and networks go after the sandboxes that used them.
 	shared, sharedFailed, err := a.gcShared(ctx, b, infos, results, dryRun, grace)
 	if err != nil {
@@ -105,17 +122,6 @@ func (a *app) gc(ctx context.Context, dryRun bool, grace time.Duration) error {
 	}
 	results = append(results, shared...)
 	failed = failed || sharedFailed
-	snaps, snapsFailed, err := a.gcSnapshots(ctx, b, dryRun)
-	if err != nil {
-		return err
-	}
-	results = append(results, snaps...)
-	failed = failed || snapsFailed
-	caches, err := a.gcCaches(ctx, b, dryRun)
-	if err != nil {
-		return err
-	}
-	results = append(results, caches...)
 	// Bundles' temporary folders of sbx processes that died.
 	temps, err := session.PruneTemp(dryRun)
 	for _, p := range temps {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -37,7 +38,7 @@ func TestLaunchOpenSageShapedNative(t *testing.T) {
 	ids := up(t, "--config", cfg, "--progress", "none", "--id", id)
 	t.Cleanup(func() {
 		sbx(t, "--config", cfg, "down", id)
-		cli.VolumeRemove(t.Context(), "keys_cache_"+id, true)
+		cli.VolumeRemove(context.Background(), "keys_cache_"+id, true)
 	})
 	if ids["main"] == "" || ids["worker"] == "" {
 		t.Fatalf("up made %v, want main and worker", ids)

@@ -249,11 +249,17 @@ func Run(t *testing.T, e *Env, enforcerAlive func(t *testing.T)) {
 // CreateTimes times create to first exec of a sandbox of spec without a
 // policy and one of withPolicy, alternating, once each per b.Loop
 // (destroying each outside the timer), for the create overhead of a
-// policy.
-func CreateTimes(b *testing.B, create func(context.Context, backend.Spec) (backend.Sandbox, error), spec, withPolicy backend.Spec) (plain, enforced []time.Duration) {
+// policy. settle, when not nil, runs before each create, outside the
+// timer.
+func CreateTimes(b *testing.B, create func(context.Context, backend.Spec) (backend.Sandbox, error), spec, withPolicy backend.Spec, settle func()) (plain, enforced []time.Duration) {
 	ctx := context.Background()
 	for b.Loop() {
 		for _, s := range []backend.Spec{spec, withPolicy} {
+			if settle != nil {
+				b.StopTimer()
+				settle()
+				b.StartTimer()
+			}
 			start := time.Now()
 			sb, err := create(ctx, s)
 			if err != nil {
