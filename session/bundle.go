@@ -269,6 +269,11 @@ func copyFileToTar(tw *tar.Writer, name, file string) error {
 // that is not one, or whose volumes do not match their checksums, is an
 // error before anything is made; the images loaded before a later failure
 // are removed by sbx gc once no sandbox uses them.
+//
+// While the images load, the session's network and volumes are made,
+// each volume with the bundle's archive in it (they come before the
+// images), so that once the images are in only the sandboxes remain to
+// be started. BundleProgress is called from the loading goroutine.
 func (l *Launcher) Restore(ctx context.Context, r io.Reader) (*Session, error) {
 	if l.Config == nil {
 		return nil, backend.InvalidConfigf("session: Launcher without Config")
@@ -279,7 +284,7 @@ func (l *Launcher) Restore(ctx context.Context, r io.Reader) (*Session, error) {
 	}
 	defer os.RemoveAll(tmp)
 	tr := tar.NewReader(r)
-	m, first, err := readBundle(tr, tmp)
+	m, err := readBundle(tr, tmp)
 	if err != nil {
 		return nil, err
 	}
@@ -306,26 +311,52 @@ func (l *Launcher) Restore(ctx context.Context, r io.Reader) (*Session, error) {
 	if !ok {
 		return nil, fmt.Errorf("bundle: the %s backend cannot load images: %w", b.Name(), errors.ErrUnsupported)
 	}
-	loaded, n, err := loadImages(ctx, arch, tr, first)
-	if err != nil {
-		return nil, fmt.Errorf("bundle: loading its images into the %s backend: %w", b.Name(), err)
+
+	// The images load while the network and volumes are made. A failure
+	// of the latter stops the load; one of the load lets them be made
+	// before they are removed (a request cut short could make one after
+	// the removal looked for it).
+	lctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	type loadResult struct {
+		loaded map[string]string
+		err    error
 	}
-	if l.BundleProgress != nil {
-		l.BundleProgress("loaded", n)
+	loadDone := make(chan loadResult, 1)
+	go func() {
+		loaded, err := l.loadBundleImages(lctx, arch, b.Name(), tr)
+		loadDone <- loadResult{loaded, err}
+	}()
+	rl := *l
+	rl.Manifest = m
+	rl.Backend = b
+	rl.fillVolumes = true
+	p, perr := rl.prepare(ctx, names)
+	if perr != nil {
+		stop(perr)
+	}
+	res := <-loadDone
+	if perr != nil {
+		return nil, perr
+	}
+	if res.err != nil {
+		p.abort(ctx)
+		return nil, res.err
 	}
 	for name, sb := range m.Sandboxes {
-		ref, ok := loaded[sb.Image]
+		ref, ok := res.loaded[sb.Image]
 		if !ok {
+			p.abort(ctx)
 			return nil, fmt.Errorf("bundle: sandbox %q: image %s is not in the bundle's images (they hold %s): %w",
-				name, sb.Image, strings.Join(slices.Sorted(maps.Keys(loaded)), ", "), backend.ErrInvalidConfig)
+				name, sb.Image, strings.Join(slices.Sorted(maps.Keys(res.loaded)), ", "), backend.ErrInvalidConfig)
 		}
 		sb.Image = ref
 		m.Sandboxes[name] = sb
 	}
-	rl := *l
-	rl.Manifest = m
-	rl.Backend = b
-	s, err := rl.Launch(ctx, names...)
+	for _, mem := range p.ms {
+		mem.spec.Image = m.Sandboxes[mem.name].Image
+	}
+	s, err := p.run(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -336,44 +367,85 @@ func (l *Launcher) Restore(ctx context.Context, r io.Reader) (*Session, error) {
 	return s, nil
 }
 
-// readBundle reads a bundle up to its first image entry: the manifest,
-// and the volume archives, which it writes into dir (as the manifest's
-// folder). It returns the manifest and the first image entry's header,
-// from which tr goes on.
-func readBundle(tr *tar.Reader, dir string) (*Manifest, *tar.Header, error) {
+// loadBundleImages loads the rest of the bundle, its images, into arch
+// and reports it to BundleProgress.
+func (l *Launcher) loadBundleImages(ctx context.Context, arch backend.ImageArchiver, name string, tr *tar.Reader) (map[string]string, error) {
+	first, err := nextImageEntry(tr)
+	if err != nil {
+		return nil, err
+	}
+	// Waiting for the first entry may take a while (a save being
+	// prepared): load nothing once the launch has failed meanwhile.
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	loaded, n, err := loadImages(ctx, arch, tr, first)
+	if err != nil {
+		return nil, fmt.Errorf("bundle: loading its images into the %s backend: %w", name, err)
+	}
+	if l.BundleProgress != nil {
+		l.BundleProgress("loaded", n)
+	}
+	return loaded, nil
+}
+
+// readBundle reads a bundle up to its images: the manifest, and the
+// volume archives, which it writes into dir (as the manifest's folder).
+// tr then stands before the first image entry (see nextImageEntry), which
+// may take a while to come: the bundle's writer may still be preparing
+// the images.
+func readBundle(tr *tar.Reader, dir string) (*Manifest, error) {
 	m, err := readBundleManifest(tr)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	m.dir = dir
 	want := map[string]bool{}
 	for _, v := range m.Volumes {
 		want[v.Archive] = true
 	}
-	for {
+	for len(want) > 0 {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return nil, nil, fmt.Errorf("bundle: no images (entries under %s): %w", bundleImages, backend.ErrInvalidConfig)
+			return nil, fmt.Errorf("bundle: no images (entries under %s): %w", bundleImages, backend.ErrInvalidConfig)
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("bundle: %w: %w", err, backend.ErrInvalidConfig)
+			return nil, fmt.Errorf("bundle: %w: %w", err, backend.ErrInvalidConfig)
 		}
 		if strings.HasPrefix(hdr.Name, bundleImages) {
-			if len(want) > 0 {
-				return nil, nil, fmt.Errorf("bundle: the manifest names volume archives the bundle does not hold before its images: %s: %w",
-					strings.Join(slices.Sorted(maps.Keys(want)), ", "), backend.ErrInvalidConfig)
-			}
-			return m, hdr, nil
+			return nil, fmt.Errorf("bundle: the manifest names volume archives the bundle does not hold before its images: %s: %w",
+				strings.Join(slices.Sorted(maps.Keys(want)), ", "), backend.ErrInvalidConfig)
 		}
 		if !want[hdr.Name] || hdr.Typeflag != tar.TypeReg {
-			return nil, nil, fmt.Errorf("bundle: unexpected entry %q (a bundle holds %s, the volumes its manifest names and %s): %w",
-				hdr.Name, bundleManifestName, bundleImages, backend.ErrInvalidConfig)
+			return nil, unexpectedEntry(hdr)
 		}
 		delete(want, hdr.Name)
 		if err := writeEntryFile(filepath.Join(dir, filepath.FromSlash(hdr.Name)), tr); err != nil {
-			return nil, nil, fmt.Errorf("bundle: %s: %w", hdr.Name, err)
+			return nil, fmt.Errorf("bundle: %s: %w", hdr.Name, err)
 		}
 	}
+	return m, nil
+}
+
+// nextImageEntry reads the header of the bundle's first image entry, which
+// follows the volume archives.
+func nextImageEntry(tr *tar.Reader) (*tar.Header, error) {
+	hdr, err := tr.Next()
+	if errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("bundle: no images (entries under %s): %w", bundleImages, backend.ErrInvalidConfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bundle: %w: %w", err, backend.ErrInvalidConfig)
+	}
+	if !strings.HasPrefix(hdr.Name, bundleImages) {
+		return nil, unexpectedEntry(hdr)
+	}
+	return hdr, nil
+}
+
+func unexpectedEntry(hdr *tar.Header) error {
+	return fmt.Errorf("bundle: unexpected entry %q (a bundle holds %s, the volumes its manifest names and %s): %w",
+		hdr.Name, bundleManifestName, bundleImages, backend.ErrInvalidConfig)
 }
 
 // bundleTempPrefix starts the names of the temporary folders WriteBundle
@@ -531,4 +603,70 @@ func unframe(tw *tar.Writer, tr *tar.Reader, hdr *tar.Header) error {
 			return err
 		}
 	}
+}
+
+// volumeFill returns the archive that fills the session volume of role
+// when it is made (Launcher.fillVolumes): the manifest's, and for the
+// shared volume a copy of it whose env file is this session's (the
+// archive holds the original session's), so that no sandbox needs to
+// write it once it runs.
+func (l *Launcher) volumeFill(s *Session, role string) (string, error) {
+	src := l.Manifest.archivePath(l.Manifest.Volumes[role])
+	if role != "shared" {
+		return src, nil
+	}
+	f, err := os.CreateTemp(filepath.Dir(src), ".shared-env.*.tar")
+	if err != nil {
+		return "", err
+	}
+	err = withEnvFile(f, src, []byte(envFileText(s.ID, s.Env)))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("adding %s to %s: %w", EnvFile, src, err)
+	}
+	return f.Name(), nil
+}
+
+// withEnvFile writes to w the volume archive src with its EnvFile entry
+// replaced by one holding env.
+func withEnvFile(w io.Writer, src string, env []byte) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tr := tar.NewReader(in)
+	tw := tar.NewWriter(w)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if path.Clean(hdr.Name) == EnvFile {
+			continue
+		}
+		keepXattrs(hdr)
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return err
+		}
+	}
+	if err := writeTarFile(tw, EnvFile, env); err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// envFileFilled reports whether the shared volume was made with the
+// session's env file in it (see Launcher.volumeFill).
+func (s *Session) envFileFilled() bool {
+	return slices.ContainsFunc(s.volumes, func(v sessionVolume) bool { return v.role == "shared" && v.filled })
 }

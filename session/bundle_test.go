@@ -45,13 +45,27 @@ func goodManifest() Manifest {
 		Volumes:   map[string]ManifestVolume{"shared": {Target: "/shared", Archive: "volumes/shared.tar"}}}
 }
 
+// readBundleHead reads what Restore reads before the images' load: the
+// manifest, the volume archives and the first image entry's header.
+func readBundleHead(tr *tar.Reader, dir string) (*Manifest, *tar.Header, error) {
+	m, err := readBundle(tr, dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	first, err := nextImageEntry(tr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, first, nil
+}
+
 func TestReadBundle(t *testing.T) {
 	dir := t.TempDir()
 	data := bundleBytes(t,
 		[2]string{bundleManifestName, manifestJSON(t, goodManifest())},
 		[2]string{"volumes/shared.tar", "volume bytes"},
 		[2]string{"images/oci-layout", `{"imageLayoutVersion":"1.0.0"}`})
-	m, first, err := readBundle(tar.NewReader(bytes.NewReader(data)), dir)
+	m, first, err := readBundleHead(tar.NewReader(bytes.NewReader(data)), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +102,7 @@ func TestReadBundleRefuses(t *testing.T) {
 		{"no images", [][2]string{{bundleManifestName, manifestJSON(t, goodManifest())}, {"volumes/shared.tar", ""}}, "no images"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, _, err := readBundle(tar.NewReader(bytes.NewReader(bundleBytes(t, c.entries...))), t.TempDir())
+			_, _, err := readBundleHead(tar.NewReader(bytes.NewReader(bundleBytes(t, c.entries...))), t.TempDir())
 			if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, backend.ErrInvalidConfig) {
 				t.Errorf("readBundle: %v, want an invalid-config error containing %q", err, c.want)
 			}
@@ -107,7 +121,7 @@ func FuzzReadBundle(f *testing.F) {
 	f.Add([]byte("not a tar"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dir := t.TempDir()
-		readBundle(tar.NewReader(bytes.NewReader(data)), dir)
+		readBundleHead(tar.NewReader(bytes.NewReader(data)), dir)
 		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 			rel, _ := filepath.Rel(dir, p)
 			if rel != "." && rel != "volumes" && filepath.Dir(rel) != "volumes" {

@@ -168,8 +168,11 @@ func (s *Session) Close() error {
 // Destroy removes every sandbox, volume and network of the session (also
 // ones it no longer knows about, found by label), then closes it.
 func (s *Session) Destroy(ctx context.Context) error {
-	err := Destroy(ctx, s.backend, s.ID)
+	removed, err := destroy(ctx, s.backend, s.ID)
 	for _, m := range s.Members() {
+		if removed[m.Sandbox.ID()] {
+			continue
+		}
 		if derr := m.Sandbox.Destroy(ctx); derr != nil {
 			err = errors.Join(err, derr)
 		}
@@ -181,16 +184,33 @@ func (s *Session) Destroy(ctx context.Context) error {
 // sandboxes first, then the volumes and networks they used. What is gone
 // already is not an error.
 func Destroy(ctx context.Context, b backend.Backend, id string) error {
+	_, err := destroy(ctx, b, id)
+	return err
+}
+
+// destroy is Destroy; it also returns the IDs of the sandboxes it
+// removed. Everything of a kind goes at once: each removal is a round
+// trip to the engine, and some (a container's files) take the engine a
+// while.
+func destroy(ctx context.Context, b backend.Backend, id string) (map[string]bool, error) {
 	if id == "" {
-		return backend.InvalidConfigf("session.Destroy: empty session ID")
+		return nil, backend.InvalidConfigf("session.Destroy: empty session ID")
 	}
-	var errs []error
 	infos, err := b.List(ctx, backend.Filter{Session: id})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
+	var (
+		errs    []error
+		removed = map[string]bool{}
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
 	for _, info := range infos {
 		wg.Go(func() {
 			sb, err := b.Get(ctx, info.ID)
@@ -198,35 +218,51 @@ func Destroy(ctx context.Context, b backend.Backend, id string) error {
 				err = sb.Destroy(ctx)
 			}
 			if err != nil && !errors.Is(err, backend.ErrNotFound) {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("sandbox %s (%s): %w", info.Name, info.ID, err))
-				mu.Unlock()
+				fail(fmt.Errorf("sandbox %s (%s): %w", info.Name, info.ID, err))
+				return
+			}
+			mu.Lock()
+			removed[info.ID] = true
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	// Volumes and networks do not depend on each other.
+	if vm, ok := backend.AsBackend[backend.VolumeManager](b); ok {
+		wg.Go(func() {
+			vols, err := vm.ListVolumes(ctx, backend.Filter{Session: id})
+			if err := ignoreUnsupported(err); err != nil {
+				fail(err)
+			}
+			var vwg sync.WaitGroup
+			for _, v := range vols {
+				vwg.Go(func() {
+					if err := vm.RemoveVolume(ctx, v.Name); err != nil {
+						fail(fmt.Errorf("volume %s: %w", v.Name, err))
+					}
+				})
+			}
+			vwg.Wait()
+		})
+	}
+	if nm, ok := backend.AsBackend[backend.NetworkManager](b); ok {
+		wg.Go(func() {
+			nets, err := nm.ListNetworks(ctx, backend.Filter{Session: id})
+			if err := ignoreUnsupported(err); err != nil {
+				fail(err)
+			}
+			for _, n := range nets {
+				if err := nm.RemoveNetwork(ctx, n.Name); err != nil {
+					fail(fmt.Errorf("network %s: %w", n.Name, err))
+				}
 			}
 		})
 	}
 	wg.Wait()
-	if vm, ok := backend.AsBackend[backend.VolumeManager](b); ok {
-		vols, err := vm.ListVolumes(ctx, backend.Filter{Session: id})
-		errs = append(errs, ignoreUnsupported(err))
-		for _, v := range vols {
-			if err := vm.RemoveVolume(ctx, v.Name); err != nil {
-				errs = append(errs, fmt.Errorf("volume %s: %w", v.Name, err))
-			}
-		}
-	}
-	if nm, ok := backend.AsBackend[backend.NetworkManager](b); ok {
-		nets, err := nm.ListNetworks(ctx, backend.Filter{Session: id})
-		errs = append(errs, ignoreUnsupported(err))
-		for _, n := range nets {
-			if err := nm.RemoveNetwork(ctx, n.Name); err != nil {
-				errs = append(errs, fmt.Errorf("network %s: %w", n.Name, err))
-			}
-		}
-	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("destroying session %s: %w", id, err)
+		return removed, fmt.Errorf("destroying session %s: %w", id, err)
 	}
-	return nil
+	return removed, nil
 }
 
 // ignoreUnsupported is nil for an error wrapping errors.ErrUnsupported: a
@@ -306,8 +342,16 @@ func (l *Launcher) makeShared(ctx context.Context, s *Session, ms []*member) err
 		if v.target == "" {
 			continue
 		}
+		filled := false
 		if !v.readOnly && l.Manifest.hasVolume(v.role) {
 			v.from = "" // the checkpoint's archive holds what the seed became
+			if l.fillVolumes {
+				from, err := l.volumeFill(s, v.role)
+				if err != nil {
+					return fmt.Errorf("session %s: the %s volume: %w", s.ID, v.role, err)
+				}
+				v.from, filled = from, true
+			}
 		}
 		name, err := vm.CreateVolume(ctx, backend.VolumeSpec{
 			Name: "sbx-" + s.ID + "-" + strings.ReplaceAll(v.role, "_", "-"), Session: s.ID,
@@ -323,7 +367,7 @@ func (l *Launcher) makeShared(ctx context.Context, s *Session, ms []*member) err
 		}
 		*v.set = v.target
 		s.volumes = append(s.volumes, sessionVolume{role: v.role, name: name, target: v.target, readOnly: v.readOnly,
-			members: volumeMembers(ms, v.target)})
+			filled: filled, members: volumeMembers(ms, v.target)})
 		for _, m := range ms {
 			if slices.ContainsFunc(m.spec.Volumes, func(x backend.Volume) bool { return x.Target == v.target }) {
 				s.Warnings = append(s.Warnings, fmt.Sprintf("sandbox %q mounts %s itself, so it does not see the session's %s volume", m.name, v.target, v.role))

@@ -65,7 +65,7 @@ type Launcher struct {
 	Progress func(Progress)
 	// BundleProgress, when set, is told when Restore has loaded a
 	// bundle's images into the backend ("loaded", with the bytes of the
-	// image archive).
+	// image archive), from the goroutine that loads them.
 	BundleProgress func(step string, bytes int64)
 	// BashToolsDir and SandboxScriptsDir are host folders whose contents
 	// fill the session's bash_tools (read-write) and sandbox_scripts
@@ -83,6 +83,11 @@ type Launcher struct {
 	Owner string
 
 	launcher string // LabelLauncher's value during Launch
+	// fillVolumes, set by Restore on its copy, makes each session volume
+	// a Manifest holds with its archive in it (VolumeSpec.FromPath, the
+	// shared one with the env file added), while the images load, instead
+	// of extracting the archives through a sandbox once it runs.
+	fillVolumes bool
 	// checkOnly: plan for CheckEntries, which makes nothing on the host
 	// (config.Config.CheckSpec instead of Spec).
 	checkOnly bool
@@ -424,6 +429,25 @@ func resolveDeps(ms []*member) error {
 // error (a *Error when one sandbox failed) names the sandbox, the
 // step and the sandbox's last output lines.
 func (l *Launcher) Launch(ctx context.Context, names ...string) (*Session, error) {
+	p, err := l.prepare(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	return p.run(ctx)
+}
+
+// launch is a session whose network and volumes are made and whose
+// sandboxes are planned but not created: what Launch does before it needs
+// the images, so that Restore does it while they load.
+type launch struct {
+	l  *Launcher
+	s  *Session
+	ms []*member
+}
+
+// prepare plans the members and makes the session's network and volumes;
+// run (or abort) goes on from there. On failure it removes what it made.
+func (l *Launcher) prepare(ctx context.Context, names []string) (*launch, error) {
 	if l.Config == nil {
 		return nil, backend.InvalidConfigf("session: Launcher without Config")
 	}
@@ -452,34 +476,42 @@ func (l *Launcher) Launch(ctx context.Context, names ...string) (*Session, error
 			m.spec.Labels[LabelLauncher] = l.launcher
 		}
 	}
-	s := &Session{ID: id, backend: b, ownsBackend: owned, log: l.logger()}
-	ok := false
-	defer func() {
-		if !ok {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-			defer cancel()
-			if derr := s.Destroy(cctx); derr != nil {
-				s.log.Warn("removing a failed session", "session", id, "err", derr)
-			}
+	p := &launch{l: l, s: &Session{ID: id, backend: b, ownsBackend: owned, log: l.logger()}, ms: ms}
+	if err := l.makeShared(ctx, p.s, ms); err != nil {
+		p.abort(ctx)
+		return nil, err
+	}
+	if err := l.checkManifestVolumes(p.s); err != nil {
+		p.abort(ctx)
+		return nil, err
+	}
+	return p, nil
+}
+
+// run creates, provisions and probes the sandboxes. On failure everything
+// the launch made is removed.
+func (p *launch) run(ctx context.Context) (*Session, error) {
+	if err := p.l.start(ctx, p.s, p.ms); err != nil {
+		p.abort(ctx)
+		return nil, err
+	}
+	if p.l.launcher != "" {
+		if err := markLaunched(ctx, p.s, p.ms, p.l.Owner); err != nil {
+			p.abort(ctx)
+			return nil, fmt.Errorf("session %s: recording that the launch completed: %w", p.s.ID, err)
 		}
-	}()
-	if err := l.makeShared(ctx, s, ms); err != nil {
-		return nil, err
 	}
-	if err := l.checkManifestVolumes(s); err != nil {
-		return nil, err
+	p.s.finish(p.ms)
+	return p.s, nil
+}
+
+// abort removes everything the launch made (also when ctx is done).
+func (p *launch) abort(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := p.s.Destroy(cctx); err != nil {
+		p.s.log.Warn("removing a failed session", "session", p.s.ID, "err", err)
 	}
-	if err := l.start(ctx, s, ms); err != nil {
-		return nil, err
-	}
-	if l.launcher != "" {
-		if err := markLaunched(ctx, s, ms, l.Owner); err != nil {
-			return nil, fmt.Errorf("session %s: recording that the launch completed: %w", id, err)
-		}
-	}
-	s.finish(ms)
-	ok = true
-	return s, nil
 }
 
 // progress reports one step.
@@ -538,7 +570,7 @@ func (l *Launcher) start(ctx context.Context, s *Session, ms []*member) error {
 	if err := l.restoreVolumes(ctx, s); err != nil {
 		return err
 	}
-	if s.shared != "" {
+	if s.shared != "" && !s.envFileFilled() {
 		if err := backend.WriteFile(ctx, ms[0].sb, s.shared+"/"+EnvFile, strings.NewReader(envFileText(s.ID, s.Env)), 0o644); err != nil {
 			return &Error{Session: s.ID, Sandbox: ms[0].name, Step: "write " + s.shared + "/" + EnvFile, Err: err}
 		}

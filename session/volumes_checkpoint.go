@@ -55,6 +55,9 @@ type ManifestVolume struct {
 type sessionVolume struct {
 	role, name, target string
 	readOnly           bool
+	// filled: made with the manifest's archive in it (see
+	// Launcher.fillVolumes), so restoreVolumes leaves it alone.
+	filled bool
 	// members mount it (sorted): the others mount target themselves.
 	members []string
 }
@@ -353,7 +356,7 @@ func (l *Launcher) restoreVolumes(ctx context.Context, s *Session) error {
 	}
 	for _, v := range s.volumes {
 		mv, ok := l.Manifest.Volumes[v.role]
-		if !ok {
+		if !ok || v.filled {
 			continue
 		}
 		p := l.Manifest.archivePath(mv)

@@ -29,7 +29,8 @@ var _ backend.Forker = (*Sandbox)(nil)
 // copy-on-write (FICLONE: btrfs, XFS), else real copies; no fork shares a
 // writable file with another or with the parent. A running parent is
 // paused while the first copy is made; the others are copied from that
-// one. Processes are not carried over (see backend.Forker).
+// one before it runs. Processes are not carried over (see
+// backend.Forker).
 func (s *Sandbox) Fork(ctx context.Context, req backend.ForkRequest) ([]backend.Sandbox, error) {
 	out, err := s.fork(ctx, req)
 	if err != nil {
@@ -60,24 +61,25 @@ func (s *Sandbox) fork(ctx context.Context, req backend.ForkRequest) (_ []backen
 			s.dropForks(ctx, plans)
 		}
 	}()
-	parent, cfg, err := s.forkFirst(ctx, req, plans)
+	parent, cfg, thawed, err := s.forkFirst(ctx, req, plans)
+	defer thawed()
 	if err != nil {
 		return nil, err
 	}
-	// The rest copy the first fork's layer, which nothing runs on yet, so
-	// the parent runs again meanwhile.
+	// The rest copy the first fork's layer, before anything runs on it:
+	// a running fork writes there.
 	first := upperDir(plans[0].sb.dir, 0)
 	errs := make([]error, req.N)
 	var wg sync.WaitGroup
-	for i := range plans {
-		wg.Go(func() {
-			if i > 0 {
-				if plans[i], errs[i] = s.b.prepareFork(parent, req, first); errs[i] != nil {
-					return
-				}
-			}
-			errs[i] = s.b.startFork(ctx, plans[i], cfg, s)
-		})
+	for i := 1; i < req.N; i++ {
+		wg.Go(func() { plans[i], errs[i] = s.b.prepareFork(s, parent, cfg, req, first, nil) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	for i, p := range plans {
+		wg.Go(func() { errs[i] = s.b.startFork(ctx, p) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -92,39 +94,57 @@ func (s *Sandbox) fork(ctx context.Context, req backend.ForkRequest) (_ []backen
 
 // forkFirst copies the parent's layer for the first fork, under the
 // parent's lock and with the parent paused, and returns the parent's
-// record and OCI config.
-func (s *Sandbox) forkFirst(ctx context.Context, req backend.ForkRequest, plans []*forkPlan) (*meta, *specs.Spec, error) {
-	defer s.lock()()
+// record and OCI config. The parent is thawed and its lock let go while
+// the caller goes on; thawed waits for that, and the caller calls it
+// before it returns, error or not.
+func (s *Sandbox) forkFirst(ctx context.Context, req backend.ForkRequest, plans []*forkPlan) (_ *meta, _ *specs.Spec, thawed func(), err error) {
+	unlock := s.lock()
+	resume := func() {}
+	done := make(chan struct{})
+	defer func() {
+		go func() {
+			resume()
+			unlock()
+			close(done)
+		}()
+	}()
+	thawed = func() { <-done }
 	m, err := s.meta()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, thawed, err
 	}
 	if m.Creator != "" || m.Removing {
-		return nil, nil, fmt.Errorf("%w: the sandbox is being created or removed", backend.ErrUnavailable)
+		return nil, nil, thawed, fmt.Errorf("%w: the sandbox is being created or removed", backend.ErrUnavailable)
 	}
 	cfg, err := readConfig(bundleDir(s.dir, m.Gen))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, thawed, err
 	}
-	resume, err := s.freeze(ctx, m)
-	if err != nil {
-		return nil, nil, err
+	quiesce := func() error {
+		r, err := s.freeze(ctx, m)
+		if err == nil {
+			resume = r
+		}
+		return err
 	}
-	defer resume()
-	plans[0], err = s.b.prepareFork(m, req, upperDir(s.dir, m.Gen))
-	return m, cfg, err
+	plans[0], err = s.b.prepareFork(s, m, cfg, req, upperDir(s.dir, m.Gen), quiesce)
+	return m, cfg, thawed, err
 }
 
-// prepareFork records a new sandbox like parent and copies the layer at
-// upper as its writable layer. Nothing is mounted or started.
-func (b *Backend) prepareFork(parent *meta, req backend.ForkRequest, upper string) (*forkPlan, error) {
+// prepareFork records a new sandbox like parent (whose record is pm and
+// OCI config cfg), writes its bundle and copies the layer at upper as its
+// writable layer: after quiesce, where there is one, has made upper hold
+// still. The bundle is written meanwhile. Nothing is mounted or started.
+func (b *Backend) prepareFork(parent *Sandbox, pm *meta, cfg *specs.Spec, req backend.ForkRequest, upper string, quiesce func() error) (*forkPlan, error) {
 	id, err := statedir.NewID()
 	if err != nil {
 		return nil, err
 	}
-	m := forkMeta(parent, id, req)
+	m := forkMeta(pm, id, req)
 	dir := filepath.Join(b.dir, id)
 	p := &forkPlan{sb: &Sandbox{b: b, id: id, dir: dir}, m: m}
+	// The record comes first, so that a crash from here on leaves a
+	// sandbox that List shows and Destroy removes.
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -134,15 +154,44 @@ func (b *Backend) prepareFork(parent *meta, req backend.ForkRequest, upper strin
 	if err := writeMeta(dir, m); err != nil {
 		return p, err
 	}
-	for _, d := range []string{rootfsDir(dir, 0), workDir(dir, 0)} {
+	bundle := make(chan error, 1)
+	go func() { bundle <- b.writeForkBundle(p, cfg, parent) }()
+	err = func() error {
+		if quiesce != nil {
+			if err := quiesce(); err != nil {
+				return err
+			}
+		}
+		if err := copyTree(upper, upperDir(dir, 0), cloneFiles); err != nil {
+			return fmt.Errorf("copying the sandbox's layer: %w", err)
+		}
+		return nil
+	}()
+	return p, errors.Join(err, <-bundle)
+}
+
+// writeForkBundle makes fork p's folders but its writable layer, and
+// writes its host files and bundle: the parent's config cfg, with the
+// fork's ID, cgroup and host files.
+func (b *Backend) writeForkBundle(p *forkPlan, cfg *specs.Spec, parent *Sandbox) error {
+	m, dir := p.m, p.sb.dir
+	dirs := []string{rootfsDir(dir, 0), workDir(dir, 0)}
+	if m.Agent {
+		dirs = append(dirs, agentHostDir(dir))
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			return p, err
+			return err
 		}
 	}
-	if err := copyTree(upper, upperDir(dir, 0), cloneFiles); err != nil {
-		return p, fmt.Errorf("copying the sandbox's layer: %w", err)
+	if _, _, err := writeHostFiles(dir, m.ID); err != nil {
+		return err
 	}
-	return p, nil
+	fcfg, err := forkConfig(cfg, parent.id, parent.dir, m.ID, dir)
+	if err != nil {
+		return err
+	}
+	return writeConfig(bundleDir(dir, 0), fcfg)
 }
 
 // forkMeta is the record of fork id of parent.
@@ -179,30 +228,13 @@ func forkMeta(parent *meta, id string, req backend.ForkRequest) *meta {
 	return m
 }
 
-// startFork mounts a prepared fork's root file system, writes its bundle
-// (the parent's config, with the fork's ID, cgroup and host files) and
-// runs it.
-func (b *Backend) startFork(ctx context.Context, p *forkPlan, parentCfg *specs.Spec, parent *Sandbox) error {
-	m, dir := p.m, p.sb.dir
+// startFork mounts a prepared fork's root file system and runs it.
+func (b *Backend) startFork(ctx context.Context, p *forkPlan) error {
+	m := p.m
 	if !m.Rootless {
-		if err := mountOverlay(m.Lower, dir, 0); err != nil {
+		if err := mountOverlay(m.Lower, p.sb.dir, 0); err != nil {
 			return err
 		}
-	}
-	if m.Agent {
-		if err := os.MkdirAll(agentHostDir(dir), 0o700); err != nil {
-			return err
-		}
-	}
-	if _, _, err := writeHostFiles(dir, m.ID); err != nil {
-		return err
-	}
-	cfg, err := forkConfig(parentCfg, parent.id, parent.dir, m.ID, dir)
-	if err != nil {
-		return err
-	}
-	if err := writeConfig(bundleDir(dir, 0), cfg); err != nil {
-		return err
 	}
 	if err := p.sb.start(ctx, m); err != nil {
 		return err

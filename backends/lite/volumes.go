@@ -65,7 +65,7 @@ const (
 	// newVolumeGrace is how old an unlocked .new- folder must be before
 	// PruneCaches takes it as abandoned: its maker locks it just after
 	// making it.
-	newVolumeGrace = time.Minute
+	newVolumeGrace = statedir.HalfGrace
 )
 
 // volumeNameRE is Docker's rule for volume names (config/volumes.go uses

@@ -3,6 +3,7 @@ package lite
 import (
 	"archive/tar"
 	"compress/gzip"
+	"context"
 	"errors"
 	"io"
 	"io/fs"
@@ -50,7 +51,7 @@ func checkVolumes(t *testing.T, b *Backend, spec func(name string) backend.Spec)
 	}
 	t.Cleanup(func() {
 		for _, n := range []string{shared, tarred} {
-			if err := b.RemoveVolume(t.Context(), n); err != nil {
+			if err := b.RemoveVolume(context.Background(), n); err != nil {
 				t.Errorf("cleanup: RemoveVolume(%s): %v", n, err)
 			}
 		}

@@ -146,9 +146,28 @@ func (a *app) restore(ctx context.Context, file string) error {
 
 // restoreFrom restores a bundle with l and prints the session.
 func (a *app) restoreFrom(ctx context.Context, l *sandboxkit.Launcher, r io.Reader, verb string) error {
-	disp, err := newSessionDisplay(a.progress, a.stderr)
+	s, err := a.restoreSession(ctx, l, r, verb)
 	if err != nil {
 		return err
+	}
+	defer s.Close()
+	return a.printRestored(ctx, s)
+}
+
+// printRestored prints a restored session as sbx up does.
+func (a *app) printRestored(ctx context.Context, s *sandboxkit.Session) error {
+	res, err := describeSession(ctx, s)
+	if err != nil {
+		return err
+	}
+	return a.printSession(res)
+}
+
+// restoreSession restores a bundle with l, showing the progress.
+func (a *app) restoreSession(ctx context.Context, l *sandboxkit.Launcher, r io.Reader, verb string) (*sandboxkit.Session, error) {
+	disp, err := newSessionDisplay(a.progress, a.stderr)
+	if err != nil {
+		return nil, err
 	}
 	l.Progress = disp.report
 	if a.progress != progressNone {
@@ -162,15 +181,7 @@ func (a *app) restoreFrom(ctx context.Context, l *sandboxkit.Launcher, r io.Read
 	}
 	s, err := l.Restore(ctx, r)
 	disp.close()
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	res, err := describeSession(ctx, s)
-	if err != nil {
-		return err
-	}
-	return a.printSession(res)
+	return s, err
 }
 
 func (a *app) moveCmd() *cobra.Command {
@@ -240,7 +251,7 @@ func (a *app) move(ctx context.Context, id, to string, keep bool) error {
 		pw.CloseWithError(err)
 		written <- err
 	}()
-	rerr := a.restoreFrom(ctx, &sandboxkit.Launcher{Config: dst, Backend: db, Logger: a.logger}, pr, "move")
+	moved, rerr := a.restoreSession(ctx, &sandboxkit.Launcher{Config: dst, Backend: db, Logger: a.logger}, pr, "move")
 	pr.CloseWithError(errRestoreStopped)
 	if rerr != nil {
 		cancel()
@@ -252,14 +263,29 @@ func (a *app) move(ctx context.Context, id, to string, keep bool) error {
 		}
 		return fmt.Errorf("%w; session %s is kept", rerr, id)
 	}
+	defer moved.Close()
+	// The restore succeeded: the original goes while the new session is
+	// printed (unless the bundle's writer failed, which the restore,
+	// having read a whole bundle, should not have let happen).
+	removed := make(chan error, 1)
+	if keep || werr != nil {
+		removed <- nil
+	} else {
+		go func() {
+			start := time.Now()
+			err := src.Destroy(ctx)
+			if err == nil && a.progress != progressNone {
+				fmt.Fprintf(a.stderr, "move: removed the original session %s in %s\n", id, time.Since(start).Round(time.Millisecond))
+			}
+			removed <- err
+		}()
+	}
+	perr := a.printRestored(ctx, moved)
 	if werr != nil {
-		return fmt.Errorf("move: %w; session %s is kept", werr, id)
+		return errors.Join(perr, fmt.Errorf("move: %w; session %s is kept", werr, id))
 	}
-	if keep {
-		return nil
+	if err := <-removed; err != nil {
+		return errors.Join(perr, fmt.Errorf("move: the session runs on the new backend, but removing the original %s failed: %w (sbx down %s)", id, err, id))
 	}
-	if err := src.Destroy(ctx); err != nil {
-		return fmt.Errorf("move: the session runs on the new backend, but removing the original %s failed: %w (sbx down %s)", id, err, id)
-	}
-	return nil
+	return perr
 }

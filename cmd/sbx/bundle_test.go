@@ -205,11 +205,92 @@ func TestMoveNativeToRemote(t *testing.T) {
 	if got := must(t, "--config", dst, "exec", rmain, "--", "sh", "-c", bundleProbe); got != want {
 		t.Errorf("moved to the remote host, the probe printed\n%s\nwant\n%s", got, want)
 	}
+	// The env file is the new session's, written into the volume as it
+	// was made.
+	if got := must(t, "--config", dst, "exec", rmain, "--", "cat", "/shared/bashrc"); !strings.Contains(got, "session "+nsess) || strings.Contains(got, sess) {
+		t.Errorf("/shared/bashrc after the move:\n%s\nwant session %s's (not %s's)", got, nsess, sess)
+	}
 	if r := sbx(t, "--config", src, "status", sess); r.code == 0 {
 		t.Errorf("sbx status %s on the source after the move: exit 0 (the original should be gone)", sess)
 	}
 	if r := sbx(t, "--config", src, "move", "no-such-session", "--to", dst); r.code == 0 || !strings.Contains(r.stderr, "no-such-session") {
 		t.Errorf("sbx move of an unknown session: %d %q", r.code, r.stderr)
+	}
+}
+
+// A move whose restore fails keeps the original session as it was, and
+// leaves nothing on the remote engine: the new session's network and
+// volumes, made while the images loaded, go again. The same holds for a
+// restore of a bundle cut short in its images, which fails after they
+// were made.
+func TestMoveFailureKeepsOriginal(t *testing.T) {
+	src, _ := dockerConfig(t, fmt.Sprintf("image = %q\nworking_dir = \"/root\"", dockertest.BusyboxImage))
+	pruneAtCleanup(t)
+	h := remotetest.Get(t)
+	// The sandbox's create fails on the remote engine, after the images
+	// loaded and the volumes were made.
+	bad := remoteConfigEntry(t, h, "network = \"sbx-test-no-such-network\"\n")
+	t.Cleanup(func() {
+		t.Setenv("SBX_CONFIG", bad)
+		sbx(t, "gc")
+	})
+	sess, main := upSession(t, src)
+	must(t, "--config", src, "exec", main, "--", "sh", "-c", bundleState)
+	want := must(t, "--config", src, "exec", main, "--", "sh", "-c", bundleProbe)
+	// remoteSessionThings lists the remote engine's volumes, networks and
+	// containers labelled with a session (filter "=ID": that one's).
+	remoteSessionThings := func(filter string) string {
+		t.Helper()
+		var out []string
+		for _, kind := range []string{"volume", "network", "container"} {
+			args := []string{"-H", "unix://" + h.DockerSocket, kind, "ls", "-q", "--filter", "label=sandboxkit.session" + filter}
+			if kind == "container" {
+				args = append(args, "--all")
+			}
+			b, err := exec.Command("docker", args...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("docker %s: %v: %s", strings.Join(args, " "), err, b)
+			}
+			out = append(out, kind+": "+strings.Join(strings.Fields(string(b)), " "))
+		}
+		return strings.Join(out, "\n")
+	}
+	// Other tests' sessions on the engine would change the restore's
+	// count below: the cmd/sbx tests run one at a time.
+	before := remoteSessionThings("")
+
+	r := sbx(t, "--config", src, "--progress", "plain", "move", sess, "--to", bad)
+	if r.code == 0 || !strings.Contains(r.stderr, "session "+sess+" is kept") || !strings.Contains(r.stderr, "sbx-test-no-such-network") {
+		t.Errorf("sbx move to a config whose sandbox cannot be created: exit %d\n%s", r.code, r.stderr)
+	}
+	// "sbx: session NEW: sandbox "main": create: ..."
+	if _, rest, ok := strings.Cut(r.stderr, "sbx: session "); ok {
+		nsess, _, _ := strings.Cut(rest, ":")
+		if left := remoteSessionThings("=" + nsess); left != remoteSessionThings("=no-such-session") {
+			t.Errorf("session %s's things on the remote engine after the failed move:\n%s", nsess, left)
+		}
+	} else {
+		t.Errorf("the error names no new session: %q", r.stderr)
+	}
+	if got := must(t, "--config", src, "exec", main, "--", "sh", "-c", bundleProbe); got != want {
+		t.Errorf("the original after the failed move printed\n%s\nwant\n%s", got, want)
+	}
+
+	file := filepath.Join(t.TempDir(), "work.tar")
+	must(t, "--config", src, "--progress", "none", "snapshot", "-o", file, sess)
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(t.TempDir(), "cut.tar")
+	if err := os.WriteFile(cut, data[:len(data)-len(data)/4], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := sbx(t, "--config", remoteConfig(t, h), "--progress", "none", "restore", cut); r.code == 0 || !strings.Contains(r.stderr, "bundle") {
+		t.Errorf("sbx restore of a bundle cut short: exit %d %q", r.code, r.stderr)
+	}
+	if after := remoteSessionThings(""); after != before {
+		t.Errorf("on the remote engine after the refused restore:\n%s\nbefore:\n%s", after, before)
 	}
 }
 

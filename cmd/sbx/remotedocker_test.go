@@ -16,6 +16,11 @@ import (
 // remoteConfig writes the OpenSage-style remote config (backend =
 // "remotedocker", docker_host = "ssh://...") for the harness host h.
 func remoteConfig(t testing.TB, h *remotetest.Host) string {
+	return remoteConfigEntry(t, h, "")
+}
+
+// remoteConfigEntry is remoteConfig with more lines in the main entry.
+func remoteConfigEntry(t testing.TB, h *remotetest.Host, entry string) string {
 	return writeConfig(t, `
 [sandbox]
 backend = "remotedocker"
@@ -28,7 +33,7 @@ remote_socket = "`+h.DockerSocket+`"
 pull_policy = "never"
 [sandbox.sandboxes.main]
 image = "`+dockertest.BusyboxImage+`"
-`)
+`+entry)
 }
 
 // TestRemoteDockerBackend drives sbx run, up (a session), the agent tools,
