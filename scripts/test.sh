@@ -79,6 +79,12 @@ if [ -n "$podman_host" ]; then
 	echo "== native backend on Podman ($podman_host)"
 	DOCKER_HOST=$podman_host go test -race -count=1 \
 		-run '^(TestConformanceBusybox|TestScratchImage|TestCheckpoint|TestSharedVolume|TestBuild|TestLabelsAndInfo|TestClaim.*|TestPruneClaimRecords)$' \
-		./backends/native/ || rc=$?
+		./backends/native/ || {
+		rc=$?
+		# What Podman said about a failure (a build step's runtime was
+		# once killed with no reason in the test's output).
+		echo "== last lines of the Podman service's log" >&2
+		tail -n 40 "${SBX_PODMAN_DIR:-/run/sandboxkit-podman}/service.log" >&2 || true
+	}
 fi
 exit $rc

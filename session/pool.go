@@ -958,6 +958,12 @@ func (p *Pool) takeReady(take func(*warm) bool) []*warm {
 // retire claims a member of this process for itself and removes it.
 func (p *Pool) retire(ctx context.Context, w *warm, count func(*counters)) {
 	if _, err := p.claimer.Claim(ctx, w.raw.ID(), backend.Claim{Expect: p.readyState(), Owner: p.self, Session: w.sess, TTL: time.Hour}); err != nil {
+		if !errors.Is(err, backend.ErrClaimed) && !errors.Is(err, backend.ErrNotFound) {
+			// Not another claimer's doing: the member may still be
+			// ready, and then it is left to gc (as a dead keeper's).
+			p.o.Logger.Warn("pool: taking a ready sandbox back to remove it failed; sbx gc removes it once this keeper is gone",
+				"pool", p.o.Name, "sandbox", w.raw.ID(), "err", err)
+		}
 		closeQuietly(w.sb) // another process claimed it: it is theirs now
 		return
 	}

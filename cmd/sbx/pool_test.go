@@ -69,6 +69,9 @@ func testPoolAcrossProcesses(t *testing.T, bin string, ct chaosTarget) {
 		}
 		return out
 	}
+	// Ready sandboxes listed before the keeper starts are another run's
+	// (a killed test's, reaped by gc once it is old): not this keeper's.
+	var stale []string
 	readyIDs := func() []string {
 		t.Helper()
 		var infos []sandboxJSON
@@ -77,7 +80,7 @@ func testPoolAcrossProcesses(t *testing.T, bin string, ct chaosTarget) {
 		}
 		var ids []string
 		for _, i := range infos {
-			if i.Labels[backend.LabelPoolState] == backend.PoolReady {
+			if i.Labels[backend.LabelPoolState] == backend.PoolReady && !slices.Contains(stale, i.ID) {
 				ids = append(ids, i.ID)
 			}
 		}
@@ -98,6 +101,7 @@ func testPoolAcrossProcesses(t *testing.T, bin string, ct chaosTarget) {
 		}
 	}
 	before := ct.inventory(t)
+	stale = readyIDs()
 
 	keeper := exec.Command(bin, "pool", "keep")
 	keeper.Env = env
