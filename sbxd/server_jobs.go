@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxkit/sandboxkit/internal/outpipe"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 )
 
@@ -125,27 +126,26 @@ func (t *jobTable) start(req JobRequest) (JobStatus, error) {
 	// and outlives it.
 	cmd.SysProcAttr.Setpgid = false
 	cmd.SysProcAttr.Setsid = true
-	pr, pw, err := os.Pipe()
+	out, err := outpipe.New(log)
 	if err != nil {
 		log.close()
 		os.RemoveAll(dir)
 		return JobStatus{}, err
 	}
-	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.Stdout, cmd.Stderr = out.W(), out.W()
 	started := time.Now()
 	if err := StartCommand(cmd); err != nil {
-		pr.Close()
-		pw.Close()
+		out.Close()
 		return t.startFailed(id, req.Argv, err, log, started)
 	}
-	pw.Close()
+	out.Started()
 	pid := cmd.Process.Pid
 	pidStart, _ := procfs.StartTime(pid)
 	meta := jobMeta{ID: id, Argv: req.Argv, PID: pid, PIDStart: pidStart, Started: started}
 	if err := writeJSONFile(filepath.Join(dir, "meta.json"), meta); err != nil {
 		killTree(pid, id)
 	}
-	t.follow(id, cmd, pr, log)
+	t.follow(id, cmd, out, log)
 	return JobStatus{ID: id, Argv: req.Argv, PID: pid, State: JobRunning, Started: started}, nil
 }
 
@@ -162,9 +162,9 @@ func (t *jobTable) startFailed(id string, argv []string, err error, log *jobLog,
 	return t.status(id)
 }
 
-// follow collects the started job's output from pr into log and records
+// follow collects the started job's output from out into log and records
 // its exit.
-func (t *jobTable) follow(id string, cmd *exec.Cmd, pr *os.File, log *jobLog) {
+func (t *jobTable) follow(id string, cmd *exec.Cmd, out *outpipe.Pipe, log *jobLog) {
 	dir := t.dir(id)
 	done := make(chan struct{})
 	t.mu.Lock()
@@ -172,24 +172,17 @@ func (t *jobTable) follow(id string, cmd *exec.Cmd, pr *os.File, log *jobLog) {
 	t.mu.Unlock()
 	// Output is collected until every holder of the pipe (the job and
 	// anything it left running) closes it; the exit is recorded when the
-	// job itself exits.
-	copied := make(chan struct{})
+	// job itself exits and all it wrote is in the log.
 	t.wg.Add(2)
 	go func() {
 		defer t.wg.Done()
-		defer close(copied)
-		copyBuffered(log, pr)
-		pr.Close()
+		<-out.Done()
 		log.close()
 	}()
 	go func() {
 		defer t.wg.Done()
 		WaitCommand(cmd)
-		// Output the job wrote before it exited lands first.
-		select {
-		case <-copied:
-		case <-time.After(waitDelay):
-		}
+		out.Settle(waitDelay)
 		writeJSONFile(filepath.Join(dir, "exit.json"), jobExit{ExitCode: exitStatus(cmd.ProcessState), Ended: time.Now()})
 		t.mu.Lock()
 		delete(t.done, id)
@@ -232,8 +225,9 @@ func (t *jobTable) status(id string) (JobStatus, error) {
 		st.State, st.ExitCode, st.Ended = JobExited, e.ExitCode, e.Ended
 	case !procfs.Alive(m.PID, m.PIDStart):
 		// This agent's watcher, when it runs, records the exit once the
-		// job's output is in (at most waitDelay after the exit): wait for
-		// it rather than call a job that just ended lost.
+		// job's output is in (waitDelay after the exit, or when a slow
+		// copy drained the pipe): wait for it rather than call a job that
+		// just ended lost.
 		t.mu.Lock()
 		done := t.done[id]
 		t.mu.Unlock()

@@ -24,7 +24,8 @@
 #   10.248.1.0/24        pod addresses (CNI bridge inside the namespace; a
 #                        default route via the bridge lets pods reach the
 #                        node's addresses, as on real clusters; the bridge
-#                        plugin does not enforce NetworkPolicies)
+#                        plugin does not enforce NetworkPolicies); this
+#                        machine routes them via the node's address
 #   10.248.128.0/24      service addresses (no kube-proxy: never routed)
 # Only addresses inside the namespace are used; nothing leaves this machine.
 #
@@ -178,6 +179,10 @@ net_up() {
 	in_ns ip link set "$VETH_NODE" up
 	# kubelet wants a default route to pick its node address from.
 	in_ns ip route replace default via "$HOST_ADDR" dev "$VETH_NODE"
+	# This machine reaches pod addresses through the node, as a client on
+	# a cluster's network does (the k8s backend's direct agent connects
+	# there; it goes through the API server where no route leads).
+	ip route replace "$POD_CIDR" via "$NODE_ADDR" dev "$VETH_HOST"
 }
 
 # --- certificates ---------------------------------------------------------------

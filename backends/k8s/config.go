@@ -182,6 +182,15 @@ type Config struct {
 	// instead of the embedded one (also: env SBX_SBXD_PATH).
 	SbxdPath string `toml:"sbxd_path"`
 
+	// Agent is how this process reaches sbxd in the pods it makes:
+	// "auto" (default) connects straight to the pod's IP, with TLS on a
+	// certificate made for that pod and a token (see internal/agenttls),
+	// when the pod network answers there, else through the API server's
+	// exec like "exec" always does. Pods with a command of their own,
+	// an egress policy or network = "none", and pods another process
+	// made, are always reached through exec.
+	Agent string `toml:"agent"`
+
 	// EgressDNS is the DNS server ("IP" or "IP:PORT") that the enforcers
 	// of sandboxes with an egress policy ask for the names the policy
 	// allows. Default: the pod's nameserver (the cluster's DNS).
@@ -224,6 +233,11 @@ func (c Config) validate() error {
 		if msgs := validation.IsDNS1123Subdomain(rc); len(msgs) > 0 {
 			errs = append(errs, invalid("runtime_class", "%q is not a RuntimeClass name: %s", rc, msgs[0]))
 		}
+	}
+	switch c.Agent {
+	case "", "auto", "exec":
+	default:
+		errs = append(errs, invalid("agent", "%q: want \"auto\" or \"exec\"", c.Agent))
 	}
 	switch c.ImagePullPolicy {
 	case "", string(corev1.PullAlways), string(corev1.PullIfNotPresent), string(corev1.PullNever):

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
+
+	"github.com/sandboxkit/sandboxkit/internal/execframe"
 )
 
 var parameterCodec = scheme.ParameterCodec
@@ -146,4 +148,55 @@ func isName(s string) bool {
 		}
 	}
 	return true
+}
+
+// sbxdFramed reports whether an sbxd of version v (what sbxd version
+// printed after "sbxd ") has exec --framed.
+func sbxdFramed(v string) bool {
+	n, err := strconv.Atoi(v)
+	return err == nil && n >= execframe.FramedSince
+}
+
+// streamFramed is stream for a command under sbxd exec --framed: its
+// output and exit code arrive framed on stdout (internal/execframe), and
+// stdin stays open until the exit frame came, so sbxd, which exits only
+// when stdin closes, cannot end the exec while output is still on its
+// way. (The API server closes the connection when the command exits; with
+// the client's unread pings in its socket, the kernel then resets the
+// connection and drops what was not sent yet: a slow reader lost the end
+// of a long output.) Once the exit frame arrived, a failure of the
+// connection no longer matters.
+func (s *Sandbox) streamFramed(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	exited := make(chan struct{})
+	in := execframe.NewStdin(stdin, exited)
+	defer in.Close()
+	pr, pw := io.Pipe()
+	type demuxed struct {
+		code int
+		err  error
+	}
+	dm := make(chan demuxed, 1)
+	go func() {
+		code, err := execframe.Demux(pr, stdout, stderr)
+		if err == nil {
+			close(exited)
+		}
+		// Nothing follows the exit frame; on an error, the stream's
+		// writes fail and it ends.
+		pr.CloseWithError(io.ErrClosedPipe)
+		dm <- demuxed{code, err}
+	}()
+	code, err := s.stream(ctx, argv, in, pw, stderr)
+	pw.Close()
+	d := <-dm
+	switch {
+	case d.err == nil:
+		return d.code, nil
+	case err != nil:
+		return code, err
+	case errors.Is(d.err, io.ErrUnexpectedEOF) && code != 0:
+		// sbxd failed before framing (a usage error) or was killed.
+		return code, nil
+	}
+	return code, fmt.Errorf("sbxd exec --framed: %w", d.err)
 }

@@ -92,8 +92,9 @@ func (b *Backend) adopt(ctx context.Context, ref, what string) (*Sandbox, error)
 	var out strings.Builder
 	if code, err := s.stream(ctx, []string{sbxdPath, "version"}, nil, &out, io.Discard); err == nil && code == 0 && strings.HasPrefix(out.String(), "sbxd ") {
 		s.sbxd = true
+		s.framed = sbxdFramed(strings.TrimSpace(strings.TrimPrefix(out.String(), "sbxd ")))
 	} else if _, _, err := s.inject(ctx); err == nil {
-		s.sbxd = true
+		s.sbxd, s.framed = true, true
 	} else {
 		b.log.Warn("no sbxd in the existing pod: commands run as plain execs, and a timeout or cancel cannot kill them inside it",
 			"pod", name, "container", container, "err", err)

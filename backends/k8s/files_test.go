@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -173,3 +175,45 @@ func mkdir(t *testing.T, sb backend.Sandbox, dir string) error {
 type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// slowWriter takes its time over every write: a consumer slower than the
+// network, as a caller hashing or unpacking an archive is.
+type slowWriter struct{ n int64 }
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(time.Millisecond) // the consumer's pace, not a wait for anything
+	w.n += int64(len(p))
+	return len(p), nil
+}
+
+// A consumer slower than the network still gets all of a long output, and
+// so do ReadFile and GetArchive. (Unframed, the API server ended the exec
+// with the client's unread pings in its socket, the kernel reset the
+// connection, and the tail still in flight was lost: TestArchiveOverExec64MiB
+// failed in CI, and this test lost the tail in 2 of 3 runs.)
+func TestExecSlowConsumerGetsEverything(t *testing.T) {
+	t.Parallel()
+	b, _, _ := newBackend(t)
+	sb := create(t, b, spec("slow", k8stest.BusyboxImage))
+	ctx := t.Context()
+	const size = 48 << 20
+	for i := range 2 {
+		w := &slowWriter{}
+		res, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"head", "-c", strconv.Itoa(size), "/dev/zero"}, Stdout: w})
+		require.NoError(t, err)
+		require.Equal(t, 0, res.ExitCode)
+		assert.Equal(t, int64(size), w.n, "run %d: bytes of stdout", i)
+	}
+	res, err := sb.Exec(ctx, backend.ExecRequest{Shell: fmt.Sprintf("head -c %d /dev/urandom > /tmp/f", size)})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, string(res.Stderr))
+	fsys, ok := backend.As[backend.FileSystem](sb)
+	require.True(t, ok, "the k8s sandbox is not a FileSystem")
+	rc, err := fsys.ReadFile(ctx, "/tmp/f")
+	require.NoError(t, err)
+	w := &slowWriter{}
+	_, err = io.Copy(w, rc)
+	rc.Close()
+	require.NoError(t, err)
+	assert.Equal(t, int64(size), w.n, "bytes of ReadFile")
+}

@@ -40,6 +40,8 @@ func TestConfigValidate(t *testing.T) {
 		{"exists with value", Config{Tolerations: []Toleration{{Key: "k", Operator: "Exists", Value: "v"}}}, "takes no value"},
 		{"bad selector", Config{NodeSelector: map[string]string{"pool": "a b"}}, "node_selector"},
 		{"bad secret", Config{ImagePullSecrets: []string{"Reg Cred"}}, "image_pull_secrets"},
+		{"agent exec", Config{Agent: "exec"}, ""},
+		{"bad agent", Config{Agent: "direct"}, `[sandbox.k8s] agent: "direct": want "auto" or "exec"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.cfg.validate()

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,6 +46,10 @@ type Backend struct {
 	mu       sync.Mutex
 	forwards map[forwardKey]*forward
 	closed   bool
+
+	// agentFailed: when a pod's direct agent last did not answer
+	// (UnixNano; 0: never; see DialAgent).
+	agentFailed atomic.Int64
 }
 
 var (
@@ -227,6 +232,9 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		return fail(err)
 	}
 	sb := b.sandboxFor(running)
+	if err := sb.withAgent(spec, running.Status.PodIP); err != nil {
+		return fail(err)
+	}
 	if err := sb.setUp(ctx, spec.WorkingDir == ""); err != nil {
 		return fail(err)
 	}

@@ -32,16 +32,20 @@ func newBackend(t *testing.T) (*k8s.Backend, *k8stest.Cluster, string) {
 	return openBackend(t, c, ns), c, ns
 }
 
-func openBackend(t *testing.T, c *k8stest.Cluster, ns string) *k8s.Backend {
+func openBackend(t *testing.T, c *k8stest.Cluster, ns string, opts ...func(*k8s.Config)) *k8s.Backend {
 	t.Helper()
-	b, err := k8s.New(k8s.Config{
+	cfg := k8s.Config{
 		Kubeconfig:      c.Kubeconfig,
 		Namespace:       ns,
 		ImagePullPolicy: "IfNotPresent",
 		StartTimeoutSec: 120,
 		// The cluster pulls nothing: volumes are filled by the test image.
 		HelperImage: k8stest.BusyboxImage,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b, err := k8s.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 	return b
@@ -70,24 +74,26 @@ func TestConformanceBusybox(t *testing.T) {
 	c := k8stest.Get(t)
 	ns := c.Namespace(t)
 	backendtest.Run(t, func(t *testing.T) backend.Backend { return openBackend(t, c, ns) },
-		backendtest.WithImage(k8stest.BusyboxImage))
+		backendtest.WithImage(k8stest.BusyboxImage), backendtest.WithAgentCheck(sbxd.CheckAgent))
 }
 
-// The conformance suite through sbxd's client: exec and files over one
-// long-lived exec stream, users switched by the agent.
+// The conformance suite through sbxd's client: exec and files over the
+// agent on the pod network (or one long-lived exec stream), users switched
+// by the agent.
 func TestConformanceSbxd(t *testing.T) {
 	t.Parallel()
 	c := k8stest.Get(t)
 	ns := c.Namespace(t)
 	backendtest.Run(t, func(t *testing.T) backend.Backend { return sbxd.WrapBackend(openBackend(t, c, ns)) },
-		backendtest.WithImage(k8stest.BusyboxImage))
+		backendtest.WithImage(k8stest.BusyboxImage), backendtest.WithAgentCheck(sbxd.CheckAgent))
 }
 
-// sbxd starts over Attach (one long-lived exec) and carries exec and the
-// fileops table.
+// sbxd starts over Attach (one long-lived exec; agent = "exec" keeps the
+// client off the pod network) and carries exec and the fileops table.
 func TestSbxd(t *testing.T) {
 	t.Parallel()
-	b, _, _ := newBackend(t)
+	cl := k8stest.Get(t)
+	b := openBackend(t, cl, cl.Namespace(t), func(cfg *k8s.Config) { cfg.Agent = "exec" })
 	s := spec("sbxd", k8stest.BusyboxImage)
 	s.WorkingDir = "/root"
 	sb := create(t, b, s)
@@ -99,8 +105,9 @@ func TestSbxd(t *testing.T) {
 	c, err := sbxd.Wrap(ctx, sb)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
-	_, err = c.Agent(ctx)
+	info, err := c.Agent(ctx)
 	require.NoError(t, err, "the agent did not start through Attach")
+	require.False(t, info.Dialled, "the agent was dialled, not started through Attach")
 	res, err = c.Exec(ctx, backend.ExecRequest{Shell: "echo $X; pwd", Env: map[string]string{"X": "via-sbxd"}})
 	require.NoError(t, err)
 	assert.Equal(t, "via-sbxd\n/root\n", string(res.Stdout))

@@ -31,6 +31,10 @@ const (
 	annotationWorkDir = "sandboxkit.io/workdir"
 	// annotationSbxd records that sbxd was put in the pod at sbxdPath.
 	annotationSbxd = "sandboxkit.io/sbxd"
+	// annotationSbxdVersion is the version sbxd version printed for the
+	// sbxd put in the pod (execframe.SbxdVersion; absent: 1, before exec
+	// --framed).
+	annotationSbxdVersion = "sandboxkit.io/sbxd-version"
 	// annotationClaim holds what the last claim changed (see Backend.Claim):
 	// labels as a JSON object, "" for one removed, applied over
 	// annotationLabels. A claim thus needs no read of the labels it leaves

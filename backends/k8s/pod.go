@@ -37,6 +37,20 @@ const keepAlive = `trap 'exit 0' TERM INT
 while [ ! -x ` + sbxdPath + ` ]; do sleep 1 & wait $!; done
 exec ` + sbxdPath + ` init`
 
+// agentFile is where Create puts the credentials of a pod's directly
+// reachable agent (see Config.Agent), readable by the pod's user only.
+const agentFile = sbxdDir + "/agent"
+
+// keepAliveAgent is keepAlive whose sbxd init also serves the agent over
+// TLS on the pod's network, with the credentials in agentFile, for the
+// sandbox id.
+// It wakes at SIGUSR1, which the inject script sends once sbxd is in
+// place, instead of looking again a second later: the client connects
+// right after Create.
+func keepAliveAgent(id string) string {
+	return "trap : USR1\n" + keepAlive + " --agent-tls " + agentFile + " --sandbox " + id
+}
+
 // refuseUnsupported names, with the reason, what a Spec asks that no pod
 // can do (Capabilities.Check's message cannot say why).
 func refuseUnsupported(spec backend.Spec) error {
@@ -75,6 +89,8 @@ func (b *Backend) podFor(id string, spec backend.Spec) (*corev1.Pod, error) {
 	case spec.ImageCommand:
 	case spec.Command != nil:
 		c.Command = spec.Command
+	case b.directAgent(spec):
+		c.Command = []string{"/bin/sh", "-c", keepAliveAgent(id)}
 	default:
 		c.Command = []string{"/bin/sh", "-c", keepAlive}
 	}

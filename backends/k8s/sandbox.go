@@ -19,7 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/agenttls"
 	"github.com/sandboxkit/sandboxkit/internal/attach"
+	"github.com/sandboxkit/sandboxkit/internal/execframe"
 	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
 	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
 )
@@ -41,14 +43,22 @@ type Sandbox struct {
 	workDir string
 	// sbxd: the pod has sbxd at sbxdPath, which wraps every command so a
 	// timeout or cancel can kill its process tree.
-	sbxd  bool
-	ports []int // declared TCP container ports
+	sbxd bool
+	// framed: the pod's sbxd has exec --framed (version 2 on), which Exec
+	// uses (see internal/execframe).
+	framed bool
+	ports  []int // declared TCP container ports
 	// hostAddrs: where Endpoint listens for a port (the entry's host IP
 	// and port); others get a free loopback port.
 	hostAddrs map[int]string
 	destroyed atomic.Bool
 	// users holds the ExecRequest.User values sbxd could switch to.
 	users sync.Map
+	// agent: the credentials of the pod's directly reachable sbxd (this
+	// process made the pod; see Config.Agent), and podIP where it
+	// listens. Nil: reached through exec only.
+	agent *agenttls.Creds
+	podIP string
 }
 
 var (
@@ -64,6 +74,7 @@ const envExecID = "SBX_EXEC_ID"
 func (b *Backend) sandboxFor(pod *corev1.Pod) *Sandbox {
 	s := &Sandbox{b: b, id: pod.Name, pod: pod.Name, container: containerName, workDir: infoOf(pod).WorkDir,
 		sbxd: pod.Annotations[annotationSbxd] == sbxdPath}
+	s.framed = s.sbxd && sbxdFramed(pod.Annotations[annotationSbxdVersion])
 	s.ports = tcpPorts(pod, containerName)
 	for kv := range strings.SplitSeq(pod.Annotations[annotationHostPorts], ",") {
 		p, addr, ok := strings.Cut(kv, "=")
@@ -139,8 +150,9 @@ func (s *Sandbox) gone() error {
 }
 
 // command is the argv run in the pod for req: argv with req's environment
-// and working directory, under sbxd exec when the pod has sbxd.
-func (s *Sandbox) command(ctx context.Context, req backend.ExecRequest, argv []string, execID string, timeout time.Duration) ([]string, error) {
+// and working directory, under sbxd exec when the pod has sbxd (with
+// --framed when framed: see streamFramed).
+func (s *Sandbox) command(ctx context.Context, req backend.ExecRequest, argv []string, execID string, timeout time.Duration, framed bool) ([]string, error) {
 	if req.User != "" {
 		if err := s.checkUser(ctx, req.User); err != nil {
 			return nil, err
@@ -158,6 +170,9 @@ func (s *Sandbox) command(ctx context.Context, req backend.ExecRequest, argv []s
 		return cmd, nil
 	}
 	w := []string{sbxdPath, "exec", "--id", execID}
+	if framed {
+		w = append(w, "--framed")
+	}
 	if req.User != "" {
 		w = append(w, "--user", req.User)
 	}
@@ -179,7 +194,7 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}
 	execID := randomHex(8)
-	cmd, err := s.command(ctx, req, argv, execID, req.Timeout)
+	cmd, err := s.command(ctx, req, argv, execID, req.Timeout, s.framed)
 	if err != nil {
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}
@@ -194,7 +209,11 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		code, err := s.stream(sctx, cmd, req.Stdin, g.writer(out.Stdout), g.writer(out.Stderr))
+		streamer := s.stream
+		if s.framed {
+			streamer = s.streamFramed
+		}
+		code, err := streamer(sctx, cmd, req.Stdin, g.writer(out.Stdout), g.writer(out.Stderr))
 		done <- outcome{code, err}
 	}()
 
@@ -340,13 +359,20 @@ func (b *Backend) patchAnnotations(ctx context.Context, pod string, ann map[stri
 // gunzip costs what the smaller transfer saves.)
 //
 // The size comes first, so a transfer cut short never leaves a truncated
-// binary for the pod's main process to exec.
+// binary for the pod's main process to exec; then a line with the agent's
+// credentials (see agentFile), or an empty one, which lands before the
+// binary does, so that sbxd init finds it; with credentials, the pod's
+// main process is keepAliveAgent, which a SIGUSR1 wakes.
 const injectScript = `uname -m 2>/dev/null || echo unknown
 pwd
 read -r n
-mkdir -p ` + sbxdDir + ` && cat > ` + sbxdDir + `/.sbxd.tmp &&
+read -r agent
+mkdir -p ` + sbxdDir + ` &&
+{ [ -z "$agent" ] || (umask 077 && printf '%s\n' "$agent" > ` + sbxdDir + `/.agent.tmp && mv -f ` + sbxdDir + `/.agent.tmp ` + agentFile + `); } &&
+cat > ` + sbxdDir + `/.sbxd.tmp &&
 [ "$(wc -c < ` + sbxdDir + `/.sbxd.tmp)" -eq "$n" ] &&
-chmod 755 ` + sbxdDir + `/.sbxd.tmp && mv -f ` + sbxdDir + `/.sbxd.tmp ` + sbxdPath
+chmod 755 ` + sbxdDir + `/.sbxd.tmp && mv -f ` + sbxdDir + `/.sbxd.tmp ` + sbxdPath + ` &&
+{ [ -z "$agent" ] || kill -USR1 1 2>/dev/null || true; }`
 
 // setUp puts sbxd in the pod and records what Get needs to know later
 // (sbxd is there; the image's working directory when findWorkDir). Without
@@ -364,7 +390,7 @@ func (s *Sandbox) setUp(ctx context.Context, findWorkDir bool) error {
 		}
 		return nil
 	}
-	ann := map[string]string{annotationSbxd: sbxdPath}
+	ann := map[string]string{annotationSbxd: sbxdPath, annotationSbxdVersion: strconv.Itoa(execframe.SbxdVersion)}
 	if findWorkDir && path.IsAbs(wd) {
 		ann[annotationWorkDir] = wd
 		s.workDir = wd
@@ -372,7 +398,7 @@ func (s *Sandbox) setUp(ctx context.Context, findWorkDir bool) error {
 	if err := s.b.patchAnnotations(ctx, s.id, ann); err != nil {
 		return err
 	}
-	s.sbxd = true
+	s.sbxd, s.framed = true, true
 	return nil
 }
 
@@ -402,7 +428,11 @@ func (s *Sandbox) inject(ctx context.Context) (arch, workDir string, err error) 
 		err = errors.New("no reply from the pod's shell")
 	}
 	if err == nil {
-		_, err = fmt.Fprintf(inW, "%d\n", len(bin))
+		line := ""
+		if s.agent != nil {
+			line = s.agent.Line()
+		}
+		_, err = fmt.Fprintf(inW, "%d\n%s\n", len(bin), line)
 	}
 	if err == nil {
 		_, err = inW.Write(bin)
@@ -453,7 +483,8 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest) (backend.
 		return nil, s.opErr("attach", err)
 	}
 	execID := randomHex(8)
-	cmd, err := s.command(ctx, req, argv, execID, 0)
+	// Not framed: the caller speaks to the command itself.
+	cmd, err := s.command(ctx, req, argv, execID, 0, false)
 	if err != nil {
 		return nil, s.opErr("attach", err)
 	}

@@ -7,7 +7,7 @@
 // The native backend puts it at /.sbx/sbxd (see internal/sbxdbin for how
 // the library finds the binary without a Go toolchain). It has three modes:
 //
-//	sbxd init [--agent SOCKET [--sandbox ID]] [-- ARGV...]
+//	sbxd init [--agent SOCKET | --agent-tls FILE [--sandbox ID]] [-- ARGV...]
 //	    The container's PID 1. Without ARGV it keeps the sandbox alive until
 //	    SIGTERM or SIGINT. With ARGV it runs that command, forwards signals to
 //	    it and exits with its status. Either way it reaps every orphan that
@@ -17,7 +17,11 @@
 //	    process), so clients on the host can dial it instead of starting
 //	    one. --sandbox names the sandbox in the agent's hello, so a client
 //	    that dialled a socket the sandbox could have replaced (with a link
-//	    to another sandbox's) sees whose agent answered.
+//	    to another sandbox's) sees whose agent answered. --agent-tls
+//	    listens on TCP port agenttls.Port instead, with TLS on the
+//	    credentials in FILE (a line of agenttls.Creds.Line), for clients
+//	    that reach the sandbox's network straight (the k8s backend's,
+//	    which put FILE there); without FILE it is plain sbxd init.
 //
 //	sbxd exec [--id ID] [--timeout DURATION] [--grace DURATION] [--user USER] -- ARGV...
 //	    Runs ARGV in a process group of its own with SBX_EXEC_ID=ID in its
@@ -78,14 +82,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/sandboxkit/sandboxkit/internal/agenttls"
 	"github.com/sandboxkit/sandboxkit/internal/egressctl"
+	"github.com/sandboxkit/sandboxkit/internal/execframe"
 	"github.com/sandboxkit/sandboxkit/internal/outpipe"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/sbxd"
@@ -109,8 +117,11 @@ func main() {
 	switch os.Args[1] {
 	case "init":
 		args, agent, sandbox := os.Args[2:], "", ""
-		if len(args) >= 2 && args[0] == "--agent" {
+		if len(args) >= 2 && (args[0] == "--agent" || args[0] == "--agent-tls") {
 			agent, args = args[1], args[2:]
+			if os.Args[2] == "--agent-tls" {
+				agent = "tls:" + agent
+			}
 		}
 		if len(args) >= 2 && args[0] == "--sandbox" {
 			sandbox, args = args[1], args[2:]
@@ -146,7 +157,7 @@ func main() {
 		// Talks to an enforcer in the same container (egressctl.Ctl).
 		os.Exit(egressctl.Ctl(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	case "version":
-		fmt.Println("sbxd 1")
+		fmt.Printf("sbxd %d\n", execframe.SbxdVersion)
 	default:
 		usage("sbxd init|exec|serve|ls|stat|cat|readlink|kill|dial|egress|egress-ctl|version")
 	}
@@ -215,7 +226,11 @@ func initMain(argv []string, agentSocket, sandbox string) int {
 // (see sbxd.ReapOrphans).
 func initAgentMain(argv []string, socket, sandbox string, sigs chan os.Signal) int {
 	sbxd.EnableReaping()
-	if l, err := listenSocket(socket); err != nil {
+	listen := listenSocket
+	if file, ok := strings.CutPrefix(socket, "tls:"); ok {
+		listen = func(string) (net.Listener, error) { return listenTLS(file) }
+	}
+	if l, err := listen(socket); err != nil {
 		fmt.Fprintf(os.Stderr, "sbxd init: the agent: %v\n", err)
 	} else {
 		srv := newAgent("", sandbox)
@@ -256,6 +271,19 @@ func initAgentMain(argv []string, socket, sandbox string, sigs chan os.Signal) i
 	}
 }
 
+// listenTLS listens on agenttls.Port with the credentials in file.
+func listenTLS(file string) (net.Listener, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	c, err := agenttls.Parse(strings.TrimSpace(string(data)))
+	if err != nil {
+		return nil, err
+	}
+	return agenttls.Listen(fmt.Sprintf(":%d", agenttls.Port), c)
+}
+
 func statusCode(ws syscall.WaitStatus) int {
 	if ws.Signaled() {
 		return 128 + int(ws.Signal())
@@ -276,12 +304,14 @@ func execMain(args []string) int {
 	timeout := fl.Duration("timeout", 0, "kill the command's process tree after this long and exit 124")
 	grace := fl.Duration("grace", 250*time.Millisecond, "how long to pass on background output after the command exits")
 	userSpec := fl.String("user", "", "run ARGV as this user: name, uid, name:group or uid:gid (needs root)")
+	framed := fl.Bool("framed", false, "frame stdin, stdout, stderr and the exit code (internal/execframe), and exit once the caller closes stdin after the exit frame")
+	linger := fl.Duration("linger", 30*time.Second, "with --framed, how long to wait for the caller to close stdin after the exit frame")
 	if err := fl.Parse(args); err != nil {
 		return exitUsageError
 	}
 	argv := fl.Args()
 	if len(argv) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: sbxd exec [--id ID] [--timeout D] [--user USER] -- ARGV...")
+		fmt.Fprintln(os.Stderr, "usage: sbxd exec [--id ID] [--timeout D] [--user USER] [--framed] -- ARGV...")
 		return exitUsageError
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -294,13 +324,30 @@ func execMain(args []string) int {
 	// caller's stream open after the command exits: after the command,
 	// output is passed on for --grace, then what the pipes still hold (see
 	// internal/outpipe: a slow reader on the caller's side loses nothing).
+	// Framed, stdin goes through a pipe too, and the output streams share
+	// sbxd's stdout.
 	cmd.Stdin = os.Stdin
-	outP, err := outpipe.New(os.Stdout)
+	var stdout, stderr io.Writer = os.Stdout, os.Stderr
+	var frames *execframe.Writer
+	var stdinEnded <-chan struct{}
+	if *framed {
+		frames = execframe.NewWriter(os.Stdout)
+		stdout, stderr = frames.Stream(execframe.KindStdout), frames.Stream(execframe.KindStderr)
+		r, w, err := os.Pipe()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "sbxd: %v\n", err)
+			return exitCannotRun
+		}
+		defer r.Close()
+		cmd.Stdin = r
+		stdinEnded = execframe.PumpStdin(os.Stdin, w)
+	}
+	outP, err := outpipe.New(stdout)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sbxd: %v\n", err)
 		return exitCannotRun
 	}
-	errP, err := outpipe.New(os.Stderr)
+	errP, err := outpipe.New(stderr)
 	if err != nil {
 		outP.Close()
 		fmt.Fprintf(os.Stderr, "sbxd: %v\n", err)
@@ -311,8 +358,10 @@ func execMain(args []string) int {
 	if *userSpec != "" {
 		cred, home, err := sbxd.LookupUser(*userSpec)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "sbxd exec: %v\n", err)
-			return exitUsageError
+			outP.Close()
+			errP.Close()
+			fmt.Fprintf(stderr, "sbxd exec: %v\n", err)
+			return endFramed(frames, stdinEnded, *linger, exitUsageError)
 		}
 		cmd.SysProcAttr.Credential = cred
 		if home != "" {
@@ -324,13 +373,33 @@ func execMain(args []string) int {
 	if err := cmd.Start(); err != nil {
 		outP.Close()
 		errP.Close()
-		fmt.Fprintf(os.Stderr, "sbxd: %s: %v\n", argv[0], unwrapExecErr(err))
-		return startErrorCode(err)
+		fmt.Fprintf(stderr, "sbxd: %s: %v\n", argv[0], unwrapExecErr(err))
+		return endFramed(frames, stdinEnded, *linger, startErrorCode(err))
 	}
 	outP.Started()
 	errP.Started()
 	code := superviseExec(cmd, *timeout, *id, sigs)
 	outpipe.Finish(*grace, outP, errP)
+	return endFramed(frames, stdinEnded, *linger, code)
+}
+
+// endFramed ends a framed exec (frames not nil) with the exit frame, then
+// waits up to linger for the caller to close stdin, which it does once it
+// read that frame: exiting earlier could cut off output still on its way.
+// It returns code.
+func endFramed(frames *execframe.Writer, stdinEnded <-chan struct{}, linger time.Duration, code int) int {
+	if frames == nil {
+		return code
+	}
+	if frames.Exit(code) != nil {
+		return code // the caller is gone
+	}
+	t := time.NewTimer(linger)
+	defer t.Stop()
+	select {
+	case <-stdinEnded:
+	case <-t.C:
+	}
 	return code
 }
 

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxkit/sandboxkit/internal/execframe"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 )
 
@@ -273,5 +275,62 @@ func TestExecBackgroundChildDoesNotHold(t *testing.T) {
 	}
 	if pid, err := strconv.Atoi(lines[0]); err == nil {
 		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// exec --framed: the command's input arrives through stdin frames and its
+// EOF at the close frame; stdout, stderr and the exit code come back
+// framed; and sbxd, after the exit frame, stays until its stdin closes, so
+// its exit cannot cut off output still on its way to the caller.
+func TestExecFramed(t *testing.T) {
+	cmd := exec.Command(sbxd, "exec", "--framed", "--linger", "1h", "--",
+		"sh", "-c", "cat; echo to-stderr >&2; exit 7")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unframed strings.Builder
+	cmd.Stderr = &unframed
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fw := execframe.NewWriter(stdin)
+	fw.Frame(execframe.KindStdin, []byte("echoed "))
+	fw.Frame(execframe.KindStdin, []byte("input"))
+	fw.Frame(execframe.KindStdinClose, nil) // cat ends here
+	var out, errOut bytes.Buffer
+	code, err := execframe.Demux(stdout, &out, &errOut)
+	if err != nil || code != 7 {
+		t.Fatalf("Demux = %d, %v; want exit code 7", code, err)
+	}
+	if out.String() != "echoed input" || errOut.String() != "to-stderr\n" || unframed.Len() != 0 {
+		t.Errorf("stdout %q, stderr %q, unframed stderr %q", out.String(), errOut.String(), unframed.String())
+	}
+	// Still there after the exit frame: the caller has not closed stdin.
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		t.Fatalf("sbxd exited before its stdin closed: %v", err)
+	case <-time.After(time.Second): // a bounded look for an exit that must not come
+	}
+	stdin.Close()
+	if err := <-exited; cmd.ProcessState.ExitCode() != 7 {
+		t.Errorf("sbxd exec --framed exited %d (%v), want 7", cmd.ProcessState.ExitCode(), err)
+	}
+
+	// A command that cannot start still ends with an exit frame.
+	cmd = exec.Command(sbxd, "exec", "--framed", "--linger", "1ms", "--", "/no/such/command")
+	cmd.Stdin = strings.NewReader("")
+	var raw bytes.Buffer
+	cmd.Stdout = &raw
+	cmd.Run()
+	code, err = execframe.Demux(&raw, io.Discard, &errOut)
+	if err != nil || code != 127 {
+		t.Errorf("a missing command: Demux = %d, %v; want 127", code, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -20,6 +21,9 @@ type Pipe struct {
 	r, w *os.File
 	dst  io.Writer
 	done chan struct{}
+	// settle, when set, asks the copy to report (by closing the channel)
+	// that it drained the pipe at its read deadline, and to go on.
+	settle atomic.Pointer[chan struct{}]
 }
 
 // New makes a pipe whose output goes to dst. Give W() to the command,
@@ -32,6 +36,10 @@ func New(dst io.Writer) (*Pipe, error) {
 	}
 	return &Pipe{r: r, w: w, dst: dst, done: make(chan struct{})}, nil
 }
+
+// Done is closed when the copy ended: every holder of the write end closed
+// it, dst failed, or Finish stopped it.
+func (p *Pipe) Done() <-chan struct{} { return p.done }
 
 // W is the end the command writes to.
 func (p *Pipe) W() *os.File { return p.w }
@@ -61,6 +69,22 @@ func Finish(grace time.Duration, pipes ...*Pipe) {
 	}
 }
 
+// Settle, called after the command exited, waits until everything the
+// command wrote has reached dst, and lets the copy go on for background
+// children that still hold the pipe (unlike Finish). The copy runs freely
+// for up to grace, then drains what the pipe holds at that moment, which
+// includes all the command's own output: a slow copy loses nothing and a
+// background child holds nothing up.
+func (p *Pipe) Settle(grace time.Duration) {
+	settled := make(chan struct{})
+	p.settle.Store(&settled)
+	p.r.SetReadDeadline(time.Now().Add(grace))
+	select {
+	case <-settled:
+	case <-p.done:
+	}
+}
+
 func (p *Pipe) copy() {
 	defer close(p.done)
 	defer p.r.Close()
@@ -73,7 +97,13 @@ func (p *Pipe) copy() {
 			}
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			p.drain(buf)
+			if !p.drain(buf) {
+				return
+			}
+			if settled := p.settle.Swap(nil); settled != nil {
+				close(*settled)
+				continue
+			}
 			return
 		}
 		if err != nil {
@@ -82,11 +112,12 @@ func (p *Pipe) copy() {
 	}
 }
 
-// drain copies what the (non-blocking) pipe holds right now.
-func (p *Pipe) drain(buf []byte) {
+// drain copies what the (non-blocking) pipe holds right now, and reports
+// whether dst took it all.
+func (p *Pipe) drain(buf []byte) bool {
 	rc, err := p.r.SyscallConn()
 	if err != nil {
-		return
+		return false
 	}
 	// A raw read refuses to run past the deadline; the callback below
 	// never waits, so none is needed.
@@ -99,10 +130,11 @@ func (p *Pipe) drain(buf []byte) {
 			return true
 		})
 		if n <= 0 {
-			return
+			return true
 		}
 		if _, err := p.dst.Write(buf[:n]); err != nil {
-			return
+			return false
 		}
 	}
+	return true
 }
