@@ -31,10 +31,17 @@ var _ backend.Forker = (*Sandbox)(nil)
 // paused while the first copy is made; the others are copied from that
 // one before it runs. Processes are not carried over (see
 // backend.Forker).
+//
+// A fork of one (N = 1) starts a container made ahead for it where the
+// sandbox has one, with the layer laid over it instead of copied; one is
+// made in the background after every fork (see forkstandby.go).
 func (s *Sandbox) Fork(ctx context.Context, req backend.ForkRequest) ([]backend.Sandbox, error) {
 	out, err := s.fork(ctx, req)
 	if err != nil {
 		return nil, s.opErr("fork", err)
+	}
+	if !s.b.noForkStandby {
+		s.b.background(s.prepareForkStandby)
 	}
 	return out, nil
 }
@@ -43,6 +50,9 @@ func (s *Sandbox) Fork(ctx context.Context, req backend.ForkRequest) ([]backend.
 type forkPlan struct {
 	sb *Sandbox
 	m  *meta
+	// standby: its container is made, waiting to start (see
+	// forkstandby.go).
+	standby bool
 }
 
 func (s *Sandbox) fork(ctx context.Context, req backend.ForkRequest) (_ []backend.Sandbox, err error) {
@@ -126,6 +136,22 @@ func (s *Sandbox) forkFirst(ctx context.Context, req backend.ForkRequest, plans 
 			resume = r
 		}
 		return err
+	}
+	if req.N == 1 {
+		if p := s.takeForkStandby(m, req); p != nil {
+			if err := quiesce(); err != nil {
+				s.b.background(func() { s.dropStandby(ctx, p.sb) })
+				return nil, nil, thawed, err
+			}
+			quiesce = nil // frozen already
+			err := s.mergeInto(m, p)
+			if err == nil {
+				plans[0] = p
+				return m, cfg, thawed, nil
+			}
+			s.b.log.Debug("forking without the container made ahead", "sandbox", s.id, "err", err)
+			s.b.background(func() { s.dropStandby(ctx, p.sb) })
+		}
 	}
 	plans[0], err = s.b.prepareFork(s, m, cfg, req, upperDir(s.dir, m.Gen), quiesce)
 	return m, cfg, thawed, err
@@ -228,9 +254,16 @@ func forkMeta(parent *meta, id string, req backend.ForkRequest) *meta {
 	return m
 }
 
-// startFork mounts a prepared fork's root file system and runs it.
+// startFork mounts a prepared fork's root file system and runs it, or
+// starts a standby's container.
 func (b *Backend) startFork(ctx context.Context, p *forkPlan) error {
 	m := p.m
+	if p.standby {
+		if err := m.runtime().startCreated(ctx, m.ContainerID); err != nil {
+			return err
+		}
+		return b.update(m, func(cur *meta) { cur.Creator = "" })
+	}
 	if !m.Rootless {
 		if err := mountOverlay(m.Lower, p.sb.dir, 0); err != nil {
 			return err

@@ -46,6 +46,21 @@ done; hostname`
 	if err != nil {
 		t.Fatalf("Fork: %v", err)
 	}
+	// The next fork starts the container made ahead meanwhile, with the
+	// parent's layer merged into its root file system.
+	b.bg.Wait()
+	standby := recordOf(t, parent).ForkStandby
+	if standby == "" {
+		t.Fatal("no container was made ahead for the next fork")
+	}
+	next, err := parent.Fork(ctx, backend.ForkRequest{N: 1})
+	if err != nil {
+		t.Fatalf("Fork: %v", err)
+	}
+	if next[0].ID() != standby {
+		t.Errorf("the fork is %s, not the container made ahead (%s)", next[0].ID(), standby)
+	}
+	forks = append(forks, next...)
 	for i, fk := range forks {
 		t.Cleanup(func() { fk.Destroy(context.WithoutCancel(ctx)) })
 		got := view(fk)
@@ -53,4 +68,14 @@ done; hostname`
 			t.Errorf("fork %d sees:\n%s\nthe parent:\n%s", i, got, w)
 		}
 	}
+}
+
+// recordOf reads sb's record.
+func recordOf(t *testing.T, sb backend.Sandbox) *meta {
+	t.Helper()
+	m, err := sb.(*Sandbox).meta()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

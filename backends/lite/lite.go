@@ -66,6 +66,9 @@ type Backend struct {
 	// the test sees what a Reset itself left.
 	bg     sync.WaitGroup
 	bgHold sync.RWMutex
+	// noForkStandby: forks make no container ahead for the next fork
+	// (tests and benchmarks of the other way).
+	noForkStandby bool
 }
 
 // background runs f in a goroutine that Close waits for.
@@ -296,6 +299,11 @@ type meta struct {
 	Gen     int      `json:"gen,omitempty"`
 	Standby *standby `json:"standby,omitempty"`
 	Retired []int    `json:"retired,omitempty"`
+	// ForkStandby is a sandbox made ahead for this one's next fork;
+	// StandbyFor, in that sandbox's record, names this one (see
+	// forkstandby.go).
+	ForkStandby string `json:"fork_standby,omitempty"`
+	StandbyFor  string `json:"standby_for,omitempty"`
 }
 
 // hostOwner is the host uid and gid of the sandbox's user: its own IDs,
@@ -348,6 +356,9 @@ func (m *meta) info() backend.Info {
 	}
 	i.Labels = statedir.Labels(m.Labels, i)
 	m.Lifecycle.Label(i.Labels)
+	if m.StandbyFor != "" {
+		i.Labels[labelStandbyFor] = m.StandbyFor
+	}
 	return i
 }
 
@@ -667,7 +678,8 @@ func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
 }
 
 func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {
-	return statedir.List(b.dir, Name, filter, (*meta).info)
+	infos, err := statedir.List(b.dir, Name, filter, (*meta).info)
+	return withoutStandbys(infos), err
 }
 
 func readMeta(dir string) (*meta, error) { return statedir.Read[meta](dir) }

@@ -101,7 +101,20 @@ func unmount(target string) error {
 // mountsUnder returns the mount points at or under dir, from
 // /proc/self/mountinfo (for tests and leak checks).
 func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	all, err := mountPoints("/proc/self/mountinfo")
+	var out []string
+	for _, mp := range all {
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out, err
+}
+
+// mountPoints returns the mount points a mountinfo file (of /proc/PID)
+// lists, as that process sees them (from its root).
+func mountPoints(mountinfo string) ([]string, error) {
+	f, err := os.Open(mountinfo)
 	if err != nil {
 		return nil, err
 	}
@@ -114,10 +127,7 @@ func mountsUnder(dir string) ([]string, error) {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
+		out = append(out, unescapeMountinfo(fields[4]))
 	}
 	return out, sc.Err()
 }

@@ -220,6 +220,13 @@ func (s *Sandbox) teardown(ctx context.Context, m *meta) error {
 			return err
 		}
 	}
+	// A container made ahead for a fork goes with its parent.
+	if m.ForkStandby != "" {
+		sb := &Sandbox{b: s.b, id: m.ForkStandby, dir: filepath.Join(s.b.dir, m.ForkStandby)}
+		if err := sb.Destroy(ctx); err != nil {
+			return fmt.Errorf("removing the container made for the next fork: %w", err)
+		}
+	}
 	// The enforcer and its network go once no process of the sandbox
 	// is left to use them.
 	if m.Egress != nil {

@@ -439,6 +439,11 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 		return nil, &backend.OpError{Op: "prune", Backend: Name, Err: err}
 	}
 	names := thawed
+	if standbys, err := b.pruneForkStandbys(ctx, dryRun); err != nil {
+		return append(names, standbys...), &backend.OpError{Op: "prune", Backend: Name, Err: err}
+	} else {
+		names = append(names, standbys...)
+	}
 	if nets, err := pruneEgress(dryRun); err != nil {
 		return append(names, nets...), &backend.OpError{Op: "prune", Backend: Name, Err: err}
 	} else {

@@ -68,6 +68,9 @@ type treeCopier struct {
 	noTmpfile atomic.Bool
 	// failed holds the first error of a worker.
 	failed atomic.Pointer[error]
+	// merge, when set, makes this a merge into an existing tree (see
+	// mergeLayer).
+	merge *mergeRules
 }
 
 // copyWorkers is how many goroutines copy regular files while the walk
@@ -165,8 +168,10 @@ func (c *treeCopier) walk(src string) error {
 	if err := unix.Fstat(srcFD, &st); err != nil {
 		return &os.PathError{Op: "stat", Path: src, Err: err}
 	}
-	if err := os.Mkdir(c.dst, 0o700); err != nil {
-		return err
+	if c.merge == nil {
+		if err := os.Mkdir(c.dst, 0o700); err != nil {
+			return err
+		}
 	}
 	dstFD, err := unix.Open(c.dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -194,7 +199,7 @@ func (c *treeCopier) err() error {
 func (c *treeCopier) dir(srcFD int, dst *openDir, rel string, st *unix.Stat_t) error {
 	defer dst.release()
 	c.dirs = append(c.dirs, madeDir{path: filepath.Join(c.dst, rel), st: *st})
-	if err := copyXattrs(srcFD, dst.fd); err != nil {
+	if err := c.xattrs(srcFD, dst.fd, true); err != nil {
 		return fmt.Errorf("copying %s: %w", rel, err)
 	}
 	names, err := readNames(srcFD)
@@ -219,6 +224,11 @@ func (c *treeCopier) entry(srcFD int, dst *openDir, rel, name string) error {
 	var st unix.Stat_t
 	if err := unix.Fstatat(srcFD, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return &os.PathError{Op: "lstat", Path: rel, Err: err}
+	}
+	if c.merge != nil {
+		if done, err := c.merge.entry(c.dst, dst.fd, rel, name, &st); done || err != nil {
+			return err
+		}
 	}
 	var err error
 	switch st.Mode & unix.S_IFMT {
@@ -247,15 +257,20 @@ func (c *treeCopier) entry(srcFD int, dst *openDir, rel, name string) error {
 
 // subdir makes the folder name in dst and copies the source's into it.
 func (c *treeCopier) subdir(srcFD int, dst *openDir, rel, name string, st *unix.Stat_t) error {
-	if err := unix.Mkdirat(dst.fd, name, 0o700); err != nil {
-		return &os.PathError{Op: "mkdir", Path: filepath.Join(c.dst, rel), Err: err}
-	}
 	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
 	sub, err := unix.Openat(srcFD, name, flags, 0)
 	if err != nil {
 		return &os.PathError{Op: "open", Path: rel, Err: err}
 	}
 	defer unix.Close(sub)
+	if c.merge != nil {
+		err = c.merge.dir(c.dst, sub, dst.fd, rel, name)
+	} else if err = unix.Mkdirat(dst.fd, name, 0o700); err != nil {
+		err = &os.PathError{Op: "mkdir", Path: filepath.Join(c.dst, rel), Err: err}
+	}
+	if err != nil {
+		return err
+	}
 	dsub, err := unix.Openat(dst.fd, name, flags, 0)
 	if err != nil {
 		return &os.PathError{Op: "open", Path: filepath.Join(c.dst, rel), Err: err}
@@ -375,7 +390,7 @@ func (c *treeCopier) fill(out, in int, st *unix.Stat_t) error {
 			return err
 		}
 	}
-	if err := copyXattrs(in, out); err != nil {
+	if err := c.xattrs(in, out, false); err != nil {
 		return err
 	}
 	if err := unix.Fchmod(out, st.Mode&0o7777); err != nil {
@@ -505,6 +520,16 @@ func readlinkat(dirFD int, name string) (string, error) {
 			return string(buf[:n]), nil
 		}
 	}
+}
+
+// xattrs copies the extended attributes of the file (or, with dir, the
+// folder) open as in to the one open as out: all of them (copyXattrs), or
+// in a merge as mergeXattrs does.
+func (c *treeCopier) xattrs(in, out int, dir bool) error {
+	if c.merge != nil {
+		return mergeXattrs(in, out, dir)
+	}
+	return copyXattrs(in, out)
 }
 
 // copyXattrs copies the extended attributes of the file open as in to the
