@@ -162,24 +162,11 @@ func (s *Sandbox) forkFirst(ctx context.Context, req backend.ForkRequest, plans 
 // writable layer: after quiesce, where there is one, has made upper hold
 // still. The bundle is written meanwhile. Nothing is mounted or started.
 func (b *Backend) prepareFork(parent *Sandbox, pm *meta, cfg *specs.Spec, req backend.ForkRequest, upper string, quiesce func() error) (*forkPlan, error) {
-	id, err := statedir.NewID()
+	p, err := b.recordFork(pm, req, "")
 	if err != nil {
-		return nil, err
-	}
-	m := forkMeta(pm, id, req)
-	dir := filepath.Join(b.dir, id)
-	p := &forkPlan{sb: &Sandbox{b: b, id: id, dir: dir}, m: m}
-	// The record comes first, so that a crash from here on leaves a
-	// sandbox that List shows and Destroy removes.
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, lockFile), nil, 0o600); err != nil {
 		return p, err
 	}
-	if err := writeMeta(dir, m); err != nil {
-		return p, err
-	}
+	dir := p.sb.dir
 	bundle := make(chan error, 1)
 	go func() { bundle <- b.writeForkBundle(p, cfg, parent) }()
 	err = func() error {
@@ -194,6 +181,30 @@ func (b *Backend) prepareFork(parent *Sandbox, pm *meta, cfg *specs.Spec, req ba
 		return nil
 	}()
 	return p, errors.Join(err, <-bundle)
+}
+
+// recordFork records a new sandbox like the one of record pm, forked for
+// req, or made ahead for its next fork when standbyFor (its ID) is set: its
+// folder, lock file and record, and nothing else. The record comes first,
+// so that a crash from here on leaves a sandbox that List shows (a
+// standby: that PruneCaches finds) and Destroy removes. On failure the
+// plan is nil when nothing was made.
+func (b *Backend) recordFork(pm *meta, req backend.ForkRequest, standbyFor string) (*forkPlan, error) {
+	id, err := statedir.NewID()
+	if err != nil {
+		return nil, err
+	}
+	m := forkMeta(pm, id, req)
+	m.StandbyFor = standbyFor
+	dir := filepath.Join(b.dir, id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	p := &forkPlan{sb: &Sandbox{b: b, id: id, dir: dir}, m: m, standby: standbyFor != ""}
+	if err := os.WriteFile(filepath.Join(dir, lockFile), nil, 0o600); err != nil {
+		return p, err
+	}
+	return p, writeMeta(dir, m)
 }
 
 // writeForkBundle makes fork p's folders but its writable layer, and

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -50,21 +49,19 @@ func (s *Sandbox) prepareForkStandby() {
 	if err != nil {
 		return
 	}
-	id, err := statedir.NewID()
-	if err != nil {
-		return
+	p, err := s.b.recordFork(pm, backend.ForkRequest{N: 1}, s.id)
+	if err == nil {
+		err = s.makeForkStandby(ctx, p, cfg)
 	}
-	m := forkMeta(pm, id, backend.ForkRequest{N: 1})
-	m.StandbyFor = s.id
-	dir := filepath.Join(s.b.dir, id)
-	p := &forkPlan{sb: &Sandbox{b: s.b, id: id, dir: dir}, m: m, standby: true}
-	if err := s.makeForkStandby(ctx, p, cfg); err != nil {
+	if err != nil {
 		if errors.Is(err, errStandbyUnneeded) {
 			s.b.log.Debug("a container made for the next fork is not needed", "sandbox", s.id, "err", err)
 		} else {
 			s.b.log.Warn("preparing a container for the next fork", "sandbox", s.id, "err", err)
 		}
-		s.dropStandby(ctx, p.sb)
+		if p != nil {
+			s.dropStandby(ctx, p.sb)
+		}
 	}
 }
 
@@ -77,20 +74,10 @@ func standbyFits(m *meta) bool {
 	return m.ForkStandby == "" && m.StandbyFor == "" && !m.Rootless && m.Egress == nil && m.Creator == "" && !m.Removing
 }
 
-// makeForkStandby makes standby p of the sandbox, whose OCI config is cfg,
-// and names it in the sandbox's record.
+// makeForkStandby makes standby p of the sandbox, recorded (recordFork),
+// whose OCI config is cfg, and names it in the sandbox's record.
 func (s *Sandbox) makeForkStandby(ctx context.Context, p *forkPlan, cfg *specs.Spec) error {
 	m, dir := p.m, p.sb.dir
-	// The record comes first (see prepareFork).
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, lockFile), nil, 0o600); err != nil {
-		return err
-	}
-	if err := writeMeta(dir, m); err != nil {
-		return err
-	}
 	if err := s.b.writeForkBundle(p, cfg, s); err != nil {
 		return err
 	}

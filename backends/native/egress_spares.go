@@ -138,9 +138,8 @@ func (b *Backend) spareKey(spec backend.Spec, cfg *container.Config, hc *contain
 	data, err := json.Marshal(struct {
 		C        *container.Config
 		H        *container.HostConfig
-		Net      any
 		Platform any
-	}{&c, hc, networkingConfig(spec), platformOf(spec)})
+	}{&c, hc, platformOf(spec)})
 	if err != nil {
 		return ""
 	}
