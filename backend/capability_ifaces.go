@@ -117,6 +117,16 @@ type Pauser interface {
 	Resume(ctx context.Context) error
 }
 
+// Stopper ends a sandbox's processes and keeps its files; Start runs its
+// command again, afresh. sbx move stops the original's sandboxes while the
+// moved session starts (their removal afterwards is then short) and
+// starts them again when that start fails. A sandbox its platform removes
+// once it stops cannot be stopped: an error wrapping errors.ErrUnsupported.
+type Stopper interface {
+	Stop(ctx context.Context) error
+	Start(ctx context.Context) error
+}
+
 // Checkpointer saves a sandbox's filesystem as an image.
 type Checkpointer interface {
 	// Checkpoint commits the sandbox to an image named ref ("" lets the

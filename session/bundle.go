@@ -356,6 +356,9 @@ func (l *Launcher) Restore(ctx context.Context, r io.Reader) (*Session, error) {
 	for _, mem := range p.ms {
 		mem.spec.Image = m.Sandboxes[mem.name].Image
 	}
+	if l.Loaded != nil {
+		l.Loaded()
+	}
 	s, err := p.run(ctx)
 	if err != nil {
 		return nil, err

@@ -20,9 +20,12 @@ import (
 // Resume reattaches to the running session id after the host program
 // restarted: it finds the session's sandboxes by label, checks that every
 // member the session was launched with is still there and running, and
-// rebuilds the handles from the config's entries. A member removed behind
-// the session's back is an error wrapping backend.ErrNotFound that names
-// it; Destroy (or sbx down) cleans up what is left.
+// rebuilds the handles from the config's entries. A member that stopped
+// (an sbx move cut short stops the original's; an engine restart) is
+// started again where the backend can (backend.Stopper): its command
+// afresh, its files as they were. A member removed behind the session's
+// back is an error wrapping backend.ErrNotFound that names it; Destroy
+// (or sbx down) cleans up what is left.
 func (l *Launcher) Resume(ctx context.Context, id string) (*Session, error) {
 	if l.Config == nil {
 		return nil, backend.InvalidConfigf("session: Launcher without Config")
@@ -68,13 +71,24 @@ func (l *Launcher) Resume(ctx context.Context, id string) (*Session, error) {
 			return nil, fmt.Errorf("session %s: sandbox %q is gone (removed outside sandboxkit?); end the session with sbx down %s and launch it again: %w",
 				id, name, id, backend.ErrNotFound)
 		}
-		if info.State != backend.StateRunning {
-			return nil, fmt.Errorf("session %s: sandbox %q (%s) is %s, not running; end the session with sbx down %s and launch it again",
-				id, name, info.ID, info.State, id)
-		}
 		sb, err := b.Get(ctx, info.ID)
 		if err != nil {
 			return nil, fmt.Errorf("session %s: sandbox %q: %w", id, name, err)
+		}
+		if info.State == backend.StateExited {
+			// Stopped (by an sbx move cut short, an engine restart): its
+			// files are there, and its command starts afresh.
+			if st, ok := backend.As[backend.Stopper](sb); ok {
+				if err := st.Start(ctx); err != nil {
+					return nil, fmt.Errorf("session %s: sandbox %q (%s) had stopped and does not start again: %w", id, name, info.ID, err)
+				}
+				s.log.Warn("a sandbox of the session had stopped; started it again (its command afresh, its files as they were)", "session", id, "sandbox", name)
+				info.State = backend.StateRunning
+			}
+		}
+		if info.State != backend.StateRunning {
+			return nil, fmt.Errorf("session %s: sandbox %q (%s) is %s, not running; end the session with sbx down %s and launch it again",
+				id, name, info.ID, info.State, id)
 		}
 		m, err := l.resumeMember(name, info)
 		if err != nil {

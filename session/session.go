@@ -67,6 +67,10 @@ type Launcher struct {
 	// bundle's images into the backend ("loaded", with the bytes of the
 	// image archive), from the goroutine that loads them.
 	BundleProgress func(step string, bytes int64)
+	// Loaded, when set, is called by Restore once the bundle's images are
+	// loaded and the session's network and volumes made, right before
+	// the sandboxes start (sbx move stops the original's then).
+	Loaded func()
 	// BashToolsDir and SandboxScriptsDir are host folders whose contents
 	// fill the session's bash_tools (read-write) and sandbox_scripts
 	// (read-only) volumes; "": [sandbox] bash_tools_path and

@@ -2,9 +2,14 @@ package native
 
 import (
 	"context"
+	"errors"
+	"io"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/sandboxkit/sandboxkit/backend"
@@ -183,5 +188,91 @@ func TestPruneClaimRecords(t *testing.T) {
 	}
 	if info.Session != "task" {
 		t.Errorf("the live member's claim is gone: session %q", info.Session)
+	}
+}
+
+// A filled sbxd volume carries a mark (a second volume), so the next
+// process's first Create uses it without a helper container; without the
+// mark the volume is checked and filled through a helper again, and the
+// mark made.
+func TestSbxdVolumeMark(t *testing.T) {
+	ctx := context.Background()
+	cli := dockertest.Client(t)
+	dockertest.RequireImage(t, cli, dockertest.BusyboxImage)
+	// Each Backend stands for a new process: its own cache of filled
+	// volumes starts empty.
+	create := func() {
+		t.Helper()
+		b, err := New(Config{PullPolicy: PullNever})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		sb, err := b.Create(ctx, backend.Spec{Image: dockertest.BusyboxImage})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Destroy(context.WithoutCancel(ctx))
+		if res, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"/.sbx/sbxd", "version"}}); err != nil || res.ExitCode != 0 {
+			t.Fatalf("sbxd in the sandbox: %v %+v", err, res)
+		}
+	}
+	// helpers counts the helper containers this process made from since.
+	helpers := func(since time.Time) int {
+		t.Helper()
+		f := filters.NewArgs(filters.Arg("type", "container"), filters.Arg("event", "create"),
+			filters.Arg("label", backend.LabelOwner+"="+owner.Self()), filters.Arg("label", backend.LabelName+"=sandboxkit-helper"))
+		msgs, errs := cli.Events(ctx, events.ListOptions{Since: since.Format(time.RFC3339Nano), Until: time.Now().Format(time.RFC3339Nano), Filters: f})
+		n := 0
+		for {
+			select {
+			case _, ok := <-msgs:
+				if !ok {
+					return n
+				}
+				n++
+			case err := <-errs:
+				if err != nil && !errors.Is(err, io.EOF) {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+	}
+	create()
+	b, err := New(Config{PullPolicy: PullNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	facts, err := b.facts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := sbxdbin.Lookup("", facts.arch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := "sandboxkit-sbxd-" + sbxdHash(bin) + sbxdFilledSuffix
+	if _, err := cli.VolumeInspect(ctx, mark); err != nil {
+		t.Fatalf("no mark after a fill: %v", err)
+	}
+
+	since := time.Now()
+	create()
+	if n := helpers(since); n != 0 {
+		t.Errorf("a Create with the mark in place made %d helper container(s), want none", n)
+	}
+
+	if err := cli.VolumeRemove(ctx, mark, false); err != nil {
+		t.Fatal(err)
+	}
+	since = time.Now()
+	create()
+	if n := helpers(since); n != 1 {
+		t.Errorf("a Create without the mark made %d helper container(s), want 1", n)
+	}
+	if _, err := cli.VolumeInspect(ctx, mark); err != nil {
+		t.Errorf("the mark was not made again: %v", err)
 	}
 }

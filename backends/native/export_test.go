@@ -1,6 +1,9 @@
 package native
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetEnforcerGrace sets how long PruneCaches leaves an enforcer without a
 // sandbox alone while its creator lives, for a test; it returns the undo.
@@ -22,4 +25,15 @@ func (b *Backend) SparesReady() int {
 		n += len(ids)
 	}
 	return n
+}
+
+// SetEngineSave makes b's image saves go through the engine only (true)
+// or read the engine's files where it can (false, the default).
+func (b *Backend) SetEngineSave(on bool) { b.engineSave = on }
+
+// StoreSaveError is why b's image save of refs would go through the
+// engine (nil: it reads the engine's files).
+func (b *Backend) StoreSaveError(ctx context.Context, refs []string) error {
+	_, err := b.storeImages(ctx, refs)
+	return err
 }

@@ -18,12 +18,20 @@ var _ backend.ImageArchiver = (*Backend)(nil)
 // SaveImages streams the engine's image save of refs to w (docker save:
 // the OCI layout with manifest.json on Docker 25 and later, the older
 // folder-per-layer format before; LoadImages of every backend reads
-// both).
+// both). From a local engine on overlay2 whose files this process can
+// read, it writes the same layers and configs from those files, in the
+// OCI layout, without the engine's copy of each layer (see
+// storesave.go).
 func (b *Backend) SaveImages(ctx context.Context, w io.Writer, refs []string) error {
 	if len(refs) == 0 {
 		return b.opErr("save images", "", fmt.Errorf("%w: no images to save", backend.ErrInvalidConfig))
 	}
 	b.settle(ctx)
+	if !b.engineSave {
+		if ok, err := b.saveFromStore(ctx, w, refs); ok {
+			return b.opErr("save images", "", err)
+		}
+	}
 	rc, err := b.cli.ImageSave(ctx, refs)
 	if err != nil {
 		return b.opErr("save images", "", b.translate(err))

@@ -66,6 +66,8 @@ type Backend struct {
 	sbxdMu   sync.Mutex // serialises filling sbxd volumes
 	sbxdVols sync.Map   // names of sbxd volumes known to be filled
 	sbxdCopy bool       // tests: always copy sbxd into containers
+	// tests: image saves through the engine only (see storesave.go)
+	engineSave bool
 
 	settleMu sync.Mutex
 	settled  atomic.Bool // the client's API version is negotiated

@@ -190,6 +190,47 @@ func TestPauseResume(t *testing.T) {
 	assert.Equal(t, "back\n", string(res.Stdout))
 }
 
+// Stop ends the processes and keeps the files; Start runs the sandbox
+// again (its init is a new process, a file is there). A sandbox the
+// engine removes once it stops cannot be stopped.
+func TestStopStart(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := newBackend(t, dockertest.BusyboxImage)
+	sb := create(t, b, spec("stop", dockertest.BusyboxImage))
+	st, ok := backend.As[backend.Stopper](sb)
+	require.True(t, ok)
+	// PID 1's start time, in clock ticks since the host booted.
+	const probe = "cat /state.txt; cut -d' ' -f22 /proc/1/stat"
+	_, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"sh", "-c", "echo kept > /state.txt"}})
+	require.NoError(t, err)
+	before, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"sh", "-c", probe}})
+	require.NoError(t, err)
+	require.NoError(t, st.Stop(ctx))
+	info, err := sb.Info(ctx)
+	require.NoError(t, err)
+	assert.NotEqual(t, backend.StateRunning, info.State, "after Stop")
+	require.NoError(t, st.Stop(ctx), "Stop of a stopped sandbox")
+	require.NoError(t, st.Start(ctx))
+	after, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"sh", "-c", probe}})
+	require.NoError(t, err)
+	kept, initBefore, _ := strings.Cut(string(before.Stdout), "\n")
+	keptAfter, initAfter, _ := strings.Cut(string(after.Stdout), "\n")
+	assert.Equal(t, "kept", kept)
+	assert.Equal(t, kept, keptAfter, "a file after Stop and Start")
+	assert.NotEmpty(t, initAfter)
+	assert.NotEqual(t, initBefore, initAfter, "PID 1 after Stop and Start is the one of before")
+
+	auto := spec("stop-auto", dockertest.BusyboxImage)
+	auto.AutoRemove = true
+	asb := create(t, b, auto)
+	err = asb.(backend.Stopper).Stop(ctx)
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+	res, err := asb.Exec(ctx, backend.ExecRequest{Cmd: []string{"true"}})
+	require.NoError(t, err, "a refused Stop stopped the sandbox")
+	assert.Equal(t, 0, res.ExitCode)
+}
+
 // A scratch image has no shell and no init: sbxd keeps it alive and wraps
 // commands, and files move through the archive API.
 func TestScratchImage(t *testing.T) {

@@ -64,6 +64,7 @@ var (
 	_ backend.Endpointer   = (*Sandbox)(nil)
 	_ backend.Pauser       = (*Sandbox)(nil)
 	_ backend.Checkpointer = (*Sandbox)(nil)
+	_ backend.Stopper      = (*Sandbox)(nil)
 )
 
 func (s *Sandbox) ID() string { return s.id }
@@ -398,6 +399,39 @@ func (s *Sandbox) Pause(ctx context.Context) error {
 
 func (s *Sandbox) Resume(ctx context.Context) error {
 	return s.opErr("resume", s.b.cli.ContainerUnpause(ctx, s.cid))
+}
+
+// Stop kills the container and returns once it has stopped; its file
+// system stays, for Start or Destroy. A container the engine removes
+// once it stops (Spec.AutoRemove), and one sandboxkit did not make
+// (Spec.Existing), cannot be stopped.
+func (s *Sandbox) Stop(ctx context.Context) error {
+	switch {
+	case s.autoRemove:
+		return s.opErr("stop", fmt.Errorf("%w: the engine removes this sandbox's container once it stops (it was made to be removed so)", errors.ErrUnsupported))
+	case s.adopted:
+		return s.opErr("stop", fmt.Errorf("%w: the container is not sandboxkit's (existing)", errors.ErrUnsupported))
+	}
+	// The wait first: a container that stops before it is asked for is
+	// waited for all the same.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopped, werr := s.b.cli.ContainerWait(wctx, s.cid, container.WaitConditionNotRunning)
+	if err := s.b.translate(s.b.cli.ContainerKill(ctx, s.cid, "KILL")); err != nil && !strings.Contains(err.Error(), "is not running") {
+		return s.opErr("stop", err)
+	}
+	select {
+	case <-stopped:
+		return nil
+	case err := <-werr:
+		return s.opErr("stop", s.b.translate(err))
+	}
+}
+
+// Start starts a stopped container again: sbxd init runs its command
+// afresh.
+func (s *Sandbox) Start(ctx context.Context) error {
+	return s.opErr("start", s.b.translate(s.b.cli.ContainerStart(ctx, s.cid, container.StartOptions{})))
 }
 
 // Checkpoint commits the container's file system to an image (memory is

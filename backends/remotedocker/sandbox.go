@@ -33,6 +33,7 @@ var (
 	_ backend.Checkpointer = (*Sandbox)(nil)
 	_ backend.AgentDialer  = (*Sandbox)(nil)
 	_ backend.Discarder    = (*Sandbox)(nil)
+	_ backend.Stopper      = (*Sandbox)(nil)
 	_ backend.Terminaler   = (*Sandbox)(nil)
 )
 
@@ -44,6 +45,24 @@ func (s *Sandbox) Discard(ctx context.Context) error {
 			return err
 		}
 		return d.Discard(ctx)
+	})
+}
+
+// Stop and Start are native's (see backend.Stopper).
+func (s *Sandbox) Stop(ctx context.Context) error {
+	return s.stopper(ctx, "stop", backend.Stopper.Stop)
+}
+func (s *Sandbox) Start(ctx context.Context) error {
+	return s.stopper(ctx, "start", backend.Stopper.Start)
+}
+
+func (s *Sandbox) stopper(ctx context.Context, op string, fn func(backend.Stopper, context.Context) error) error {
+	return s.call(ctx, op, func() error {
+		st, err := capability[backend.Stopper](s, op)
+		if err != nil {
+			return err
+		}
+		return fn(st, ctx)
 	})
 }
 

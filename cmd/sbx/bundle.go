@@ -7,11 +7,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxkit/sandboxkit"
+	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
 )
 
@@ -198,8 +200,12 @@ original (with --keep it stays). It is sbx snapshot -o and sbx restore in one
 stream: the images go from one engine's image save straight into the other's
 image load (to a remote Docker through its SSH connection), without a file or
 a registry in between. Processes are not moved: each sandbox starts its
-command afresh. It prints the new session as sbx up does. When the restore
-fails, the original is kept.`,
+command afresh. It prints the new session as sbx up does.
+
+Once the images are in on the other side, the original's sandboxes are stopped
+(on Docker) while the new ones start, and removed once those run. When the
+restore fails, the original is kept: a sandbox stopped by then is started
+again, its command afresh, with its files as they were.`,
 		Example: `  sbx move 3f9c2a1b7d0e --to gpu-server.toml`,
 		Args:    exactArgs(1, "a session ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -251,17 +257,29 @@ func (a *app) move(ctx context.Context, id, to string, keep bool) error {
 		pw.CloseWithError(err)
 		written <- err
 	}()
-	moved, rerr := a.restoreSession(ctx, &sandboxkit.Launcher{Config: dst, Backend: db, Logger: a.logger}, pr, "move")
+	l := &sandboxkit.Launcher{Config: dst, Backend: db, Logger: a.logger}
+	// The original's sandboxes stop while the new ones start: what they
+	// do from then on would not move, and stopped, they are removed
+	// sooner once the new ones run.
+	stopped := func() []backend.Stopper { return nil }
+	if !keep {
+		l.Loaded = func() { stopped = stopMembers(ctx, src) }
+	}
+	moved, rerr := a.restoreSession(ctx, l, pr, "move")
 	pr.CloseWithError(errRestoreStopped)
 	if rerr != nil {
 		cancel()
 	}
 	werr := <-written
 	if rerr != nil {
-		if werr != nil && !errors.Is(werr, context.Canceled) && !errors.Is(werr, errRestoreStopped) {
-			return fmt.Errorf("%w (and writing the bundle: %v); session %s is kept", rerr, werr, id)
+		kept := fmt.Sprintf("session %s is kept", id)
+		if err := startAgain(ctx, stopped()); err != nil {
+			kept += fmt.Sprintf(", but a sandbox of it stopped for the move did not start again: %v (its files are kept; sbx move it again or sbx down it)", err)
 		}
-		return fmt.Errorf("%w; session %s is kept", rerr, id)
+		if werr != nil && !errors.Is(werr, context.Canceled) && !errors.Is(werr, errRestoreStopped) {
+			return fmt.Errorf("%w (and writing the bundle: %v); %s", rerr, werr, kept)
+		}
+		return fmt.Errorf("%w; %s", rerr, kept)
 	}
 	defer moved.Close()
 	// The restore succeeded: the original goes while the new session is
@@ -272,6 +290,7 @@ func (a *app) move(ctx context.Context, id, to string, keep bool) error {
 		removed <- nil
 	} else {
 		go func() {
+			stopped()
 			start := time.Now()
 			err := src.Destroy(ctx)
 			if err == nil && a.progress != progressNone {
@@ -288,4 +307,45 @@ func (a *app) move(ctx context.Context, id, to string, keep bool) error {
 		return errors.Join(perr, fmt.Errorf("move: the session runs on the new backend, but removing the original %s failed: %w (sbx down %s)", id, err, id))
 	}
 	return perr
+}
+
+// stopMembers stops every sandbox of s that can be stopped, all at once,
+// and returns a function that waits for that and returns those it
+// stopped (or tried to: a failed stop may have stopped it all the same).
+func stopMembers(ctx context.Context, s *sandboxkit.Session) func() []backend.Stopper {
+	ctx = context.WithoutCancel(ctx)
+	var (
+		wg    sync.WaitGroup
+		tried []backend.Stopper
+	)
+	for _, mem := range s.Members() {
+		st, ok := backend.As[backend.Stopper](mem.Sandbox)
+		if !ok {
+			continue
+		}
+		tried = append(tried, st)
+		wg.Go(func() {
+			sctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			st.Stop(sctx) // one that kept running is removed all the same
+		})
+	}
+	return func() []backend.Stopper {
+		wg.Wait()
+		return tried
+	}
+}
+
+// startAgain starts the sandboxes stopMembers stopped (a running one is
+// left as it is), even when ctx was cancelled.
+func startAgain(ctx context.Context, sts []backend.Stopper) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	errs := make([]error, len(sts))
+	var wg sync.WaitGroup
+	for i, st := range sts {
+		wg.Go(func() { errs[i] = st.Start(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -258,6 +258,22 @@ func TestMoveFailureKeepsOriginal(t *testing.T) {
 	// Other tests' sessions on the engine would change the restore's
 	// count below: the cmd/sbx tests run one at a time.
 	before := remoteSessionThings("")
+	// The original's container: stopped once the images were in, it is
+	// started again (a later start, running).
+	started := func() string {
+		t.Helper()
+		out, err := exec.Command("docker", "ps", "-a", "--filter", "label=sandboxkit.id="+main, "--format", "{{.State}} {{.ID}}").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		state, cid, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+		at, err := exec.Command("docker", "inspect", "-f", "{{.State.StartedAt}}", cid).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return state + " " + strings.TrimSpace(string(at))
+	}
+	startedBefore := started()
 
 	r := sbx(t, "--config", src, "--progress", "plain", "move", sess, "--to", bad)
 	if r.code == 0 || !strings.Contains(r.stderr, "session "+sess+" is kept") || !strings.Contains(r.stderr, "sbx-test-no-such-network") {
@@ -271,6 +287,9 @@ func TestMoveFailureKeepsOriginal(t *testing.T) {
 		}
 	} else {
 		t.Errorf("the error names no new session: %q", r.stderr)
+	}
+	if after := started(); !strings.HasPrefix(after, "running ") || after == startedBefore {
+		t.Errorf("the original's container after the failed move: %q (before it: %q); want it stopped and started again", after, startedBefore)
 	}
 	if got := must(t, "--config", src, "exec", main, "--", "sh", "-c", bundleProbe); got != want {
 		t.Errorf("the original after the failed move printed\n%s\nwant\n%s", got, want)
@@ -291,6 +310,40 @@ func TestMoveFailureKeepsOriginal(t *testing.T) {
 	}
 	if after := remoteSessionThings(""); after != before {
 		t.Errorf("on the remote engine after the refused restore:\n%s\nbefore:\n%s", after, before)
+	}
+}
+
+// A session whose sandbox stopped (as an sbx move killed after it stopped
+// the original leaves it) is started again by the commands that take up
+// the session, with its files, and moves: nothing of it is lost.
+func TestStoppedSessionStartsAgain(t *testing.T) {
+	src, _ := dockerConfig(t, fmt.Sprintf("image = %q\nworking_dir = \"/root\"", dockertest.BusyboxImage))
+	h := remotetest.Get(t)
+	dst := remoteConfig(t, h)
+	pruneAtCleanup(t)
+	sess, main := upSession(t, src)
+	must(t, "--config", src, "exec", main, "--", "sh", "-c", bundleState)
+	want := must(t, "--config", src, "exec", main, "--", "sh", "-c", bundleProbe)
+	stop := func() {
+		t.Helper()
+		if out, err := exec.Command("sh", "-c", "docker kill $(docker ps -q --filter label=sandboxkit.id="+main+")").CombinedOutput(); err != nil {
+			t.Fatalf("docker kill: %v: %s", err, out)
+		}
+		if r := sbx(t, "--config", src, "exec", main, "--", "true"); r.code == 0 {
+			t.Fatal("sbx exec in the killed sandbox: exit 0")
+		}
+	}
+	stop()
+	if r := sbx(t, "--config", src, "status", sess); r.code != 0 || !strings.Contains(r.stderr, "started it again") {
+		t.Fatalf("sbx status of the stopped session: exit %d\n%s", r.code, r.stderr)
+	}
+	if got := must(t, "--config", src, "exec", main, "--", "sh", "-c", bundleProbe); got != want {
+		t.Errorf("after the start, the probe printed\n%s\nwant\n%s", got, want)
+	}
+	stop()
+	_, nmain := restored(t, dst, must(t, "--config", src, "--json", "--progress", "none", "move", sess, "--to", dst))
+	if got := must(t, "--config", dst, "exec", nmain, "--", "sh", "-c", bundleProbe); got != want {
+		t.Errorf("moved from stopped, the probe printed\n%s\nwant\n%s", got, want)
 	}
 }
 
