@@ -33,7 +33,9 @@
 // linux/amd64 and linux/arm64, see internal/sbxdbin) at /.sbx/sbxd, from a
 // read-only engine volume shared by all sandboxes, sandboxkit-sbxd-<hash>,
 // made and filled through the archive API on first use (no image changes,
-// no registry). Where that volume cannot be made, sbxd is copied into each
+// no registry) and then marked filled by a second, empty volume
+// (sandboxkit-sbxd-<hash>-filled), so that another process's first Create
+// only lists volumes. Where that volume cannot be made, sbxd is copied into each
 // container before it starts instead. sbxd init is PID 1: it reaps orphans
 // and forwards stop signals. What it runs follows OpenSage's entry
 // semantics: no command keeps the sandbox alive (an image needs no shell,
