@@ -35,15 +35,7 @@ func TestPruneCaches(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sb.Destroy(context.WithoutCancel(ctx))
-	facts, err := b.facts(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := sbxdbin.Lookup("", facts.arch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	current := "sandboxkit-sbxd-" + sbxdHash(bin)
+	current := sbxdVolumeOf(t, b)
 
 	stale := func(hash string) string {
 		name := "sandboxkit-sbxd-" + hash
@@ -245,15 +237,7 @@ func TestSbxdVolumeMark(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	facts, err := b.facts(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := sbxdbin.Lookup("", facts.arch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mark := "sandboxkit-sbxd-" + sbxdHash(bin) + sbxdFilledSuffix
+	mark := sbxdVolumeOf(t, b) + sbxdFilledSuffix
 	if _, err := cli.VolumeInspect(ctx, mark); err != nil {
 		t.Fatalf("no mark after a fill: %v", err)
 	}
@@ -275,4 +259,18 @@ func TestSbxdVolumeMark(t *testing.T) {
 	if _, err := cli.VolumeInspect(ctx, mark); err != nil {
 		t.Errorf("the mark was not made again: %v", err)
 	}
+}
+
+// sbxdVolumeOf is the name of the sbxd volume of this build on b's engine.
+func sbxdVolumeOf(t *testing.T, b *Backend) string {
+	t.Helper()
+	facts, err := b.facts(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := sbxdbin.Lookup("", facts.arch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "sandboxkit-sbxd-" + sbxdHash(bin)
 }
