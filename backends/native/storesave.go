@@ -122,6 +122,11 @@ func storeLayer(root, chain, diff string) (imagearchive.Layer, error) {
 	}
 	dir := filepath.Join(root, "overlay2", id, "diff")
 	split := filepath.Join(rec, "tar-split.json.gz")
+	files, err := os.OpenRoot(dir)
+	if err != nil {
+		return imagearchive.Layer{}, err
+	}
+	defer files.Close()
 	var size int64
 	err = eachSplitEntry(split, func(e splitEntry) error {
 		switch e.Type {
@@ -131,12 +136,12 @@ func storeLayer(root, chain, diff string) (imagearchive.Layer, error) {
 			if e.Size == 0 {
 				return nil
 			}
-			fi, err := os.Lstat(e.path(dir))
+			fi, err := files.Lstat(e.rel())
 			if err != nil {
 				return err
 			}
 			if !fi.Mode().IsRegular() || fi.Size() != e.Size {
-				return fmt.Errorf("%s: %s of %d bytes, the layer's tar says %d", e.path(dir), fi.Mode().Type(), fi.Size(), e.Size)
+				return fmt.Errorf("%s in %s: %s of %d bytes, the layer's tar says %d", e.rel(), dir, fi.Mode().Type(), fi.Size(), e.Size)
 			}
 			size += e.Size
 		default:
@@ -171,13 +176,15 @@ type splitEntry struct {
 	Payload []byte `json:"payload"`
 }
 
-// path is the entry's file under dir (a name cannot leave it).
-func (e splitEntry) path(dir string) string {
+// rel is the entry's file name relative to the layer's folder. Files are
+// opened through an os.Root of that folder: neither the name nor a
+// symlink in the folder reaches out of it.
+func (e splitEntry) rel() string {
 	name := e.Name
 	if len(e.NameRaw) > 0 {
 		name = string(e.NameRaw)
 	}
-	return filepath.Join(dir, filepath.Clean("/"+name))
+	return strings.TrimPrefix(filepath.Clean("/"+name), "/")
 }
 
 // eachSplitEntry calls fn with each entry of the tar-split file.
@@ -208,6 +215,11 @@ func eachSplitEntry(file string, fn func(splitEntry) error) error {
 // assembleLayer writes the layer's tar to w: the split file's segments,
 // and between them the contents of the files they stand for.
 func assembleLayer(w io.Writer, split, dir string) error {
+	files, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer files.Close()
 	return eachSplitEntry(split, func(e splitEntry) error {
 		if e.Type == splitSegment {
 			_, err := w.Write(e.Payload)
@@ -216,14 +228,14 @@ func assembleLayer(w io.Writer, split, dir string) error {
 		if e.Size == 0 {
 			return nil
 		}
-		f, err := os.Open(e.path(dir))
+		f, err := files.Open(e.rel())
 		if err != nil {
 			return err
 		}
 		defer f.Close()
 		n, err := io.Copy(w, io.LimitReader(f, e.Size))
 		if err == nil && n != e.Size {
-			err = fmt.Errorf("%s: %d bytes, the layer's tar says %d", e.path(dir), n, e.Size)
+			err = fmt.Errorf("%s in %s: %d bytes, the layer's tar says %d", e.rel(), dir, n, e.Size)
 		}
 		return err
 	})
