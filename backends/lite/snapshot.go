@@ -253,6 +253,9 @@ func (s *Sandbox) writeUpperLayer(ctx context.Context, file string) (*meta, int6
 	return m, cw.n, "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// pauseTimeout bounds the runtime's pause where freeze falls back to it.
+const pauseTimeout = 30 * time.Second
+
 // freeze pauses the sandbox, when it runs and is not paused, so that its
 // files hold still, and returns what undoes it: the cgroup's freezer
 // where the sandbox has a cgroup, else Pause.
@@ -279,8 +282,16 @@ func (s *Sandbox) freeze(ctx context.Context, m *meta) (resume func(), err error
 	if err := markFrozen(s.dir, "pause"); err != nil {
 		return nil, err
 	}
-	if err := s.setPaused(ctx, true); err != nil {
-		unmarkFrozen(s.dir)
+	// The runtime's pause waits for the freezer too, and under heavy load
+	// it was seen to wait without end: it gets pauseTimeout.
+	pctx, cancel := context.WithTimeout(ctx, pauseTimeout)
+	defer cancel()
+	if err := s.setPaused(pctx, true); err != nil {
+		// A pause cut short may leave the sandbox frozen or freezing:
+		// thawed here, else the mark stays for thaw.go to undo.
+		if m.Rootless || freezeCgroup(m, false) == nil {
+			unmarkFrozen(s.dir)
+		}
 		return nil, err
 	}
 	return func() {
