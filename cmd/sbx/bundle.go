@@ -272,10 +272,7 @@ func (a *app) move(ctx context.Context, id, to string, keep bool) error {
 	}
 	werr := <-written
 	if rerr != nil {
-		kept := fmt.Sprintf("session %s is kept", id)
-		if err := startAgain(ctx, stopped()); err != nil {
-			kept += fmt.Sprintf(", but a sandbox of it stopped for the move did not start again: %v (its files are kept; sbx move it again or sbx down it)", err)
-		}
+		kept := keptMessage(id, startAgain(ctx, stopped()))
 		if werr != nil && !errors.Is(werr, context.Canceled) && !errors.Is(werr, errRestoreStopped) {
 			return fmt.Errorf("%w (and writing the bundle: %v); %s", rerr, werr, kept)
 		}
@@ -287,7 +284,7 @@ func (a *app) move(ctx context.Context, id, to string, keep bool) error {
 	// having read a whole bundle, should not have let happen).
 	removed := make(chan error, 1)
 	if keep || werr != nil {
-		removed <- nil
+		removed <- startAgain(ctx, stopped())
 	} else {
 		go func() {
 			stopped()
@@ -301,7 +298,7 @@ func (a *app) move(ctx context.Context, id, to string, keep bool) error {
 	}
 	perr := a.printRestored(ctx, moved)
 	if werr != nil {
-		return errors.Join(perr, fmt.Errorf("move: %w; session %s is kept", werr, id))
+		return errors.Join(perr, fmt.Errorf("move: %w; %s", werr, keptMessage(id, <-removed)))
 	}
 	if err := <-removed; err != nil {
 		return errors.Join(perr, fmt.Errorf("move: the session runs on the new backend, but removing the original %s failed: %w (sbx down %s)", id, err, id))
@@ -334,6 +331,15 @@ func stopMembers(ctx context.Context, s *sandboxkit.Session) func() []backend.St
 		wg.Wait()
 		return tried
 	}
+}
+
+// keptMessage says that session id is kept after a failed move, and what
+// failed to start again of it (startErr, when not nil).
+func keptMessage(id string, startErr error) string {
+	if startErr == nil {
+		return fmt.Sprintf("session %s is kept", id)
+	}
+	return fmt.Sprintf("session %s is kept, but a sandbox of it stopped for the move did not start again: %v (its files are kept; sbx status %s starts it again)", id, startErr, id)
 }
 
 // startAgain starts the sandboxes stopMembers stopped (a running one is
