@@ -79,6 +79,8 @@ type Backend struct {
 type daemonFacts struct {
 	arch     string // GOARCH name
 	runtimes []string
+	driver   string // storage driver ("overlay2")
+	root     string // the engine's data folder (/var/lib/docker)
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -238,7 +240,7 @@ func (b *Backend) runProbe(done chan struct{}) {
 	var f *daemonFacts
 	info, err := b.cli.Info(ctx)
 	if err == nil {
-		f = &daemonFacts{arch: sbxdbin.NormalizeArch(info.Architecture)}
+		f = &daemonFacts{arch: sbxdbin.NormalizeArch(info.Architecture), driver: info.Driver, root: info.DockerRootDir}
 		for name := range info.Runtimes {
 			f.runtimes = append(f.runtimes, name)
 		}

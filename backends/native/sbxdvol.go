@@ -50,8 +50,7 @@ func (b *Backend) sbxdVolume(ctx context.Context, bin embedbin.Binary, image str
 	// A volume filled before, by this process or another, has its mark:
 	// one listing instead of a helper container's create and removal
 	// (~200 ms on a remote engine), paid by each process's first Create.
-	args := filters.NewArgs(filters.Arg("label", labelSbxd+"="+hash))
-	if b.sbxdFilled(ctx, args, name) {
+	if b.sbxdFilled(ctx, hash, name) {
 		b.sbxdVols.Store(name, true)
 		return name, nil
 	}
@@ -95,9 +94,10 @@ func (b *Backend) sbxdVolume(ctx context.Context, bin embedbin.Binary, image str
 // PruneCaches removes it with the volume of its build.
 const sbxdFilledSuffix = "-filled"
 
-// sbxdFilled reports whether the engine has both the sbxd volume name and
-// its mark, listed by args.
-func (b *Backend) sbxdFilled(ctx context.Context, args filters.Args, name string) bool {
+// sbxdFilled reports whether the engine has both the sbxd volume name of
+// build hash and its mark.
+func (b *Backend) sbxdFilled(ctx context.Context, hash, name string) bool {
+	args := filters.NewArgs(filters.Arg("label", labelSbxd+"="+hash))
 	vols, err := b.cli.VolumeList(ctx, volume.ListOptions{Filters: args})
 	if err != nil {
 		return false

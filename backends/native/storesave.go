@@ -41,14 +41,14 @@ func (b *Backend) storeImages(ctx context.Context, refs []string) ([]imagearchiv
 	if u, err := url.Parse(b.cli.DaemonHost()); err != nil || u.Scheme != "unix" {
 		return nil, fmt.Errorf("the engine at %s is not on a local socket", b.cli.DaemonHost())
 	}
-	info, err := b.cli.Info(ctx)
+	facts, err := b.facts(ctx)
 	if err != nil {
-		return nil, b.translate(err)
+		return nil, err
 	}
-	if info.Driver != "overlay2" || info.DockerRootDir == "" {
-		return nil, fmt.Errorf("the engine's storage driver is %q, not overlay2", info.Driver)
+	if facts.driver != "overlay2" || facts.root == "" {
+		return nil, fmt.Errorf("the engine's storage driver is %q, not overlay2", facts.driver)
 	}
-	root := info.DockerRootDir
+	root := facts.root
 	var imgs []imagearchive.Image
 	for _, ref := range refs {
 		if strings.Contains(ref, "@") || !strings.Contains(ref[strings.LastIndex(ref, "/")+1:], ":") {
