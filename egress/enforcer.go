@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,7 +48,12 @@ type Options struct {
 	// goroutine that refused: it must return quickly (hand slow work to
 	// a goroutine of its own). May be nil.
 	OnDeny func(Denial)
-	Logger *slog.Logger // nil: discard
+	// OnDeniedAddrs, when set, is told the addresses the exact names of
+	// the policy's deny rules resolve to (see DeniedAddrs) whenever they
+	// change, so that the backend refuses them for other protocols too.
+	// Calls never overlap; an error is logged.
+	OnDeniedAddrs func(p *Policy, addrs []netip.Addr) error
+	Logger        *slog.Logger // nil: discard
 }
 
 // Stats counts an enforcer's decisions since New.
@@ -69,6 +75,11 @@ type Enforcer struct {
 	dial            atomic.Pointer[DialFunc]
 	policy          atomic.Pointer[Policy]
 	resolved        *resolvedAddrs
+	denied          atomic.Pointer[deniedAddrs] // what the policy's deny names resolve to
+	onDeniedAddrs   func(*Policy, []netip.Addr) error
+	hookMu          sync.Mutex         // serialises onDeniedAddrs calls
+	setMu           sync.Mutex         // serialises SetPolicy; guards stopDenied
+	stopDenied      context.CancelFunc // ends the policy in force's refreshDenied
 	ctx             context.Context // cancelled by Close
 	cancel          context.CancelFunc
 
@@ -92,6 +103,7 @@ func New(o Options) (*Enforcer, error) {
 		upstream:        o.Upstream,
 		upstreamTimeout: o.UpstreamTimeout,
 		onDeny:          o.OnDeny,
+		onDeniedAddrs:   o.OnDeniedAddrs,
 		log:             o.Logger,
 		resolved:        newResolvedAddrs(),
 		closers:         make(map[io.Closer]struct{}),
@@ -108,8 +120,8 @@ func New(o Options) (*Enforcer, error) {
 		e.log = slog.New(slog.DiscardHandler)
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	e.policy.Store(o.Policy)
 	e.SetDial(o.Dial)
+	e.SetPolicy(o.Policy)
 	return e, nil
 }
 
@@ -128,15 +140,39 @@ func (e *Enforcer) Policy() *Policy { return e.policy.Load() }
 
 // SetPolicy puts p in force (nil: deny everything). New queries and
 // connections follow it at once; proxied connections it no longer allows
-// are closed before SetPolicy returns, and recorded as denials.
+// are closed before SetPolicy returns, and recorded as denials. The
+// exact names of p's deny rules are resolved first (waiting a second at
+// most; see DeniedAddrs), and again while p is in force.
 func (e *Enforcer) SetPolicy(p *Policy) {
 	if p == nil {
 		p = &Policy{Default: Deny}
 	}
+	e.setMu.Lock()
+	defer e.setMu.Unlock()
+	if e.stopDenied != nil {
+		e.stopDenied()
+		e.stopDenied = nil
+	}
+	names := deniedNames(p)
+	d, seen, ttl := e.resolveFirst(p, names)
 	e.mu.Lock()
 	e.policy.Store(p)
-	var cut []*proxyConn
-	var reasons []string
+	e.denied.Store(d)
+	cut, reasons := e.recheck(p)
+	closed := e.closed
+	e.mu.Unlock()
+	e.cut(cut, reasons)
+	if len(names) > 0 && !closed {
+		ctx, cancel := context.WithCancel(e.ctx)
+		e.stopDenied = cancel
+		go e.refreshDenied(ctx, p, names, seen, ttl)
+	}
+	e.notifyDenied(p, d.sorted())
+}
+
+// recheck returns the proxied connections p refuses, with the reasons;
+// e.mu is held.
+func (e *Enforcer) recheck(p *Policy) (cut []*proxyConn, reasons []string) {
 	for pc := range e.conns {
 		if pc.upstream == nil {
 			continue // not through its own check yet, which will see p
@@ -145,7 +181,11 @@ func (e *Enforcer) SetPolicy(p *Policy) {
 			cut, reasons = append(cut, pc), append(reasons, reason)
 		}
 	}
-	e.mu.Unlock()
+	return cut, reasons
+}
+
+// cut closes the connections recheck returned and records them.
+func (e *Enforcer) cut(cut []*proxyConn, reasons []string) {
 	for _, pc := range cut {
 		pc.abort()
 	}

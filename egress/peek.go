@@ -15,6 +15,11 @@ import (
 const (
 	peekMax     = 16 << 10
 	peekTimeout = 10 * time.Second
+	// recordPeekTimeout is how long a connection that will be refused
+	// whatever its name is read, so that its record says what name it
+	// was for: a client that waits for the server to speak first is
+	// refused after this, not after peekTimeout.
+	recordPeekTimeout = 250 * time.Millisecond
 )
 
 // peeked is what the first bytes of a connection told.
@@ -49,17 +54,17 @@ func peekName(c net.Conn, timeout time.Duration) peeked {
 			return p
 		}
 		if rerr != nil {
-			p.why = readFailure(rerr)
+			p.why = readFailure(rerr, timeout)
 			return p
 		}
 	}
 	return peeked{head: buf, web: true, why: fmt.Sprintf("no TLS SNI or HTTP Host in the first %d bytes", peekMax)}
 }
 
-func readFailure(err error) string {
+func readFailure(err error, timeout time.Duration) string {
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Sprintf("no TLS SNI or HTTP Host in the first bytes (none came for %s)", peekTimeout)
+		return fmt.Sprintf("no TLS SNI or HTTP Host in the first bytes (none came for %s)", timeout)
 	case errors.Is(err, io.EOF):
 		return "closed before a TLS SNI or HTTP Host was seen"
 	default:

@@ -184,6 +184,13 @@ func (p *Policy) namedDenyOn(port uint16) bool {
 	return false
 }
 
+// needsName reports whether a connection to ip:port is decided by its
+// name (byAddr's addrNeedsName).
+func (p *Policy) needsName(ip netip.Addr, port uint16) bool {
+	v, _ := p.byAddr(ip, port)
+	return v == addrNeedsName
+}
+
 // addrVerdict is what the address and port of a connection decide.
 type addrVerdict int
 

@@ -74,8 +74,15 @@ func (e *Enforcer) proxy(c net.Conn, dst func(net.Conn) (netip.AddrPort, error))
 		return
 	}
 	defer e.removeConn(pc)
-	if v, _ := e.Policy().byAddr(pc.dst.Addr(), pc.dst.Port()); v == addrNeedsName {
-		pc.sniffed, pc.peeked = true, peekName(c, peekTimeout)
+	// The first bytes are waited for long only when the name could let
+	// the connection through: a client that waits for the server to
+	// speak first is otherwise refused at once, not after peekTimeout.
+	if p := e.Policy(); p.needsName(pc.dst.Addr(), pc.dst.Port()) {
+		timeout := peekTimeout
+		if ok, _ := e.precheck(p, pc); !ok {
+			timeout = recordPeekTimeout
+		}
+		pc.sniffed, pc.peeked = true, peekName(c, timeout)
 	}
 	if !e.admit(pc) {
 		return
@@ -145,6 +152,9 @@ func (e *Enforcer) connect(pc *proxyConn) (net.Conn, error) {
 // refuse it because that resolution expired since.
 func (e *Enforcer) decide(p *Policy, pc *proxyConn, fresh bool) (bool, string) {
 	ip, port := pc.dst.Addr(), pc.dst.Port()
+	if r, ok := e.deniedFor(p).match(ip, port); ok {
+		return false, fmt.Sprintf("address %s port %d was resolved for %q, denied by rule %q", ip, port, r.Domain, r.Text)
+	}
 	switch v, reason := p.byAddr(ip, port); v {
 	case addrDenied:
 		return false, reason
@@ -157,6 +167,9 @@ func (e *Enforcer) decide(p *Policy, pc *proxyConn, fresh bool) (bool, string) {
 	case pc.name == "":
 		if p.defaultAllows() && !pc.web {
 			return true, ""
+		}
+		if ok, reason := e.precheck(p, pc); !ok {
+			return false, reason
 		}
 		return false, pc.why
 	}
@@ -173,6 +186,24 @@ func (e *Enforcer) decide(p *Policy, pc *proxyConn, fresh bool) (bool, string) {
 		pc.verified = true
 	}
 	return true, ""
+}
+
+// precheck decides what it can of a connection that needs a name before
+// its name is read: under a default deny, only an address that the
+// enforcer's DNS resolved for a name allowed on the port can be let
+// through (decide checks it is the connection's name once it is read).
+func (e *Enforcer) precheck(p *Policy, pc *proxyConn) (bool, string) {
+	if r, ok := e.deniedFor(p).match(pc.dst.Addr(), pc.dst.Port()); ok {
+		return false, fmt.Sprintf("address %s was resolved for %q, denied by rule %q", pc.dst.Addr(), r.Domain, r.Text)
+	}
+	if p.defaultAllows() || pc.verified {
+		return true, ""
+	}
+	port := pc.dst.Port()
+	if e.resolved.anyName(pc.dst.Addr(), func(name string) bool { ok, _ := p.nameVerdict(name, port); return ok }) {
+		return true, ""
+	}
+	return false, fmt.Sprintf("address %s port %d: no address rule allows it, and no name allowed on that port was resolved to it", pc.dst.Addr(), port)
 }
 
 func (e *Enforcer) addConn(pc *proxyConn) bool {

@@ -23,12 +23,13 @@ const (
 type resolvedAddrs struct {
 	mu        sync.Mutex
 	names     map[string]map[netip.Addr]time.Time
+	addrs     map[netip.Addr]map[string]time.Time // the same, by address
 	lastSweep time.Time
 	now       func() time.Time // time.Now; tests move it
 }
 
 func newResolvedAddrs() *resolvedAddrs {
-	return &resolvedAddrs{names: make(map[string]map[netip.Addr]time.Time), now: time.Now}
+	return &resolvedAddrs{names: make(map[string]map[netip.Addr]time.Time), addrs: make(map[netip.Addr]map[string]time.Time), now: time.Now}
 }
 
 // add remembers addrs for name (normalized) for max(ttl, minResolvedTTL).
@@ -55,6 +56,12 @@ func (c *resolvedAddrs) add(name string, addrs []netip.Addr, ttl time.Duration) 
 		a = a.Unmap()
 		if until.After(m[a]) {
 			m[a] = until
+			byAddr := c.addrs[a]
+			if byAddr == nil {
+				byAddr = make(map[string]time.Time)
+				c.addrs[a] = byAddr
+			}
+			byAddr[name] = until
 		}
 	}
 }
@@ -67,22 +74,53 @@ func (c *resolvedAddrs) sweep(now time.Time) {
 	for name, m := range c.names {
 		for a, until := range m {
 			if !now.Before(until) {
-				delete(m, a)
+				c.forget(name, a)
 			}
-		}
-		if len(m) == 0 {
-			delete(c.names, name)
 		}
 	}
 	if len(c.names) < maxResolvedNames {
 		return
 	}
-	for name := range c.names {
+	for name, m := range c.names {
 		if len(c.names) < maxResolvedNames*9/10 {
 			break
 		}
+		for a := range m {
+			c.forget(name, a)
+		}
+	}
+}
+
+// forget drops a's resolution for name from both maps.
+func (c *resolvedAddrs) forget(name string, a netip.Addr) {
+	delete(c.names[name], a)
+	if len(c.names[name]) == 0 {
 		delete(c.names, name)
 	}
+	delete(c.addrs[a], name)
+	if len(c.addrs[a]) == 0 {
+		delete(c.addrs, a)
+	}
+}
+
+// anyName reports whether ip was resolved, and has not expired, for a
+// name that ok accepts.
+func (c *resolvedAddrs) anyName(ip netip.Addr, ok func(name string) bool) bool {
+	c.mu.Lock()
+	var names []string
+	now := c.now()
+	for name, until := range c.addrs[ip.Unmap()] {
+		if now.Before(until) {
+			names = append(names, name)
+		}
+	}
+	c.mu.Unlock()
+	for _, name := range names {
+		if ok(name) {
+			return true
+		}
+	}
+	return false
 }
 
 // has reports whether ip was resolved for name (normalized) and has not
