@@ -80,7 +80,7 @@ type Enforcer struct {
 	hookMu          sync.Mutex         // serialises onDeniedAddrs calls
 	setMu           sync.Mutex         // serialises SetPolicy; guards stopDenied
 	stopDenied      context.CancelFunc // ends the policy in force's refreshDenied
-	ctx             context.Context // cancelled by Close
+	ctx             context.Context    // cancelled by Close
 	cancel          context.CancelFunc
 
 	mu      sync.Mutex // guards what follows; SetPolicy holds it while it swaps and re-checks
