@@ -507,14 +507,21 @@ func (l *Launcher) checkEntries(names []string) error {
 	return nil
 }
 
+// maxManifestSize bounds a bundle's manifest, which is decoded in memory.
+const maxManifestSize = 1 << 20
+
 // readBundleManifest reads a bundle's first entry, its manifest.
 func readBundleManifest(tr *tar.Reader) (*Manifest, error) {
 	hdr, err := tr.Next()
 	if err != nil {
 		return nil, fmt.Errorf("bundle: not a bundle (a tar whose first entry is %s): %w: %w", bundleManifestName, err, backend.ErrInvalidConfig)
 	}
-	if hdr.Name != bundleManifestName || hdr.Typeflag != tar.TypeReg || hdr.Size > 1<<20 {
+	if hdr.Name != bundleManifestName || hdr.Typeflag != tar.TypeReg {
 		return nil, fmt.Errorf("bundle: not a bundle: its first entry is %q, not %s: %w", hdr.Name, bundleManifestName, backend.ErrInvalidConfig)
+	}
+	if hdr.Size > maxManifestSize {
+		return nil, fmt.Errorf("bundle: its manifest %s is %d bytes, more than the limit of %d bytes (1 MiB; the manifests sbx writes are a few KiB): %w",
+			bundleManifestName, hdr.Size, maxManifestSize, backend.ErrInvalidConfig)
 	}
 	var m Manifest
 	if err := json.NewDecoder(tr).Decode(&m); err != nil {

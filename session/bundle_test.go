@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -93,6 +94,9 @@ func TestReadBundleRefuses(t *testing.T) {
 	}{
 		{"empty", nil, "not a bundle"},
 		{"other first entry", [][2]string{{"images/oci-layout", "{}"}}, "first entry"},
+		// Named right but too big: the error says so, not that the name is wrong.
+		{"manifest too big", [][2]string{{bundleManifestName, strings.Repeat(" ", maxManifestSize+1)}},
+			fmt.Sprintf("manifest %s is %d bytes, more than the limit of %d bytes", bundleManifestName, maxManifestSize+1, maxManifestSize)},
 		{"manifest not JSON", [][2]string{{bundleManifestName, "{"}}, bundleManifestName},
 		{"checkpoint manifest", [][2]string{{bundleManifestName, manifestJSON(t, noImages)}}, "sbx up --from-manifest"},
 		{"newer format", [][2]string{{bundleManifestName, manifestJSON(t, newer)}}, "newer"},
