@@ -90,6 +90,9 @@ func (b *Backend) addEnforcer(ps *corev1.PodSpec, c *corev1.Container, spec back
 		ap, _ := egressctl.DNSServer(b.cfg.EgressDNS) // checked by New
 		args = append(args, "--upstream", ap)
 	}
+	if host := egressctl.HostAddrsFlag(b.nodeAddrs()); host != "" {
+		args = append(args, "--host-addrs", host)
+	}
 	root, no := int64(0), false
 	always := corev1.ContainerRestartPolicyAlways
 	sidecar := corev1.Container{

@@ -43,6 +43,8 @@ type Backend struct {
 	payloadMu sync.Mutex
 	payloads  map[string][]byte
 
+	nodes nodeAddrCache // the nodes' addresses, for egress enforcers
+
 	mu       sync.Mutex
 	forwards map[forwardKey]*forward
 	closed   bool

@@ -232,7 +232,7 @@ func (b *Backend) setupEgress(ctx context.Context, m *meta, dir string) error {
 		}
 		rules <- err
 	}()
-	pid, start, port, err := b.startEnforcer(ctx, dir, host, egressctl.LogGroup(n))
+	pid, start, port, err := b.startEnforcer(ctx, dir, host, egressName(n), egressctl.LogGroup(n))
 	rerr := <-rules
 	if err != nil {
 		return fmt.Errorf("egress enforcer: %w", err)
@@ -344,7 +344,7 @@ func newNamedNetns(name string) (netns.NsHandle, error) {
 
 // startEnforcer starts `sbxd egress` for the sandbox in dir, listening on
 // host, and waits until it serves.
-func (b *Backend) startEnforcer(ctx context.Context, dir string, host netip.Addr, logGroup uint16) (pid int, start uint64, port int, err error) {
+func (b *Backend) startEnforcer(ctx context.Context, dir string, host netip.Addr, device string, logGroup uint16) (pid int, start uint64, port int, err error) {
 	upstream, err := b.cfg.egressDNS()
 	if err != nil {
 		return 0, 0, 0, err
@@ -359,7 +359,7 @@ func (b *Backend) startEnforcer(ctx context.Context, dir string, host netip.Addr
 		return 0, 0, 0, err
 	}
 	defer r.Close()
-	cmd := exec.Command(b.sbxd, egressctl.Args(dir, host, upstream, logGroup)...)
+	cmd := exec.Command(b.sbxd, egressctl.Args(dir, host, device, upstream, logGroup)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.Dir = "/"
@@ -395,7 +395,9 @@ func (b *Backend) startEnforcer(ctx context.Context, dir string, host netip.Addr
 
 // egressRules is the nftables table of index n: DNS to the resolver, TCP
 // to the proxy, nothing else to the host, and forwarded (masqueraded) only
-// what policy's address rules allow (chain addr_, see addrRules).
+// what policy's address rules allow (chain addr_, see addrRules). What it
+// refuses is refused at once (a reset, an ICMP unreachable), so that
+// clients fail fast instead of waiting for an answer that never comes.
 func egressRules(n int, host netip.Addr, port int, policy *egress.Policy) string {
 	t, v := egressTable(n), egressName(n)
 	return fmt.Sprintf(`table inet %[1]s {
@@ -409,7 +411,8 @@ func egressRules(n int, host netip.Addr, port int, policy *egress.Policy) string
 		iifname "%[2]s" ip daddr %[3]s meta l4proto { tcp, udp } th dport 53 accept
 		iifname "%[2]s" ip daddr %[3]s tcp dport %[4]d accept
 		iifname "%[2]s" limit rate %[6]d/second log group %[7]d
-		iifname "%[2]s" drop
+		iifname "%[2]s" meta l4proto tcp reject with tcp reset
+		iifname "%[2]s" reject with icmpx type admin-prohibited
 	}
 	chain addr_ {
 %[5]s	}
@@ -419,7 +422,8 @@ func egressRules(n int, host netip.Addr, port int, policy *egress.Policy) string
 		oifname "%[2]s" drop
 		iifname "%[2]s" jump addr_
 		iifname "%[2]s" limit rate %[6]d/second log group %[7]d
-		iifname "%[2]s" drop
+		iifname "%[2]s" meta l4proto tcp reject with tcp reset
+		iifname "%[2]s" reject with icmpx type admin-prohibited
 	}
 	chain postrouting_ {
 		type nat hook postrouting priority srcnat; policy accept;
@@ -438,7 +442,7 @@ func addrRules(policy *egress.Policy) string {
 	for _, list := range []struct {
 		rules   []egress.Rule
 		verdict string
-	}{{policy.Deny, "drop"}, {policy.Allow, "accept"}} {
+	}{{policy.Deny, "reject with icmpx type admin-prohibited"}, {policy.Allow, "accept"}} {
 		for _, r := range list.rules {
 			if !r.Prefix.IsValid() || !r.Prefix.Addr().Is4() {
 				continue

@@ -99,12 +99,15 @@ func (b *Backend) egressUpstream() []string {
 // joinEnforcer makes the sandbox's container (cfg, hc) join the network
 // of sandbox id's enforcer and returns the enforcer's container config:
 // the network, published ports, host name and extra hosts move to it.
-func (b *Backend) joinEnforcer(spec backend.Spec, id string, cfg *container.Config, hc *container.HostConfig) (*container.Config, *container.HostConfig, error) {
+func (b *Backend) joinEnforcer(ctx context.Context, spec backend.Spec, id string, cfg *container.Config, hc *container.HostConfig) (*container.Config, *container.HostConfig, error) {
 	policy, err := json.Marshal(spec.Egress)
 	if err != nil {
 		return nil, nil, err
 	}
 	upstream := b.egressUpstream()
+	if host := egressctl.HostAddrsFlag(b.engineHostAddrs(ctx)); host != "" {
+		upstream = append(upstream, "--host-addrs", host)
+	}
 	name := enforcerName(id)
 	entry := []string{sbxdPath, "egress", "--in-netns", "--state", egressState,
 		"--proxy-port", strconv.Itoa(egressctl.ProxyPort), "--dns-port", strconv.Itoa(egressctl.DNSPort),

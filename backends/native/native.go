@@ -59,6 +59,8 @@ type Backend struct {
 	tlsFiles []string
 	// agentDial reaches a path on the engine's host (WithAgentDialer).
 	agentDial func(ctx context.Context, path string) (net.Conn, error)
+	// hostAddrs lists the engine host's addresses (WithHostAddrs).
+	hostAddrs hostAddrCache
 
 	probe    factsProbe
 	pullLock sync.Map   // image ref -> *sync.Mutex: one pull per image at a time
@@ -394,7 +396,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	var ecfg *container.Config
 	var ehc *container.HostConfig
 	if spec.Egress != nil {
-		if ecfg, ehc, err = b.joinEnforcer(spec, id, cfg, hc); err != nil {
+		if ecfg, ehc, err = b.joinEnforcer(ctx, spec, id, cfg, hc); err != nil {
 			return fail(err)
 		}
 	}

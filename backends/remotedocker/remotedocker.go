@@ -85,7 +85,7 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 			}
 		}
 		host := "unix://" + b.ssh.socket
-		nopts = append(nopts, native.WithDialContext(b.ssh.dialSocket), native.WithAgentDialer(b.ssh.dialPath))
+		nopts = append(nopts, native.WithDialContext(b.ssh.dialSocket), native.WithAgentDialer(b.ssh.dialPath), native.WithHostAddrs(b.ssh.hostAddrs))
 		copts = []client.Opt{client.WithHost(host), client.WithDialContext(b.ssh.dialSocket)}
 		b.nat, err = native.New(cfg.nativeConfig(host), nopts...)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backends/native"
 )
 
 // sshConn is the one SSH connection to the remote host that carries every
@@ -322,6 +324,32 @@ func (c *sshConn) dialSocket(ctx context.Context, _, _ string) (net.Conn, error)
 // (a sandbox's agent; see native.WithAgentDialer).
 func (c *sshConn) dialPath(ctx context.Context, path string) (net.Conn, error) {
 	return c.dial(ctx, "unix", path)
+}
+
+// hostAddrs lists the remote host's addresses (native.WithHostAddrs),
+// by running `ip -o addr show`, or `hostname -I` where there is no ip,
+// on it.
+func (c *sshConn) hostAddrs(ctx context.Context) ([]netip.Prefix, error) {
+	g, err := c.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sess, err := g.client.NewSession()
+	if err != nil {
+		return nil, fmt.Errorf("ssh session: %w", err)
+	}
+	defer sess.Close()
+	stop := context.AfterFunc(ctx, func() { sess.Close() })
+	defer stop()
+	out, err := sess.Output("ip -o addr show 2>/dev/null || hostname -I")
+	if err != nil {
+		return nil, fmt.Errorf("listing the host's addresses over ssh: %w", err)
+	}
+	addrs := native.ParseHostAddrs(string(out))
+	if len(addrs) == 0 {
+		return nil, errors.New("listing the host's addresses over ssh: neither `ip -o addr show` nor `hostname -I` named one")
+	}
+	return addrs, nil
 }
 
 // dialTCP opens a stream to addr as seen from the remote host (tunnels).

@@ -60,8 +60,14 @@ func Run(args []string, stderr io.Writer) error {
 	policyJSON := fl.String("policy-json", "", "--in-netns: the policy to start from when --state holds none")
 	readyFile := fl.String("ready-file", "", "a file to create once serving (after the rules, with --in-netns)")
 	logGroup := fl.Int("log-group", 0, "the NFLOG group whose packets are recorded as denials (--in-netns: NetnsLogGroup)")
+	hostAddrsFlag := fl.String("host-addrs", "", "comma-separated addresses or CIDRs of the machine the sandbox runs on, besides this namespace's own (see HostAddrsFlag)")
+	device := fl.String("bind-device", "", "the interface the listeners take connections from (none from elsewhere)")
 	if err := fl.Parse(args); err != nil {
 		return err
+	}
+	hostAddrs, err := ParseHostAddrs(*hostAddrsFlag)
+	if err != nil {
+		return fmt.Errorf("sbxd egress: --host-addrs: %w", err)
 	}
 	persist := ""
 	if *inNetns {
@@ -119,17 +125,27 @@ func Run(args []string, stderr io.Writer) error {
 		dialer = markedDialer()
 		upstreamDial = dialer.DialContext
 	}
+	if *inNetns {
+		// The namespace's gateways are the host's (a bridge's address on
+		// Docker, the node's on k8s), whatever the backend knew to name.
+		hostAddrs = append(hostAddrs, gateways()...)
+	}
+	guard := newHostGuard(hostAddrs)
+	s := &server{spec: spec, persist: persist, guard: guard}
+	var onDenied func(*egress.Policy, []netip.Addr) error
+	if *inNetns {
+		s.onPolicy = s.setAddrRules
+		onDenied = s.setDeniedAddrs
+		*logGroup = NetnsLogGroup
+	}
 	var e *egress.Enforcer
-	dial := guardedDial(func() *egress.Policy { return e.Policy() }, dialer)
-	e, err = egress.New(egress.Options{Policy: pol, Upstream: *upstream, OnDeny: dw.write, Logger: log, Dial: dial, UpstreamDial: upstreamDial})
+	dial := guardedDial(func() *egress.Policy { return e.Policy() }, guard, dialer)
+	e, err = egress.New(egress.Options{Policy: pol, Upstream: *upstream, OnDeny: dw.write, Logger: log, Dial: dial, UpstreamDial: upstreamDial,
+		OnDeniedAddrs: onDenied})
 	if err != nil {
 		return err
 	}
-	s := &server{e: e, spec: spec, persist: persist}
-	if *inNetns {
-		s.onPolicy = setAddrRules
-		*logGroup = NetnsLogGroup
-	}
+	s.e = e
 	if *logGroup > 0 {
 		// Bound while privileged; without it, only DNS and TCP denials
 		// are recorded.
@@ -140,14 +156,14 @@ func Run(args []string, stderr io.Writer) error {
 			go l.run(dw.write)
 		}
 	}
-	port, err := s.listen(host, *dnsPort, *proxyPort, *control)
+	port, err := s.listen(host, *dnsPort, *proxyPort, *control, *device)
 	if err != nil {
 		return fmt.Errorf("sbxd egress: %w", err)
 	}
 	if *inNetns {
 		// Marks need CAP_NET_ADMIN for as long as it runs: it keeps root
 		// (in a container of its own, with no other capability).
-		if err := installRules(uint16(port), uint16(*dnsPort), pol); err != nil {
+		if err := installRules(uint16(port), uint16(*dnsPort), s.addrRules(pol)); err != nil {
 			s.close()
 			return fmt.Errorf("sbxd egress: %w", err)
 		}
@@ -213,30 +229,58 @@ type server struct {
 	mu      sync.Mutex     // serialises policy changes
 	spec    backend.Egress // the policy in force, as given
 	persist string         // where changes are saved ("": not saved)
+	guard   *hostGuard
 	// onPolicy, when set, applies a new policy's address rules before the
 	// enforcer follows it.
 	onPolicy func(*egress.Policy) error
 	closers  []io.Closer
+
+	addrMu sync.Mutex   // guards denied, and orders address-rule writes
+	denied []netip.Addr // what the policy's deny names resolved to
 }
 
-func (s *server) listen(host netip.Addr, dnsPort, port int, control string) (proxyPort int, err error) {
+// addrRules is what the namespace's address chain holds for p.
+func (s *server) addrRules(p *egress.Policy) AddrRules {
+	return AddrRules{Policy: p, Host: s.guard.prefixes, Denied: s.denied}
+}
+
+// setAddrRules (onPolicy) rewrites the address chain for p.
+func (s *server) setAddrRules(p *egress.Policy) error {
+	s.addrMu.Lock()
+	defer s.addrMu.Unlock()
+	s.denied = nil // p's own come through setDeniedAddrs
+	return setAddrRules(s.addrRules(p))
+}
+
+// setDeniedAddrs (the enforcer's OnDeniedAddrs) rewrites the address
+// chain with what p's deny names resolve to.
+func (s *server) setDeniedAddrs(p *egress.Policy, addrs []netip.Addr) error {
+	s.addrMu.Lock()
+	defer s.addrMu.Unlock()
+	s.denied = addrs
+	return setAddrRules(s.addrRules(p))
+}
+
+func (s *server) listen(host netip.Addr, dnsPort, port int, control, device string) (proxyPort int, err error) {
 	defer func() {
 		if err != nil {
 			s.close()
 		}
 	}()
+	lc := listenConfig(device)
+	ctx := context.Background()
 	dnsAddr := netip.AddrPortFrom(host, uint16(dnsPort)).String()
-	udp, err := net.ListenPacket("udp", dnsAddr)
+	udp, err := lc.ListenPacket(ctx, "udp", dnsAddr)
 	if err != nil {
 		return 0, err
 	}
 	s.closers = append(s.closers, udp)
-	tcp, err := net.Listen("tcp", dnsAddr)
+	tcp, err := lc.Listen(ctx, "tcp", dnsAddr)
 	if err != nil {
 		return 0, err
 	}
 	s.closers = append(s.closers, tcp)
-	proxy, err := net.Listen("tcp", netip.AddrPortFrom(host, uint16(port)).String())
+	proxy, err := lc.Listen(ctx, "tcp", netip.AddrPortFrom(host, uint16(port)).String())
 	if err != nil {
 		return 0, err
 	}
@@ -353,30 +397,46 @@ func WritePolicy(file string, spec backend.Egress) error {
 // guardedDial is the proxy's outbound dial: the host's own addresses,
 // loopback and link-local ones (cloud metadata services) are refused
 // unless the policy's default is deny and an address rule allows them,
-// so that a policy of default allow does not open the host's services to
-// the sandbox.
-func guardedDial(policy func() *egress.Policy, d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+// so that a policy of default allow, or an allowed name that resolves to
+// the host, does not open the host's services to the sandbox.
+func guardedDial(policy func() *egress.Policy, guard *hostGuard, d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		ap, err := netip.ParseAddrPort(addr)
 		if err != nil {
 			return nil, err
 		}
 		ip := ap.Addr().Unmap()
-		if special(ip) {
+		if guard.special(ip) {
 			p := policy()
 			if p.Default != egress.Deny || !p.AllowAddr(ip, ap.Port()) {
-				return nil, fmt.Errorf("%s is this host's or a special address; only an address rule of a default-deny policy reaches it", ip)
+				return nil, fmt.Errorf("%s is the host's or a special address; only an address rule of a default-deny policy reaches it", ip)
 			}
 		}
 		return d.DialContext(ctx, network, addr)
 	}
 }
 
-// special: loopback, link-local, unspecified, multicast, or one of this
-// host's addresses.
-func special(ip netip.Addr) bool {
+// hostGuard knows the addresses that are the host's: this namespace's
+// own, and those the backend named (the machine's that runs the sandbox:
+// the Docker host's or the node's, its bridges' gateways).
+type hostGuard struct {
+	prefixes []netip.Prefix
+}
+
+func newHostGuard(prefixes []netip.Prefix) *hostGuard {
+	return &hostGuard{prefixes: prefixes}
+}
+
+// special: loopback, link-local, unspecified, multicast, one of this
+// namespace's addresses, or one the backend named as the host's.
+func (g *hostGuard) special(ip netip.Addr) bool {
 	if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() || ip.IsMulticast() || ip.IsLinkLocalMulticast() {
 		return true
+	}
+	for _, p := range g.prefixes {
+		if p.Contains(ip) {
+			return true
+		}
 	}
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
@@ -390,6 +450,59 @@ func special(ip netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// HostAddrsFlag is the --host-addrs value naming addrs, "" for none.
+func HostAddrsFlag(addrs []netip.Prefix) string {
+	parts := make([]string, len(addrs))
+	for i, p := range addrs {
+		if p.IsSingleIP() {
+			parts[i] = p.Addr().String()
+		} else {
+			parts[i] = p.String()
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseHostAddrs parses a --host-addrs value: addresses and CIDRs,
+// comma-separated.
+func ParseHostAddrs(v string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for part := range strings.SplitSeq(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if a, err := netip.ParseAddr(part); err == nil {
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(part)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither an address nor a CIDR", part)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// InterfaceAddrs returns the addresses of this network namespace's
+// interfaces but loopback's, as single-address prefixes: what a backend
+// whose sandboxes run on this machine names as the host's.
+func InterfaceAddrs() []netip.Prefix {
+	addrs, _ := net.InterfaceAddrs()
+	var out []netip.Prefix
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		if ip, ok := netip.AddrFromSlice(n.IP); ok && !ip.Unmap().IsLoopback() {
+			out = append(out, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+		}
+	}
+	return out
 }
 
 // SetPolicy sends spec to the enforcer whose control socket is sock; the
@@ -504,12 +617,13 @@ func PathsIn(dir string) Paths {
 const ProxyPort = 15001
 
 // Args are the arguments of `sbxd egress` for an enforcer of folder dir
-// listening on host (DNS on 53, the proxy on ProxyPort), asking upstream,
-// recording the packets logged to NFLOG group logGroup, telling readiness
-// on descriptor 3.
-func Args(dir string, host netip.Addr, upstream string, logGroup uint16) []string {
+// listening on host (DNS on 53, the proxy on ProxyPort) of interface
+// device alone (the sandbox's end of it is the only way in), asking
+// upstream, recording the packets logged to NFLOG group logGroup, telling
+// readiness on descriptor 3.
+func Args(dir string, host netip.Addr, device, upstream string, logGroup uint16) []string {
 	p := PathsIn(dir)
-	return []string{"egress", "--listen", host.String(), "--upstream", upstream, "--proxy-port", strconv.Itoa(ProxyPort),
+	return []string{"egress", "--listen", host.String(), "--bind-device", device, "--upstream", upstream, "--proxy-port", strconv.Itoa(ProxyPort),
 		"--policy", p.Policy, "--denials", p.Denials, "--control", p.Control, "--ready-fd", strconv.Itoa(3),
 		"--log-group", strconv.Itoa(int(logGroup))}
 }

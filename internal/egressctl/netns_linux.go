@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/google/nftables"
@@ -51,9 +54,20 @@ const (
 	addrChain = "addr_out"
 )
 
+// AddrRules is what the address chain (other protocols than DNS and TCP)
+// decides by: the policy's address rules, the host's addresses (refused
+// unless a default-deny policy's allow rule names them, as the proxy's
+// guard does for TCP), and the addresses the policy's deny names resolve
+// to (refused on the rule's ports, see egress.Enforcer.DeniedAddrs).
+type AddrRules struct {
+	Policy *egress.Policy
+	Host   []netip.Prefix
+	Denied []netip.Addr
+}
+
 // installRules loads the table into the current network namespace,
 // replacing one there is.
-func installRules(proxyPort, dnsPort uint16, policy *egress.Policy) error {
+func installRules(proxyPort, dnsPort uint16, rules AddrRules) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
@@ -141,21 +155,29 @@ func installRules(proxyPort, dnsPort uint16, policy *egress.Policy) error {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: zero},
 	}, v(accept))
 	addr := c.AddChain(&nftables.Chain{Name: addrChain, Table: t})
-	addAddrRules(c, t, addr, policy)
+	addAddrRules(c, t, addr, rules)
 	rule(filter, v(&expr.Verdict{Kind: expr.VerdictJump, Chain: addrChain}))
-	// What the policy drops now is logged for the enforcer to record.
+	// What the policy refuses now is logged for the enforcer to record,
+	// and refused at once (a reset for TCP, an ICMP unreachable for the
+	// rest), so that the client fails fast instead of waiting it out.
 	rule(filter, []expr.Any{
 		&expr.Limit{Type: expr.LimitTypePkts, Rate: LogRate, Unit: expr.LimitTimeSecond, Burst: LogRate},
 		&expr.Log{Key: 1 << unix.NFTA_LOG_GROUP, Group: NetnsLogGroup},
 	})
+	rule(filter, proto(unix.IPPROTO_TCP), v(&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}))
+	rule(filter, v(rejectUnreach))
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("loading the nftables rules: %w", err)
 	}
 	return nil
 }
 
-// setAddrRules replaces the address rules' chain with policy's.
-func setAddrRules(policy *egress.Policy) error {
+// rejectUnreach refuses a packet with an ICMP (or ICMPv6) "administratively
+// prohibited" unreachable.
+var rejectUnreach = &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}
+
+// setAddrRules replaces the address rules' chain with rules'.
+func setAddrRules(rules AddrRules) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
@@ -163,41 +185,69 @@ func setAddrRules(policy *egress.Policy) error {
 	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: tableName}
 	ch := &nftables.Chain{Name: addrChain, Table: t}
 	c.FlushChain(ch)
-	addAddrRules(c, t, ch, policy)
+	addAddrRules(c, t, ch, rules)
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("loading the address rules: %w", err)
 	}
 	return nil
 }
 
-// addAddrRules adds policy's address rules to chain ch: deny rules drop
-// first (deny wins), then allow rules accept; the caller's chain drops
-// what returns.
-func addAddrRules(c *nftables.Conn, t *nftables.Table, ch *nftables.Chain, policy *egress.Policy) {
-	for _, list := range []struct {
-		rules   []egress.Rule
-		verdict expr.VerdictKind
-	}{{policy.Deny, expr.VerdictDrop}, {policy.Allow, expr.VerdictAccept}} {
-		for _, r := range list.rules {
-			if !r.Prefix.IsValid() {
-				continue
-			}
-			match := prefixMatch(r.Prefix)
-			if len(r.Ports) == 0 {
-				c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: append(match, &expr.Verdict{Kind: list.verdict})})
-				continue
-			}
-			for _, pr := range r.Ports {
-				exprs := append(slices.Clone(match),
-					&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
-					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-					&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: binaryutil.BigEndian.PutUint16(pr.Lo), ToData: binaryutil.BigEndian.PutUint16(pr.Hi)},
-					&expr.Verdict{Kind: list.verdict})
-				c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
+// addAddrRules adds rules to chain ch: the denied names' addresses and
+// the deny rules refuse first (deny wins), then the host's addresses
+// unless the default is deny (where an allow rule may name them), then
+// allow rules accept; the caller's chain refuses what returns.
+func addAddrRules(c *nftables.Conn, t *nftables.Table, ch *nftables.Chain, rules AddrRules) {
+	add := func(match []expr.Any, ports []egress.PortRange, verdict expr.Any) {
+		if len(ports) == 0 {
+			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: append(slices.Clone(match), verdict)})
+			return
+		}
+		for _, pr := range ports {
+			exprs := append(slices.Clone(match),
+				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: binaryutil.BigEndian.PutUint16(pr.Lo), ToData: binaryutil.BigEndian.PutUint16(pr.Hi)},
+				verdict)
+			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
+		}
+	}
+	deny := denyRulesOf(rules)
+	for _, d := range deny {
+		add(prefixMatch(d.Prefix), d.Ports, rejectUnreach)
+	}
+	for _, r := range rules.Policy.Allow {
+		if r.Prefix.IsValid() {
+			add(prefixMatch(r.Prefix), r.Ports, &expr.Verdict{Kind: expr.VerdictAccept})
+		}
+	}
+}
+
+// denyRulesOf lists what rules refuse by address, in order: the denied
+// names' addresses (on their rules' ports), the deny address rules, and
+// the host's addresses unless the policy's default is deny.
+func denyRulesOf(rules AddrRules) []egress.Rule {
+	var out []egress.Rule
+	for _, a := range rules.Denied {
+		for _, r := range rules.Policy.Deny {
+			if r.Domain != "" && !r.Wildcard {
+				// Which rule named it is the enforcer's to know; the
+				// ports of every exact deny name rule are the safe side.
+				out = append(out, egress.Rule{Prefix: netip.PrefixFrom(a, a.BitLen()), Ports: r.Ports})
 			}
 		}
 	}
+	for _, r := range rules.Policy.Deny {
+		if r.Prefix.IsValid() {
+			out = append(out, r)
+		}
+	}
+	if rules.Policy.Default != egress.Deny {
+		for _, p := range rules.Host {
+			out = append(out, egress.Rule{Prefix: p})
+		}
+	}
+	return out
 }
 
 // prefixMatch matches packets to an address of p.
@@ -215,6 +265,52 @@ func prefixMatch(p netip.Prefix) []expr.Any {
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: uint32(size), Mask: mask, Xor: make([]byte, size)},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Addr().AsSlice()},
 	}
+}
+
+// listenConfig makes listeners bound to device ("": any), so that they
+// take nothing that arrives on another interface (bound while root).
+func listenConfig(device string) *net.ListenConfig {
+	if device == "" {
+		return &net.ListenConfig{}
+	}
+	return &net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = unix.BindToDevice(int(fd), device)
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("binding to interface %s: %w", device, serr)
+		}
+		return nil
+	}}
+}
+
+// gateways returns the gateways of this namespace's routes (IPv4, from
+// /proc/net/route): in a container's namespace, addresses of the host.
+func gateways() []netip.Prefix {
+	data, err := os.ReadFile("/proc/net/route")
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[0] == "Iface" {
+			continue
+		}
+		v, err := strconv.ParseUint(f[2], 16, 32)
+		if err != nil || v == 0 {
+			continue
+		}
+		// Little-endian hex of the address, as the kernel prints it.
+		a := netip.AddrFrom4([4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)})
+		if p := netip.PrefixFrom(a, 32); !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // markedDialer is a dialer whose sockets carry Mark, so the namespace's
