@@ -28,20 +28,136 @@ const firstBatchlessVersion = "2025-06-18"
 // a line that is not JSON is answered with a JSON-RPC parse error (-32700),
 // one that is JSON but no JSON-RPC message (or is longer than
 // MaxStdioMessage) with an invalid request error (-32600), and the next
-// line is read. r and w are not closed.
+// line is read. When r ends, every request read before its end is
+// answered before the session ends (the SDK would drop their answers: a
+// client that writes its requests and closes its end, as "printf ... | sbx
+// mcp" does, would read nothing). r and w are not closed.
 func StdioTransport(r io.Reader, w io.Writer) mcp.Transport {
-	out := &stdioWriter{w: w}
+	out := &stdioWriter{w: w, calls: newOpenCalls()}
 	in := &stdioReader{br: bufio.NewReaderSize(r, 64<<10), out: out, max: MaxStdioMessage}
 	return &mcp.IOTransport{Reader: in, Writer: out, MaxLineLength: -1}
 }
 
+// openCalls are the requests handed to the SDK and not yet answered.
+type openCalls struct {
+	mu      sync.Mutex
+	ids     map[jsonrpc.ID]bool
+	changed chan struct{} // closed, and replaced, when ids shrinks or done is set
+	done    bool          // the SDK closed the transport: no answer will come
+}
+
+func newOpenCalls() *openCalls {
+	return &openCalls{ids: map[jsonrpc.ID]bool{}, changed: make(chan struct{})}
+}
+
+// add notes the calls (requests with an ID) of a message or batch the
+// reader hands to the SDK. A call whose ID is open already is not added:
+// the SDK answers it with ID null.
+func (c *openCalls) add(line []byte) {
+	ids := messageIDs(line, func(m jsonrpc.Message) (jsonrpc.ID, bool) {
+		if req, ok := m.(*jsonrpc.Request); ok {
+			return req.ID, req.IsCall()
+		}
+		return jsonrpc.ID{}, false
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ids {
+		c.ids[id] = true
+	}
+}
+
+// answered notes the answers in a message or batch the SDK wrote.
+func (c *openCalls) answered(msg []byte) {
+	c.mu.Lock()
+	none := len(c.ids) == 0
+	c.mu.Unlock()
+	if none {
+		return
+	}
+	ids := messageIDs(msg, func(m jsonrpc.Message) (jsonrpc.ID, bool) {
+		if resp, ok := m.(*jsonrpc.Response); ok {
+			return resp.ID, true
+		}
+		return jsonrpc.ID{}, false
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	shrunk := false
+	for _, id := range ids {
+		if c.ids[id] {
+			delete(c.ids, id)
+			shrunk = true
+		}
+	}
+	if shrunk {
+		c.signal()
+	}
+}
+
+// close notes that the SDK closed the transport.
+func (c *openCalls) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.done {
+		c.done = true
+		c.signal()
+	}
+}
+
+func (c *openCalls) signal() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// wait returns once every open call is answered or the transport is
+// closed.
+func (c *openCalls) wait() {
+	for {
+		c.mu.Lock()
+		if len(c.ids) == 0 || c.done {
+			c.mu.Unlock()
+			return
+		}
+		ch := c.changed
+		c.mu.Unlock()
+		<-ch
+	}
+}
+
+// messageIDs returns the IDs pick takes from a JSON-RPC message or batch
+// of them (entries that do not decode are left out).
+func messageIDs(data []byte, pick func(jsonrpc.Message) (jsonrpc.ID, bool)) []jsonrpc.ID {
+	data = bytes.TrimSpace(data)
+	raws := []json.RawMessage{data}
+	if len(data) > 0 && data[0] == '[' {
+		// Into a new slice: Unmarshal would write the first entry over
+		// data, raws' first element.
+		raws = nil
+		if json.Unmarshal(data, &raws) != nil {
+			return nil
+		}
+	}
+	var ids []jsonrpc.ID
+	for _, raw := range raws {
+		if m, err := jsonrpc.DecodeMessage(raw); err == nil {
+			if id, ok := pick(m); ok && id.IsValid() {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
 // stdioWriter serialises the SDK's messages and the reader's error answers
-// (each is one Write of a whole line), and notes the protocol version the
-// server settles on, which decides whether batches are allowed.
+// (each is one Write of a whole line), notes the protocol version the
+// server settles on, which decides whether batches are allowed, and which
+// calls the SDK has answered.
 type stdioWriter struct {
 	mu      sync.Mutex
 	w       io.Writer
 	version atomic.Pointer[string]
+	calls   *openCalls
 }
 
 func (s *stdioWriter) Write(p []byte) (int, error) {
@@ -55,12 +171,24 @@ func (s *stdioWriter) Write(p []byte) (int, error) {
 			s.version.Store(&m.Result.ProtocolVersion)
 		}
 	}
+	n, err := s.write(p)
+	if err == nil {
+		s.calls.answered(p)
+	}
+	return n, err
+}
+
+// write writes one whole line.
+func (s *stdioWriter) write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
 
-func (*stdioWriter) Close() error { return nil }
+func (s *stdioWriter) Close() error {
+	s.calls.close()
+	return nil
+}
 
 // stdioReader passes the SDK the lines that are JSON-RPC messages and
 // answers the others itself.
@@ -76,6 +204,11 @@ type stdioReader struct {
 func (s *stdioReader) Read(p []byte) (int, error) {
 	for len(s.pending) == 0 {
 		if s.err != nil {
+			if errors.Is(s.err, io.EOF) {
+				// The SDK ends the session, and drops the answers
+				// still to come, when its reader ends.
+				s.out.calls.wait()
+			}
 			return 0, s.err
 		}
 		var line []byte
@@ -86,6 +219,7 @@ func (s *stdioReader) Read(p []byte) (int, error) {
 			continue
 		}
 		if msg, ok := s.check(line); ok {
+			s.out.calls.add(msg)
 			s.pending = msg
 		}
 	}
@@ -94,7 +228,10 @@ func (s *stdioReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (*stdioReader) Close() error { return nil }
+func (s *stdioReader) Close() error {
+	s.out.calls.close()
+	return nil
+}
 
 // readLine reads the next line, without its end. A line longer than max is
 // read to its end and dropped (tooLong).
@@ -223,7 +360,9 @@ func idOf(line []byte) jsonrpc.ID {
 
 // answer writes a JSON-RPC error response (ID null when id is the zero ID).
 func (s *stdioReader) answer(id jsonrpc.ID, code int64, message string) {
-	s.out.Write(append(rpcError(id, code, message), '\n'))
+	// Not through Write: the answer is not the SDK's, and must not count
+	// as the answer to a call the SDK has open under the same ID.
+	s.out.write(append(rpcError(id, code, message), '\n'))
 }
 
 // rpcError is a JSON-RPC error response (ID null when id is the zero ID:

@@ -174,3 +174,45 @@ func TestStdioBatchesInOldProtocol(t *testing.T) {
 	assert.EqualValues(t, 3, batch[0].ID)
 	assert.Nil(t, c.call(4, "ping", map[string]any{}).Error)
 }
+
+// TestStdioAnswersBeforeEOF: requests read before standard input ends are
+// answered before the session ends, as "printf '<requests>' | sbx mcp"
+// needs; a tool call that takes a while (create_sandbox) included.
+func TestStdioAnswersBeforeEOF(t *testing.T) {
+	s := newServer(t, localBackend(t), func(o *server.Options) { o.DeleteOnShutdown = true })
+	in := strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":"three","method":"tools/call","params":{"name":"create_sandbox","arguments":{}}}`,
+		`{oops`,
+	}, "\n") + "\n"
+	sr, cw := io.Pipe()
+	go func() {
+		io.WriteString(cw, in)
+		cw.Close() // standard input ends right after the requests
+	}()
+	var out strings.Builder
+	done := make(chan error, 1)
+	go func() { done <- s.RunStdio(context.Background(), "stdio:eof", server.StdioTransport(sr, &out)) }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("RunStdio did not return within 60s of its input's end")
+	}
+	answers := map[any]rpcAnswer{}
+	for line := range strings.Lines(out.String()) {
+		var a rpcAnswer
+		require.NoError(t, json.Unmarshal([]byte(line), &a), line)
+		answers[a.ID] = a
+	}
+	require.Contains(t, answers, 1.0, "answer to initialize in %q", out.String())
+	assert.Nil(t, answers[1.0].Error)
+	require.Contains(t, answers, 2.0, "answer to tools/list in %q", out.String())
+	assert.Contains(t, string(answers[2.0].Result), "create_sandbox")
+	require.Contains(t, answers, "three", "answer to tools/call in %q", out.String())
+	assert.Contains(t, string(answers["three"].Result), "Created sandbox")
+	require.Contains(t, answers, nil, "answer to the line that is not JSON")
+	assert.Equal(t, -32700, answers[nil].Error.Code)
+}
