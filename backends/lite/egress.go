@@ -394,7 +394,9 @@ func (b *Backend) startEnforcer(ctx context.Context, dir string, host netip.Addr
 }
 
 // egressRules is the nftables table of index n: DNS to the resolver, TCP
-// to the proxy, nothing else to the host, and forwarded (masqueraded) only
+// to the proxy (whose ports take nothing that comes from elsewhere than
+// the sandbox: this host's processes, containers, other namespaces),
+// nothing else to the host, and forwarded (masqueraded) only
 // what policy's address rules allow (chain addr_, see addrRules). What it
 // refuses is refused at once (a reset, an ICMP unreachable), so that
 // clients fail fast instead of waiting for an answer that never comes.
@@ -408,6 +410,7 @@ func egressRules(n int, host netip.Addr, port int, policy *egress.Policy) string
 	}
 	chain input_ {
 		type filter hook input priority filter; policy accept;
+		iifname != "%[2]s" ip daddr %[3]s meta l4proto { tcp, udp } th dport { 53, %[4]d } reject
 		iifname "%[2]s" ip daddr %[3]s meta l4proto { tcp, udp } th dport 53 accept
 		iifname "%[2]s" ip daddr %[3]s tcp dport %[4]d accept
 		iifname "%[2]s" limit rate %[6]d/second log group %[7]d

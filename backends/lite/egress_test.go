@@ -3,11 +3,14 @@ package lite
 import (
 	"context"
 	"errors"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
@@ -161,4 +164,35 @@ func TestEgressRefused(t *testing.T) {
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 	_, err = b.EgressStatus(context.Background(), sb.ID())
 	require.ErrorIs(t, err, errors.ErrUnsupported)
+}
+
+// The edges of the boundary (egresstest.RunBoundary), with a service on
+// an address of this host (the fake internet's host end is one), and the
+// enforcer's own ports, which only its sandbox may reach.
+func TestEgressBoundary(t *testing.T) {
+	e := newEgressEnv(t, egresstest.Policy)
+	m, err := e.sb.meta()
+	require.NoError(t, err)
+	host, _, err := e.b.egressAddrs(m.EgressNet.Index)
+	require.NoError(t, err)
+	t.Run("the enforcer's ports take nothing from outside its sandbox", func(t *testing.T) {
+		for _, port := range []int{53, egressctl.ProxyPort} {
+			c, err := net.DialTimeout("tcp", netip.AddrPortFrom(host, uint16(port)).String(), 5*time.Second)
+			if err == nil {
+				c.Close()
+			}
+			require.Error(t, err, "this host reached the enforcer's port %d", port)
+		}
+		// UDP: a query from here gets no answer (refused or unanswered).
+		c, err := net.Dial("udp", netip.AddrPortFrom(host, 53).String())
+		require.NoError(t, err)
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(time.Second))
+		c.Write([]byte{0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 7, 'a', 'l', 'l', 'o', 'w', 'e', 'd', 4, 't', 'e', 's', 't', 0, 0, 1, 0, 1})
+		_, err = c.Read(make([]byte, 512))
+		require.Error(t, err, "the enforcer's resolver answered this host")
+		// Its sandbox still resolves through it.
+		e.MustReach(t, e.Net.Addr("allowed.test").String(), "lookup", "allowed.test")
+	})
+	egresstest.RunBoundary(t, &e.Env, egresstest.HostService(t, e.Net.HostAddr))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os/exec"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -84,6 +86,27 @@ func TestEgress(t *testing.T) {
 
 // Published ports of a sandbox with a policy are its enforcer's (which
 // owns the network); connections from outside reach the sandbox.
+// The edges of the boundary (egresstest.RunBoundary), with services on
+// addresses of the Docker host: the fake internet's host end and the
+// default bridge's gateway. The enforcer runs in the sandbox's namespace,
+// where neither is an address of its own.
+func TestEgressBoundary(t *testing.T) {
+	t.Parallel()
+	fn := fakenet.Start(t)
+	b := egressBackend(t, fn)
+	s := spec("egress-boundary", dockertest.BusyboxImage)
+	p := egresstest.Policy(fn)
+	s.Egress = &p
+	sb := create(t, b, s)
+	e := egresstest.NewEnv(t, fn, b, sb)
+	bridge, err := dockertest.Client(t).NetworkInspect(t.Context(), "bridge", network.InspectOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, bridge.IPAM.Config, "the default bridge has no address")
+	// Its config may name no gateway: the engine takes the subnet's first.
+	gw := netip.MustParsePrefix(bridge.IPAM.Config[0].Subnet).Masked().Addr().Next()
+	egresstest.RunBoundary(t, e, egresstest.HostService(t, fn.HostAddr), egresstest.HostService(t, gw))
+}
+
 func TestEgressPorts(t *testing.T) {
 	t.Parallel()
 	fn := fakenet.Start(t)

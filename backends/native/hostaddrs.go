@@ -63,8 +63,8 @@ func (b *Backend) engineHostAddrs(ctx context.Context) []netip.Prefix {
 	}
 	for _, n := range nets {
 		for _, c := range n.IPAM.Config {
-			if a, err := netip.ParseAddr(c.Gateway); err == nil {
-				out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			if a, ok := gatewayOf(c); ok {
+				out = append(out, netip.PrefixFrom(a, a.BitLen()))
 			}
 		}
 	}
@@ -72,6 +72,19 @@ func (b *Backend) engineHostAddrs(ctx context.Context) []netip.Prefix {
 	// part of their key) stand for the next create.
 	slices.SortFunc(out, comparePrefix)
 	return slices.Compact(out)
+}
+
+// gatewayOf is a network's gateway: as configured, else (the default
+// bridge's config may name none) the engine's choice, its subnet's first
+// address.
+func gatewayOf(c network.IPAMConfig) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(c.Gateway); err == nil {
+		return a.Unmap(), true
+	}
+	if p, err := netip.ParsePrefix(c.Subnet); err == nil {
+		return p.Masked().Addr().Next(), true
+	}
+	return netip.Addr{}, false
 }
 
 func comparePrefix(a, b netip.Prefix) int {

@@ -488,7 +488,7 @@ func ParseHostAddrs(v string) ([]netip.Prefix, error) {
 }
 
 // InterfaceAddrs returns the addresses of this network namespace's
-// interfaces but loopback's, as single-address prefixes: what a backend
+// interfaces but loopback and link-local ones, as single-address prefixes: what a backend
 // whose sandboxes run on this machine names as the host's.
 func InterfaceAddrs() []netip.Prefix {
 	addrs, _ := net.InterfaceAddrs()
@@ -498,7 +498,10 @@ func InterfaceAddrs() []netip.Prefix {
 		if !ok {
 			continue
 		}
-		if ip, ok := netip.AddrFromSlice(n.IP); ok && !ip.Unmap().IsLoopback() {
+		// Loopback and link-local addresses are refused anyway; leaving
+		// them out keeps the list the same while containers come and go
+		// (each veth has a link-local address of its own).
+		if ip, ok := netip.AddrFromSlice(n.IP); ok && !ip.Unmap().IsLoopback() && !ip.IsLinkLocalUnicast() {
 			out = append(out, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
 		}
 	}

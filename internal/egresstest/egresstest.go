@@ -8,6 +8,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -282,4 +286,67 @@ func CreateTimes(b *testing.B, create func(context.Context, backend.Spec) (backe
 		}
 	}
 	return plain, enforced
+}
+
+// HostService serves "HOST-SECRET" over HTTP on addr (an address of the
+// machine the sandbox runs on, port 0) for t's life and returns where.
+func HostService(t testing.TB, addr netip.Addr) string {
+	t.Helper()
+	l, err := net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
+	require.NoError(t, err)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "HOST-SECRET") })}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return l.Addr().String()
+}
+
+// RunBoundary checks the boundary's edges from inside e (its policy is
+// changed): services on the host's addresses hostServices (made with
+// HostService) are out of reach under a default allow and through an
+// allowed name; a denied name's address is refused whatever name a
+// connection shows, for TCP and UDP; a connection no rule allows is
+// refused at once, not after the client gave up waiting.
+func RunBoundary(t *testing.T, e *Env, hostServices ...string) {
+	denied := e.Net.Addr("denied.test").String()
+	id := e.Sandbox.ID()
+	set := func(t *testing.T, p backend.Egress) {
+		t.Helper()
+		require.NoError(t, e.Ctl.SetEgress(t.Context(), id, p))
+	}
+	t.Run("the host's services are out of reach", func(t *testing.T) {
+		set(t, backend.Egress{Default: "allow"})
+		for _, hs := range hostServices {
+			out := e.MustFail(t, "get", "http://"+hs+"/", "allowed.test")
+			require.NotContains(t, out, "HOST-SECRET")
+		}
+		// An address rule of a default-deny policy is the one way there.
+		for _, hs := range hostServices {
+			ap := netip.MustParseAddrPort(hs)
+			set(t, backend.Egress{Default: "deny", Allow: []string{"allowed.test", ap.Addr().String() + ":" + strconv.Itoa(int(ap.Port()))}})
+			e.MustReach(t, "HOST-SECRET", "get", "http://"+hs+"/", "allowed.test")
+		}
+	})
+	t.Run("a denied name's address is denied whatever the name", func(t *testing.T) {
+		set(t, backend.Egress{Default: "allow", Deny: []string{"denied.test"}})
+		e.MustFail(t, "get", "http://"+denied+"/", "allowed.test")
+		e.MustFail(t, "get", "http://"+denied+"/", denied)
+		e.MustFail(t, "tls", denied+":443", "allowed.test")
+		e.MustReach(t, "hello from allowed.test", "get", "http://allowed.test/")
+		st, err := e.Ctl.EgressStatus(t.Context(), id)
+		require.NoError(t, err)
+		require.True(t, slices.ContainsFunc(st.Denials, func(d backend.EgressDenial) bool {
+			return d.Proto == "tcp" && d.Dest == denied && strings.Contains(d.Reason, `resolved for "denied.test"`)
+		}), "no denial of %s naming denied.test in %+v", denied, st.Denials)
+	})
+	t.Run("refusals are at once", func(t *testing.T) {
+		set(t, backend.Egress{Default: "deny", Allow: []string{"allowed.test"}})
+		// The client sends nothing and waits 5 s for the server: a
+		// refusal that drops or waits for its first bytes shows as a
+		// timeout.
+		out := e.MustFail(t, "wait", denied+":80")
+		require.NotContains(t, out, "timeout", "a refused TCP connection made the client wait")
+		out = e.MustFail(t, "udp", denied+":7")
+		require.NotContains(t, out, "timeout", "a refused UDP datagram made the client wait")
+		e.MustReach(t, "hello from allowed.test", "get", "http://allowed.test/")
+	})
 }

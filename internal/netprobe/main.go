@@ -47,7 +47,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(fmt.Errorf("usage: netprobe get|tls|lookup|txt|udp|route-del|route-add|raw-udp|nft-flush|mark-udp|download|stream ..."))
+		fail(fmt.Errorf("usage: netprobe get|tls|lookup|txt|udp|route-del|route-add|raw-udp|nft-flush|mark-udp|download|stream|wait ..."))
 	}
 	var err error
 	a := os.Args[2:]
@@ -84,6 +84,8 @@ func main() {
 		err = download(arg(a, 0), arg(a, 1))
 	case "stream":
 		err = stream(arg(a, 0), arg(a, 1))
+	case "wait":
+		err = waitFirst(arg(a, 0))
 	default:
 		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
 	}
@@ -173,6 +175,25 @@ func echo(c net.Conn) error {
 	if _, err := c.Write([]byte("ping")); err != nil {
 		return err
 	}
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(buf[:n]))
+	return nil
+}
+
+// waitFirst connects to addr over TCP and, sending nothing, waits up to
+// 5 s for the first bytes (as a client of a protocol where the server
+// speaks first does), printing them.
+func waitFirst(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	buf := make([]byte, 64)
 	n, err := c.Read(buf)
 	if err != nil {
