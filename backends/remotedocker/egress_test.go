@@ -55,6 +55,10 @@ func TestEgress(t *testing.T) {
 	egresstest.Run(t, e, func(t *testing.T) {
 		require.Equal(t, first, started(t), "the enforcer restarted")
 	})
+	// The remote host's services (on its own address and its bridge's
+	// gateway), which the enforcer learns over SSH and from the engine.
+	egresstest.RunBoundary(t, e, egresstest.HostServiceIn(t, h.NetNS, netip.MustParseAddr(h.Addr)),
+		egresstest.HostServiceIn(t, h.NetNS, bridge.Masked().Addr().Next()))
 	// Nothing of it is left on the remote engine once the sandbox is gone.
 	require.NoError(t, sb.Destroy(t.Context()))
 	_, err = rcli.ContainerInspect(t.Context(), enforcer)

@@ -294,6 +294,23 @@ func HostService(t testing.TB, addr netip.Addr) string {
 	t.Helper()
 	l, err := net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
 	require.NoError(t, err)
+	return HostServiceOn(t, l)
+}
+
+// HostServiceIn is HostService in the network namespace ns (a name under
+// /run/netns: a harness's remote host).
+func HostServiceIn(t testing.TB, ns string, addr netip.Addr) string {
+	t.Helper()
+	var l net.Listener
+	require.NoError(t, fakenet.InNamespace(ns, func() (err error) {
+		l, err = net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
+		return err
+	}))
+	return HostServiceOn(t, l)
+}
+
+// HostServiceOn serves "HOST-SECRET" over HTTP on l for t's life.
+func HostServiceOn(t testing.TB, l net.Listener) string {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "HOST-SECRET") })}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })

@@ -1,6 +1,7 @@
 package fakenet
 
 import (
+	"path/filepath"
 	"bytes"
 	"fmt"
 	"net"
@@ -15,6 +16,12 @@ import (
 
 // netnsDir is where `ip netns` keeps the named namespaces.
 const netnsDir = "/run/netns"
+
+// InNamespace runs fn in the network namespace name (under /run/netns),
+// as inNamespace: a listener fn opens there stays there.
+func InNamespace(name string, fn func() error) error {
+	return inNamespace(filepath.Join(netnsDir, name), fn)
+}
 
 // inNamespace runs fn on an OS thread that has joined the network namespace
 // at path: sockets fn creates, and processes it starts, belong to that
