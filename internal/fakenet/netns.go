@@ -1,12 +1,12 @@
 package fakenet
 
 import (
-	"path/filepath"
 	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
