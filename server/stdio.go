@@ -38,7 +38,8 @@ func StdioTransport(r io.Reader, w io.Writer) mcp.Transport {
 	return &mcp.IOTransport{Reader: in, Writer: out, MaxLineLength: -1}
 }
 
-// openCalls are the requests handed to the SDK and not yet answered.
+// openCalls are the requests handed to the SDK and not yet answered. A
+// nil *openCalls tracks nothing and never waits.
 type openCalls struct {
 	mu      sync.Mutex
 	ids     map[jsonrpc.ID]bool
@@ -54,6 +55,9 @@ func newOpenCalls() *openCalls {
 // reader hands to the SDK. A call whose ID is open already is not added:
 // the SDK answers it with ID null.
 func (c *openCalls) add(line []byte) {
+	if c == nil {
+		return
+	}
 	ids := messageIDs(line, func(m jsonrpc.Message) (jsonrpc.ID, bool) {
 		if req, ok := m.(*jsonrpc.Request); ok {
 			return req.ID, req.IsCall()
@@ -69,6 +73,9 @@ func (c *openCalls) add(line []byte) {
 
 // answered notes the answers in a message or batch the SDK wrote.
 func (c *openCalls) answered(msg []byte) {
+	if c == nil {
+		return
+	}
 	c.mu.Lock()
 	none := len(c.ids) == 0
 	c.mu.Unlock()
@@ -97,6 +104,9 @@ func (c *openCalls) answered(msg []byte) {
 
 // close notes that the SDK closed the transport.
 func (c *openCalls) close() {
+	if c == nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.done {
@@ -113,6 +123,9 @@ func (c *openCalls) signal() {
 // wait returns once every open call is answered or the transport is
 // closed.
 func (c *openCalls) wait() {
+	if c == nil {
+		return
+	}
 	for {
 		c.mu.Lock()
 		if len(c.ids) == 0 || c.done {
