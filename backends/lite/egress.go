@@ -226,7 +226,7 @@ func (b *Backend) setupEgress(ctx context.Context, m *meta, dir string) error {
 	}
 	rules := make(chan error, 1)
 	go func() {
-		err := nftApply(ctx, egressRules(n, host, egressctl.ProxyPort, pol))
+		err := nftApply(ctx, egressRules(n, host, egressctl.ProxyPort, pol, b.deniedAddrs(pol)))
 		if err == nil && forwardsAddrs(pol) {
 			err = openDockerForward(ctx)
 		}
@@ -400,7 +400,7 @@ func (b *Backend) startEnforcer(ctx context.Context, dir string, host netip.Addr
 // what policy's address rules allow (chain addr_, see addrRules). What it
 // refuses is refused at once (a reset, an ICMP unreachable), so that
 // clients fail fast instead of waiting for an answer that never comes.
-func egressRules(n int, host netip.Addr, port int, policy *egress.Policy) string {
+func egressRules(n int, host netip.Addr, port int, policy *egress.Policy, denied []netip.Addr) string {
 	t, v := egressTable(n), egressName(n)
 	return fmt.Sprintf(`table inet %[1]s {
 	chain prerouting_ {
@@ -433,39 +433,64 @@ func egressRules(n int, host netip.Addr, port int, policy *egress.Policy) string
 		iifname "%[2]s" oifname != "%[2]s" masquerade
 	}
 }
-`, t, v, host, port, addrRules(policy), egressctl.LogRate, egressctl.LogGroup(n))
+`, t, v, host, port, addrRules(policy, denied), egressctl.LogRate, egressctl.LogGroup(n))
 }
 
-// addrRules is the body of chain addr_: policy's IPv4 address rules, deny
-// rules dropping first (deny wins), then allow rules accepting (UDP on a
-// rule's ports, every protocol without ports). TCP never gets here: it
-// goes to the proxy.
-func addrRules(policy *egress.Policy) string {
+// addrRules is the body of chain addr_: what refuses by address first
+// (deny wins: the addresses denied's names resolved to, the deny address
+// rules; egressctl.DenyRules), then policy's allow rules accepting (UDP
+// on a rule's ports, every protocol without ports); IPv4 only. TCP never
+// gets here: it goes to the proxy. The host's addresses never do either
+// (traffic to them is the input chain's).
+func addrRules(policy *egress.Policy, denied []netip.Addr) string {
 	var b strings.Builder
-	for _, list := range []struct {
-		rules   []egress.Rule
-		verdict string
-	}{{policy.Deny, "reject with icmpx type admin-prohibited"}, {policy.Allow, "accept"}} {
-		for _, r := range list.rules {
-			if !r.Prefix.IsValid() || !r.Prefix.Addr().Is4() {
-				continue
-			}
-			ports := ""
-			if len(r.Ports) > 0 {
-				var rs []string
-				for _, pr := range r.Ports {
-					if pr.Lo == pr.Hi {
-						rs = append(rs, strconv.Itoa(int(pr.Lo)))
-					} else {
-						rs = append(rs, fmt.Sprintf("%d-%d", pr.Lo, pr.Hi))
-					}
-				}
-				ports = " udp dport { " + strings.Join(rs, ", ") + " }"
-			}
-			fmt.Fprintf(&b, "\t\tip daddr %s%s %s\n", r.Prefix.Masked(), ports, list.verdict)
+	write := func(r egress.Rule, verdict string) {
+		if !r.Prefix.IsValid() || !r.Prefix.Addr().Is4() {
+			return
 		}
+		ports := ""
+		if len(r.Ports) > 0 {
+			var rs []string
+			for _, pr := range r.Ports {
+				if pr.Lo == pr.Hi {
+					rs = append(rs, strconv.Itoa(int(pr.Lo)))
+				} else {
+					rs = append(rs, fmt.Sprintf("%d-%d", pr.Lo, pr.Hi))
+				}
+			}
+			ports = " udp dport { " + strings.Join(rs, ", ") + " }"
+		}
+		fmt.Fprintf(&b, "\t\tip daddr %s%s %s\n", r.Prefix.Masked(), ports, verdict)
+	}
+	for _, r := range egressctl.DenyRules(egressctl.AddrRules{Policy: policy, Denied: denied}) {
+		write(r, "reject with icmpx type admin-prohibited")
+	}
+	for _, r := range policy.Allow {
+		write(r, "accept")
 	}
 	return b.String()
+}
+
+// deniedAddrs resolves the exact names of policy's deny rules, as the
+// enforcer does (see egress.Enforcer.DeniedAddrs), when the sandbox's
+// other protocols could reach their addresses (an allow address rule
+// forwards them). The enforcer refuses them for TCP and keeps resolving
+// them; lite's forwarding rules, which the enforcer (unprivileged) cannot
+// change, get the addresses known at create and at each policy change.
+func (b *Backend) deniedAddrs(policy *egress.Policy) []netip.Addr {
+	if !forwardsAddrs(policy) || !slices.ContainsFunc(policy.Deny, func(r egress.Rule) bool { return r.Domain != "" && !r.Wildcard }) {
+		return nil
+	}
+	upstream, err := b.cfg.egressDNS()
+	if err != nil {
+		return nil
+	}
+	e, err := egress.New(egress.Options{Policy: policy, Upstream: upstream})
+	if err != nil {
+		return nil
+	}
+	defer e.Close()
+	return e.DeniedAddrs()
 }
 
 // forwardsAddrs reports whether policy has address rules whose traffic
@@ -674,7 +699,7 @@ func (b *Backend) SetEgress(ctx context.Context, id string, policy backend.Egres
 		return sb.opErr("set egress", fmt.Errorf("%w: egress: %v", backend.ErrInvalidConfig, err))
 	}
 	t := egressTable(m.EgressNet.Index)
-	script := fmt.Sprintf("flush chain inet %[1]s addr_\ntable inet %[1]s {\n\tchain addr_ {\n%[2]s\t}\n}\n", t, addrRules(pol))
+	script := fmt.Sprintf("flush chain inet %[1]s addr_\ntable inet %[1]s {\n\tchain addr_ {\n%[2]s\t}\n}\n", t, addrRules(pol, b.deniedAddrs(pol)))
 	if err := nftApply(ctx, script); err != nil {
 		return sb.opErr("set egress", err)
 	}

@@ -106,7 +106,7 @@ func TestEgressLeavesNothing(t *testing.T) {
 	require.NoError(t, makeEgressLink(egressName(n2), host, sbx))
 	deny, err := egress.NewPolicy("deny", nil, nil)
 	require.NoError(t, err)
-	require.NoError(t, nftApply(t.Context(), egressRules(n2, host, 1, deny)))
+	require.NoError(t, nftApply(t.Context(), egressRules(n2, host, 1, deny, nil)))
 	requireEgressNet(t, n2, true)
 	names, err := b.PruneCaches(t.Context(), true)
 	require.NoError(t, err)

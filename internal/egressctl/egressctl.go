@@ -163,7 +163,11 @@ func Run(args []string, stderr io.Writer) error {
 	if *inNetns {
 		// Marks need CAP_NET_ADMIN for as long as it runs: it keeps root
 		// (in a container of its own, with no other capability).
-		if err := installRules(uint16(port), uint16(*dnsPort), s.addrRules(pol)); err != nil {
+		s.addrMu.Lock()
+		err := installRules(uint16(port), uint16(*dnsPort), s.addrRules(pol))
+		s.installed = err == nil
+		s.addrMu.Unlock()
+		if err != nil {
 			s.close()
 			return fmt.Errorf("sbxd egress: %w", err)
 		}
@@ -235,8 +239,9 @@ type server struct {
 	onPolicy func(*egress.Policy) error
 	closers  []io.Closer
 
-	addrMu sync.Mutex   // guards denied, and orders address-rule writes
-	denied []netip.Addr // what the policy's deny names resolved to
+	addrMu    sync.Mutex   // guards denied and installed, and orders address-rule writes
+	denied    []netip.Addr // what the policy's deny names resolved to
+	installed bool         // whether installRules loaded the table
 }
 
 // addrRules is what the namespace's address chain holds for p.
@@ -253,11 +258,16 @@ func (s *server) setAddrRules(p *egress.Policy) error {
 }
 
 // setDeniedAddrs (the enforcer's OnDeniedAddrs) rewrites the address
-// chain with what p's deny names resolve to.
+// chain with what p's deny names resolve to; before the table is loaded
+// (the first policy's answers come while the enforcer starts) it only
+// keeps them for installRules.
 func (s *server) setDeniedAddrs(p *egress.Policy, addrs []netip.Addr) error {
 	s.addrMu.Lock()
 	defer s.addrMu.Unlock()
 	s.denied = addrs
+	if !s.installed {
+		return nil
+	}
 	return setAddrRules(s.addrRules(p))
 }
 

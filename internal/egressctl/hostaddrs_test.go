@@ -54,10 +54,10 @@ func TestGuardRefusesNamedHostAddrs(t *testing.T) {
 // Other protocols: the address chain refuses the denied names' addresses
 // and deny rules first, then the host's (unless the default is deny), then
 // accepts allow rules.
-func TestDenyRulesOf(t *testing.T) {
+func TestDenyRules(t *testing.T) {
 	p, err := egress.NewPolicy(egress.Allow, []string{"192.0.2.0/24:53"}, []string{"denied.test:53", "198.51.100.0/24"})
 	require.NoError(t, err)
-	rules := denyRulesOf(AddrRules{Policy: p, Host: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/32")}, Denied: []netip.Addr{netip.MustParseAddr("192.0.2.20")}})
+	rules := DenyRules(AddrRules{Policy: p, Host: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/32")}, Denied: []netip.Addr{netip.MustParseAddr("192.0.2.20")}})
 	var got []string
 	for _, r := range rules {
 		got = append(got, r.Prefix.String())
@@ -67,6 +67,6 @@ func TestDenyRulesOf(t *testing.T) {
 
 	p, err = egress.NewPolicy(egress.Deny, []string{"192.0.2.10:53"}, nil)
 	require.NoError(t, err)
-	require.Empty(t, denyRulesOf(AddrRules{Policy: p, Host: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/32")}}),
+	require.Empty(t, DenyRules(AddrRules{Policy: p, Host: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/32")}}),
 		"under a default deny, an allow rule may name the host")
 }

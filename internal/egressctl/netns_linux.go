@@ -212,7 +212,7 @@ func addAddrRules(c *nftables.Conn, t *nftables.Table, ch *nftables.Chain, rules
 			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
 		}
 	}
-	deny := denyRulesOf(rules)
+	deny := DenyRules(rules)
 	for _, d := range deny {
 		add(prefixMatch(d.Prefix), d.Ports, rejectUnreach)
 	}
@@ -223,10 +223,10 @@ func addAddrRules(c *nftables.Conn, t *nftables.Table, ch *nftables.Chain, rules
 	}
 }
 
-// denyRulesOf lists what rules refuse by address, in order: the denied
+// DenyRules lists what rules refuse by address, in order: the denied
 // names' addresses (on their rules' ports), the deny address rules, and
 // the host's addresses unless the policy's default is deny.
-func denyRulesOf(rules AddrRules) []egress.Rule {
+func DenyRules(rules AddrRules) []egress.Rule {
 	var out []egress.Rule
 	for _, a := range rules.Denied {
 		for _, r := range rules.Policy.Deny {

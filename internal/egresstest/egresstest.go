@@ -354,6 +354,11 @@ func RunBoundary(t *testing.T, e *Env, hostServices ...string) {
 		require.True(t, slices.ContainsFunc(st.Denials, func(d backend.EgressDenial) bool {
 			return d.Proto == "tcp" && d.Dest == denied && strings.Contains(d.Reason, `resolved for "denied.test"`)
 		}), "no denial of %s naming denied.test in %+v", denied, st.Denials)
+		// Other protocols too, even where an address rule covers it.
+		other := e.Net.Addr("other.test").String()
+		set(t, backend.Egress{Default: "allow", Allow: []string{e.Net.Prefix.String() + ":7"}, Deny: []string{"denied.test"}})
+		e.MustFail(t, "udp", denied+":7")
+		e.MustReach(t, "ping", "udp", other+":7")
 	})
 	t.Run("refusals are at once", func(t *testing.T) {
 		set(t, backend.Egress{Default: "deny", Allow: []string{"allowed.test"}})
