@@ -38,7 +38,13 @@
 // allowed name written in its SNI. With default allow, names matched by
 // deny rules are refused, and so are TLS and HTTP connections that show no
 // usable name (other protocols pass). Deny address rules refuse whatever
-// the name. Refused connections are reset and recorded as a [Denial];
+// the name, and so do the addresses the exact names of deny rules resolve
+// to ([Enforcer.DeniedAddrs]: the enforcer resolves them itself, while the
+// policy lives), so that a denied host is not reached at its address
+// under another name. With default deny, a connection whose address was
+// resolved for no name allowed on its port is refused after a short read
+// for its name (for the record), not after peekTimeout. Refused
+// connections are reset and recorded as a [Denial];
 // [Enforcer.SetPolicy] re-checks the open ones and cuts those the new
 // policy refuses.
 //
