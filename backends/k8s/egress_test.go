@@ -58,6 +58,22 @@ func TestEgress(t *testing.T) {
 		require.NotNil(t, st.State.Running, "the enforcer is not running: %+v", st.State)
 		require.Zero(t, st.RestartCount, "the enforcer restarted")
 	})
+	// The node's services: on its address (from the API, which the
+	// backend names to the enforcer) and on the pods' gateway (the
+	// node's bridge, which the enforcer finds in its namespace).
+	nodes, err := cs.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	var hosts []string
+	for _, n := range nodes.Items {
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP {
+				hosts = append(hosts, egresstest.HostServiceIn(t, c.NetNS, ip))
+			}
+		}
+	}
+	require.NotEmpty(t, hosts, "the node has no InternalIP")
+	hosts = append(hosts, egresstest.HostServiceIn(t, c.NetNS, pods.Masked().Addr().Next()))
+	egresstest.RunBoundary(t, e, hosts...)
 
 	// The entry's own command waits for the enforcer: its first
 	// connection is already held to the policy. (An HTTP request by nc:
