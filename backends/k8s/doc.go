@@ -41,7 +41,11 @@
 // Endpoint forwards a local port to the pod through the API server
 // (pods/portforward); a port with a host address in the entry
 // ("8080/tcp" = 18080) is forwarded there from Create on, as long as the
-// Backend lives. With service = true a ClusterIP Service per sandbox
+// Backend lives. The listener is sandboxkit's, and each connection to it
+// gets its own pair of streams: one made before the pod's server listens
+// is closed and the forward stays, and a connection to the API server
+// that dropped is dialed again at the next one (spaced out after failed
+// dials). With service = true a ClusterIP Service per sandbox
 // serves callers inside the cluster (Sandbox.ClusterAddress).
 //
 // Named volumes are PersistentVolumeClaims: CreateVolume makes a session's

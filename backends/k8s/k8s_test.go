@@ -3,6 +3,7 @@ package k8s_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -291,6 +292,49 @@ func TestEndpointPortForward(t *testing.T) {
 	}
 	_, err = e.Endpoint(ctx, 9999)
 	assert.ErrorIs(t, err, backend.ErrNotFound)
+}
+
+// A connection made before the pod's server listens is closed, and the
+// forward stays: once the server listens, the next connection reaches it.
+// Readiness probes connect early; client-go's PortForwarder ends the whole
+// forward (and its listener) at the first stream the pod refuses.
+func TestEndpointPortForwardBeforeListen(t *testing.T) {
+	t.Parallel()
+	b, _, _ := newBackend(t)
+	s := spec("early", k8stest.BusyboxImage)
+	s.Ports = []backend.Port{{Port: 8080}}
+	sb := create(t, b, s)
+	ctx := t.Context()
+	e, ok := backend.As[backend.Endpointer](sb)
+	require.True(t, ok)
+	addr, err := e.Endpoint(ctx, 8080)
+	require.NoError(t, err)
+	for i := range 3 {
+		got, err := dialRead(addr)
+		var ne net.Error
+		require.False(t, errors.As(err, &ne) && ne.Timeout(), "early connection %d was left open: %v", i, err)
+		require.Empty(t, got, "early connection %d: nothing listens in the pod yet", i)
+	}
+	startGreeter(t, sb, 8080, "hello-after-refusal")
+	got, err := dialRead(addr)
+	require.NoError(t, err)
+	assert.Contains(t, got, "hello-after-refusal")
+	again, err := e.Endpoint(ctx, 8080)
+	require.NoError(t, err)
+	assert.Equal(t, addr, again, "the forward is the same one")
+}
+
+// startGreeter starts a server in the pod that writes greeting to every
+// connection on port (busybox nc, one connection per loop) and waits
+// until it listens.
+func startGreeter(t *testing.T, sb backend.Sandbox, port int, greeting string) {
+	t.Helper()
+	res, err := sb.Exec(t.Context(), backend.ExecRequest{Shell: fmt.Sprintf(
+		`(while :; do echo %[1]s | nc -l -p %[2]d; done) >/dev/null 2>&1 &
+for i in $(seq 300); do grep -qs ':%04[2]X 0*:0000 0A' /proc/net/tcp /proc/net/tcp6 && exit 0; sleep 0.1; done
+echo "nothing listens on %[2]d after 30 s"; exit 1`, greeting, port)})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "%s", res.Stdout)
 }
 
 func dialRead(addr string) (string, error) {

@@ -1,0 +1,155 @@
+package k8s
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/k8stest"
+)
+
+// A forward whose connection to the API server dropped dials again at the
+// next local connection; after failed dials (the pod is gone) connections
+// are closed at once and dials are spaced out, not made per connection;
+// Close ends the forward and its listener.
+func TestForwardRedialsAndBacksOff(t *testing.T) {
+	t.Parallel()
+	b := agentTestBackend(t, "exec")
+	ctx := t.Context()
+	created, err := b.Create(ctx, backend.Spec{Name: "redial", Image: k8stest.BusyboxImage, TTL: 30 * time.Minute,
+		Ports: []backend.Port{{Port: 8080}}})
+	require.NoError(t, err)
+	sb := created.(*Sandbox)
+	t.Cleanup(func() {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		sb.Destroy(dctx)
+	})
+	res, err := sb.Exec(ctx, backend.ExecRequest{Shell: `(while :; do echo hello-redial | nc -l -p 8080; done) >/dev/null 2>&1 &
+for i in $(seq 300); do grep -qs ':1F90 0*:0000 0A' /proc/net/tcp /proc/net/tcp6 && exit 0; sleep 0.1; done; exit 1`})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "the server in the pod does not listen")
+	addr, err := sb.Endpoint(ctx, 8080)
+	require.NoError(t, err)
+	requireGreeting(t, addr, "hello-redial")
+
+	b.mu.Lock()
+	f := b.forwards[forwardKey{sb.pod, 8080}]
+	b.mu.Unlock()
+	require.NotNil(t, f)
+	first := f.current()
+	require.NotNil(t, first)
+	first.Close() // as when the API server restarts
+	requireGreeting(t, addr, "hello-redial")
+	assert.True(t, f.current() != first, "a new connection replaced the closed one")
+
+	// The pod goes away behind the forward's back, and so does its
+	// connection: every local connection is closed at once, and dials
+	// are spaced out by retryDelay however often clients come.
+	require.NoError(t, b.cs.CoreV1().Pods(b.ns).Delete(ctx, sb.pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+	require.Eventually(t, func() bool {
+		_, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, sb.pod, metav1.GetOptions{})
+		return err != nil
+	}, time.Minute, 200*time.Millisecond, "the pod is not deleted")
+	if c := f.current(); c != nil {
+		c.Close()
+	}
+	start := time.Now()
+	for i := range 30 {
+		got, err := readFrom(addr)
+		var ne net.Error
+		require.False(t, errors.As(err, &ne) && ne.Timeout(), "connection %d to a gone pod was left open", i)
+		require.Empty(t, got)
+	}
+	elapsed := time.Since(start)
+	f.mu.Lock()
+	failures := f.failures
+	f.mu.Unlock()
+	t.Logf("30 connections to a gone pod in %v: %d failed dials", elapsed, failures)
+	assert.GreaterOrEqual(t, failures, 1)
+	assert.LessOrEqual(t, failures, maxDials(elapsed), "30 connections in %v made %d dials", elapsed, failures)
+	_, err = sb.Endpoint(ctx, 8080)
+	assert.ErrorIs(t, err, backend.ErrNotFound)
+
+	done := make(chan struct{})
+	go func() {
+		b.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the forward within 10 s")
+	}
+	_, err = net.DialTimeout("tcp", addr, time.Second)
+	assert.Error(t, err, "the listener is closed with the backend")
+}
+
+// maxDials is how many dials retryDelay lets through in d, and one more
+// for the clock.
+func maxDials(d time.Duration) int {
+	n := 1
+	for wait := time.Duration(0); wait <= d; n++ {
+		wait += retryDelay(n)
+	}
+	return n
+}
+
+// current is the forward's connection in use (nil: none).
+func (f *forward) current() interface{ Close() error } {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.conn == nil {
+		return nil
+	}
+	return f.conn
+}
+
+// requireGreeting reads from addr until greeting comes, for 10 s at most:
+// busybox nc serves one connection per loop, and one that comes while it
+// starts again is refused.
+func requireGreeting(t *testing.T, addr, greeting string) {
+	t.Helper()
+	var got string
+	var err error
+	for range 50 {
+		if got, err = readFrom(addr); err == nil && strings.Contains(got, greeting) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("no %q from %s: %q, %v", greeting, addr, got, err)
+}
+
+func readFrom(addr string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	b, err := io.ReadAll(conn)
+	if len(b) > 0 {
+		err = nil
+	}
+	return string(b), err
+}
+
+func TestRetryDelay(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		want time.Duration
+	}{{1, forwardRetryMin}, {2, 2 * forwardRetryMin}, {3, 4 * forwardRetryMin}, {7, forwardRetryMax}, {1000, forwardRetryMax}} {
+		assert.Equal(t, c.want, retryDelay(c.n), fmt.Sprint(c.n))
+	}
+}
