@@ -35,15 +35,42 @@ var _ backend.Forker = (*Sandbox)(nil)
 // A fork of one (N = 1) starts a container made ahead for it where the
 // sandbox has one, with the layer laid over it instead of copied; one is
 // made in the background after every fork (see forkstandby.go).
+//
+// Until Fork returns them, the forks are this process's: each record
+// names it as the creator, complete forks too, and the marks are cleared
+// together just before Fork returns (handOver). A Fork killed before that
+// leaves forks that List shows as being created by a process that is
+// gone, which sbx gc removes; one killed after it leaves complete forks,
+// which sbx ls shows and sbx gc keeps.
 func (s *Sandbox) Fork(ctx context.Context, req backend.ForkRequest) ([]backend.Sandbox, error) {
-	out, err := s.fork(ctx, req)
+	plans, err := s.makeForks(ctx, req)
+	if err == nil {
+		if err = s.b.handOver(plans); err != nil {
+			s.dropForks(ctx, plans)
+		}
+	}
 	if err != nil {
 		return nil, s.opErr("fork", err)
 	}
 	if !s.b.noForkStandby {
 		s.b.background(s.prepareForkStandby)
 	}
+	out := make([]backend.Sandbox, len(plans))
+	for i, p := range plans {
+		out[i] = p.sb
+	}
 	return out, nil
+}
+
+// handOver clears the creator of the forks of plans: from then on they
+// are the caller's (see Fork).
+func (b *Backend) handOver(plans []*forkPlan) error {
+	for _, p := range plans {
+		if err := b.update(p.m, func(cur *meta) { cur.Creator = "" }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // forkPlan is one fork being made.
@@ -55,7 +82,9 @@ type forkPlan struct {
 	standby bool
 }
 
-func (s *Sandbox) fork(ctx context.Context, req backend.ForkRequest) (_ []backend.Sandbox, err error) {
+// makeForks makes and starts the forks req asks for, each still recorded
+// as being created by this process; on failure it removes those it made.
+func (s *Sandbox) makeForks(ctx context.Context, req backend.ForkRequest) (_ []*forkPlan, err error) {
 	if req.N < 1 {
 		return nil, fmt.Errorf("%w: fork: n must be at least 1, got %d", backend.ErrInvalidConfig, req.N)
 	}
@@ -95,11 +124,7 @@ func (s *Sandbox) fork(ctx context.Context, req backend.ForkRequest) (_ []backen
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	out := make([]backend.Sandbox, req.N)
-	for i, p := range plans {
-		out[i] = p.sb
-	}
-	return out, nil
+	return plans, nil
 }
 
 // forkFirst copies the parent's layer for the first fork, under the
@@ -266,24 +291,19 @@ func forkMeta(parent *meta, id string, req backend.ForkRequest) *meta {
 }
 
 // startFork mounts a prepared fork's root file system and runs it, or
-// starts a standby's container.
+// starts a standby's container. The fork stays recorded as being created
+// (see Fork).
 func (b *Backend) startFork(ctx context.Context, p *forkPlan) error {
 	m := p.m
 	if p.standby {
-		if err := m.runtime().startCreated(ctx, m.ContainerID); err != nil {
-			return err
-		}
-		return b.update(m, func(cur *meta) { cur.Creator = "" })
+		return m.runtime().startCreated(ctx, m.ContainerID)
 	}
 	if !m.Rootless {
 		if err := mountOverlay(m.Lower, p.sb.dir, 0); err != nil {
 			return err
 		}
 	}
-	if err := p.sb.start(ctx, m); err != nil {
-		return err
-	}
-	return b.update(m, func(cur *meta) { cur.Creator = "" })
+	return p.sb.start(ctx, m)
 }
 
 // forkConfig is the parent's OCI config made the fork's: what names the

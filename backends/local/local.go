@@ -152,6 +152,16 @@ func (m *meta) info() backend.Info {
 }
 
 func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
+	sb, err := b.create(ctx, spec, false)
+	if err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// create is Create; with making, the sandbox stays recorded as being
+// created by this process (for Fork to hand it over).
+func (b *Backend) create(ctx context.Context, spec backend.Spec, making bool) (*Sandbox, error) {
 	if err := b.Capabilities().Check(Name, spec); err != nil {
 		return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
 	}
@@ -194,7 +204,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		m.WorkDir = filepath.Join(dir, "work", wd)
 	}
 	sb := &Sandbox{b: b, id: id, dir: dir}
-	fail := func(err error) (backend.Sandbox, error) {
+	fail := func(err error) (*Sandbox, error) {
 		sb.kill()
 		statedir.RemoveDir(dir, nil)
 		return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
@@ -230,7 +240,10 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	// Under the record's lock: the record is visible, so others may
 	// write it by now (a claim, a Renew).
 	err = statedir.Update(b.dir, id, func(r *meta) error {
-		r.Creator, r.MainPID, r.MainStart = "", m.MainPID, m.MainStart
+		r.MainPID, r.MainStart = m.MainPID, m.MainStart
+		if !making {
+			r.Creator = ""
+		}
 		return nil
 	})
 	if err != nil {

@@ -389,15 +389,55 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 // this one's. The local backend cannot pause the parent: a process
 // writing meanwhile may leave a fork a file half written. Processes are
 // not carried over; the command, if any, starts afresh in each fork.
+//
+// Until Fork returns them, the forks are this process's: each record
+// names it as the creator, complete forks too, and the marks are cleared
+// together just before Fork returns. A Fork killed before that leaves
+// forks that List shows as being created by a process that is gone,
+// which sbx gc removes; one killed after it leaves complete forks, which
+// sbx ls shows and sbx gc keeps.
 func (s *Sandbox) Fork(ctx context.Context, req backend.ForkRequest) ([]backend.Sandbox, error) {
-	out, err := s.fork(ctx, req)
+	forks, err := s.makeForks(ctx, req)
+	if err == nil {
+		if err = s.b.handOver(forks); err != nil {
+			dropForks(ctx, forks)
+		}
+	}
 	if err != nil {
 		return nil, s.opErr("fork", err)
+	}
+	out := make([]backend.Sandbox, len(forks))
+	for i, f := range forks {
+		out[i] = f
 	}
 	return out, nil
 }
 
-func (s *Sandbox) fork(ctx context.Context, req backend.ForkRequest) (_ []backend.Sandbox, err error) {
+// handOver clears the creator of forks: from then on they are the
+// caller's (see Fork).
+func (b *Backend) handOver(forks []*Sandbox) error {
+	for _, f := range forks {
+		err := statedir.Update(b.dir, f.id, func(r *meta) error {
+			r.Creator = ""
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropForks destroys forks after a failure.
+func dropForks(ctx context.Context, forks []*Sandbox) {
+	for _, f := range forks {
+		f.Destroy(context.WithoutCancel(ctx))
+	}
+}
+
+// makeForks makes the forks req asks for, each still recorded as being
+// created by this process; on failure it removes those it made.
+func (s *Sandbox) makeForks(ctx context.Context, req backend.ForkRequest) (_ []*Sandbox, err error) {
 	if req.N < 1 {
 		return nil, fmt.Errorf("%w: fork: n must be at least 1, got %d", backend.ErrInvalidConfig, req.N)
 	}
@@ -427,26 +467,23 @@ func (s *Sandbox) fork(ctx context.Context, req backend.ForkRequest) (_ []backen
 	}
 	maps.Copy(spec.Labels, req.Labels)
 	spec.Labels[backend.LabelForkOf] = s.id
-	var forks []backend.Sandbox
+	var forks []*Sandbox
 	defer func() {
 		if err != nil {
-			for _, f := range forks {
-				f.Destroy(context.WithoutCancel(ctx))
-			}
+			dropForks(ctx, forks)
 		}
 	}()
 	for range req.N {
-		f, err := s.b.Create(ctx, spec)
+		f, err := s.b.create(ctx, spec, true)
 		if err != nil {
 			return nil, err
 		}
 		forks = append(forks, f)
-		child := f.(*Sandbox)
-		if err := copyFolder(work, filepath.Join(child.dir, "work")); err != nil {
+		if err := copyFolder(work, filepath.Join(f.dir, "work")); err != nil {
 			return nil, fmt.Errorf("copying the sandbox's folder: %w", err)
 		}
 		if m.Command != nil {
-			if err := child.startMainOf(m.Command); err != nil {
+			if err := f.startMainOf(m.Command); err != nil {
 				return nil, err
 			}
 		}
