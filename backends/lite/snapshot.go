@@ -12,6 +12,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -163,7 +164,7 @@ func (s *Sandbox) snapshot(ctx context.Context, req backend.SnapshotRequest) (ba
 		name = s.id + "-" + now.Format("20060102T150405.000") + "-" + id[:6]
 	}
 	key := "snapshot-" + id
-	tmp, err := os.MkdirTemp(store.dir, ".snapshot-")
+	tmp, err := snapshotTemp(store.dir)
 	if err != nil {
 		return backend.Snapshot{}, err
 	}
@@ -221,6 +222,33 @@ func (s *Sandbox) snapshot(ctx context.Context, req backend.SnapshotRequest) (ba
 	}
 	s.b.log.Debug("snapshot", "sandbox", s.id, "ref", srcSnapshot+name, "layer_bytes", size)
 	return rec.snapshot(), nil
+}
+
+// snapshotTempPrefix begins the name of the folder a Snapshot fills
+// before it renames it into place: .snapshot-<pid>.<start>-, naming its
+// maker, so that PruneCaches removes the folder of a Snapshot killed on
+// the way (its layer and image, as large as the sandbox's changes).
+const snapshotTempPrefix = ".snapshot-"
+
+// snapshotTemp makes a Snapshot's folder in dir, named for this process.
+func snapshotTemp(dir string) (string, error) {
+	start, _ := procfs.StartTime(os.Getpid())
+	return os.MkdirTemp(dir, fmt.Sprintf("%s%d.%d-", snapshotTempPrefix, os.Getpid(), start))
+}
+
+// snapshotTempGone reports whether name is the folder of a Snapshot whose
+// maker is gone. Folders of other names (an older sandboxkit's, which
+// named no maker) are left alone.
+func snapshotTempGone(name string) bool {
+	rest, ok := strings.CutPrefix(name, snapshotTempPrefix)
+	maker, _, ok2 := strings.Cut(rest, "-")
+	pidStr, startStr, ok3 := strings.Cut(maker, ".")
+	pid, err1 := strconv.Atoi(pidStr)
+	start, err2 := strconv.ParseUint(startStr, 10, 64)
+	if !ok || !ok2 || !ok3 || err1 != nil || err2 != nil || pid <= 0 {
+		return false
+	}
+	return !procfs.Alive(pid, start)
 }
 
 // writeUpperLayer writes the sandbox's upper layer to file as an OCI layer
@@ -426,7 +454,8 @@ const transientGrace = time.Minute
 // PruneCaches removes the snapshots whose TTL has run out, those labelled
 // backend.LabelTransient that no sandbox runs on (older than
 // transientGrace), and snapshot folders that neither a name nor a sandbox
-// uses (a snapshot removed while a sandbox ran on it), and what a killed
+// uses (a snapshot removed while a sandbox ran on it), the folders of
+// Snapshots killed on the way, and what a killed
 // CreateVolume or RemoveVolume left (see volumes.go); with dryRun it only
 // names them. It also thaws sandboxes that a killed Snapshot or Fork left
 // frozen (see thaw.go). sbx gc calls it.
@@ -480,6 +509,15 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 	}
 	entries, _ := os.ReadDir(b.images.dir)
 	for _, e := range entries {
+		if e.IsDir() && snapshotTempGone(e.Name()) {
+			names = append(names, filepath.Join(b.images.dir, e.Name())+" (a snapshot cut short)")
+			if !dryRun {
+				if err := removeTree(filepath.Join(b.images.dir, e.Name())); err != nil {
+					return names, &backend.OpError{Op: "prune", Backend: Name, Err: err}
+				}
+			}
+			continue
+		}
 		if !e.IsDir() || !strings.HasPrefix(e.Name(), "snapshot-") || used[e.Name()] {
 			continue
 		}
