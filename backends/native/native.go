@@ -926,8 +926,10 @@ func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.In
 	}
 	var out []backend.Info
 	for _, c := range list {
-		labels := withClaim(c.Labels, strings.TrimPrefix(firstName(c.Names), "/"), claims[c.Labels[backend.LabelID]])
+		name := strings.TrimPrefix(firstName(c.Names), "/")
+		labels := withClaim(c.Labels, name, claims[c.Labels[backend.LabelID]])
 		info := infoFrom(labels, c.Image, c.State, time.Unix(c.Created, 0), cmp(labels[labelWorkDir], "/"))
+		markMaking(&info, name)
 		if info.ID == "" || !filter.Match(info) {
 			continue
 		}

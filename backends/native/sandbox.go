@@ -104,6 +104,7 @@ func (s *Sandbox) Info(ctx context.Context) (backend.Info, error) {
 	}
 	created, _ := time.Parse(time.RFC3339Nano, c.Created)
 	info := infoFrom(labels, img, state, created, workDirOf(c))
+	markMaking(&info, strings.TrimPrefix(c.Name, "/"))
 	if s.adopted {
 		// Its labels, if any, are someone else's.
 		info.ID, info.Name, info.Session, info.Owner = s.id, s.name, "", ""

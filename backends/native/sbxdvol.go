@@ -155,6 +155,11 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 	if err != nil {
 		return pruned, b.opErr("prune caches", "", err)
 	}
+	tags, err := b.pruneMakingTags(ctx, dryRun)
+	pruned = append(pruned, tags...)
+	if err != nil {
+		return pruned, b.opErr("prune caches", "", err)
+	}
 	imgs, err := b.pruneForkImages(ctx, dryRun)
 	if err != nil {
 		err = b.opErr("prune caches", "", err)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -15,15 +16,33 @@ import (
 	"github.com/docker/docker/api/types/network"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/owner"
 )
 
 // Snapshots are images committed from a sandbox's container, as
 // Checkpoint's are, labelled labelSnapshot so that ListSnapshots finds
 // them; a fork's image is labelled labelForkImage, so that PruneCaches
 // removes it when the last fork is gone.
+//
+// A snapshot or a fork is the process's that makes it until Snapshot or
+// Fork returns it, so that one whose maker is killed before then is
+// removed by sbx gc, complete or not. Labels are fixed when an image or a
+// container is made, so what says "being made" is what can change, a
+// name: a snapshot is committed under a tag of the makingRepo only, and
+// gets its own tag (and loses that one) just before Snapshot returns; a
+// fork's container is named with makingSuffix until every fork runs,
+// then renamed. Both carry labelMaker, the maker's owner string, for
+// good: ListSnapshots and List report it as backend.LabelCreator (and a
+// fork as backend.StateCreating) only while the name says it is being
+// made. A maker killed between the new tag and the untag leaves a
+// snapshot with both, which is complete: PruneCaches removes the making
+// tag.
 const (
 	labelSnapshot  = "sandboxkit.native.snapshot"
 	labelForkImage = "sandboxkit.native.fork-image"
+	labelMaker     = "sandboxkit.native.maker"
+	makingRepo     = "sandboxkit-making/"
+	makingSuffix   = "-making"
 )
 
 var (
@@ -35,31 +54,83 @@ var (
 // Snapshot commits the container (paused meanwhile) to an image named
 // req.Ref ("": sandboxkit-snapshot/<id>:<unix nanoseconds>), labelled with
 // the request's labels, the sandbox's session, LabelSnapshotOf and, with a
-// TTL, LabelExpiresAt. Size is the image's size.
+// TTL, LabelExpiresAt. Size is the image's size. Until it returns, the
+// image is tagged only in the makingRepo (see above).
 func (s *Sandbox) Snapshot(ctx context.Context, req backend.SnapshotRequest) (backend.Snapshot, error) {
+	sn, making, err := s.makeSnapshot(ctx, req, owner.Self())
+	if err == nil {
+		err = s.b.handOverSnapshot(ctx, making, sn.Ref)
+	}
+	if err != nil {
+		return backend.Snapshot{}, s.opErr("snapshot", err)
+	}
+	return sn, nil
+}
+
+// makeSnapshot commits the container to an image tagged making (in the
+// makingRepo) whose maker is maker, and describes the snapshot it becomes
+// once handOverSnapshot has given it its reference.
+func (s *Sandbox) makeSnapshot(ctx context.Context, req backend.SnapshotRequest, maker string) (_ backend.Snapshot, making string, _ error) {
 	if req.TTL < 0 {
-		return backend.Snapshot{}, s.opErr("snapshot", fmt.Errorf("%w: ttl must not be negative, got %s", backend.ErrInvalidConfig, req.TTL))
+		return backend.Snapshot{}, "", fmt.Errorf("%w: ttl must not be negative, got %s", backend.ErrInvalidConfig, req.TTL)
+	}
+	if isMakingTag(req.Ref) {
+		return backend.Snapshot{}, "", fmt.Errorf("%w: reference %q: the repository %s is the backend's own (snapshots being taken)", backend.ErrInvalidConfig, req.Ref, strings.TrimSuffix(makingRepo, "/"))
 	}
 	c, err := s.inspect(ctx)
 	if err != nil {
-		return backend.Snapshot{}, s.opErr("snapshot", err)
+		return backend.Snapshot{}, "", err
 	}
 	now := time.Now().UTC()
 	ref := cmp(req.Ref, "sandboxkit-snapshot/"+s.id+":"+fmt.Sprint(now.UnixNano()))
 	labels := snapshotLabels(c.Config.Labels, req.Labels)
 	labels[labelSnapshot] = "1"
 	labels[backend.LabelSnapshotOf] = s.id
+	labels[labelMaker] = maker
 	if req.TTL > 0 {
 		labels[backend.LabelExpiresAt] = now.Add(req.TTL).Format(time.RFC3339)
 	}
-	if _, err := s.commit(ctx, ref, "sandboxkit snapshot of sandbox "+s.id, labels); err != nil {
-		return backend.Snapshot{}, s.opErr("snapshot", err)
+	making = makingRepo + s.id + ":" + newID()
+	if _, err := s.commit(ctx, making, "sandboxkit snapshot of sandbox "+s.id, labels); err != nil {
+		return backend.Snapshot{}, "", err
 	}
-	img, err := s.b.cli.ImageInspect(ctx, ref)
+	img, err := s.b.cli.ImageInspect(ctx, making)
 	if err != nil {
-		return backend.Snapshot{}, s.opErr("snapshot", s.b.translate(err))
+		s.b.dropMaking(ctx, making)
+		return backend.Snapshot{}, "", s.b.translate(err)
 	}
-	return snapshotOf(ref, c.Config.Image, img.Size, img.Config.Labels, img.Created), nil
+	return snapshotOf(ref, c.Config.Image, img.Size, img.Config.Labels, img.Created), making, nil
+}
+
+// handOverSnapshot gives the image tagged making its reference ref and
+// takes the making tag off: from the first step on the snapshot is the
+// caller's. A making tag left (the engine failed the untag) is logged;
+// PruneCaches removes it.
+func (b *Backend) handOverSnapshot(ctx context.Context, making, ref string) error {
+	if err := b.cli.ImageTag(ctx, making, ref); err != nil {
+		b.dropMaking(ctx, making)
+		return b.translate(err)
+	}
+	if _, err := b.cli.ImageRemove(ctx, making, image.RemoveOptions{}); err != nil {
+		b.log.Warn("untagging a snapshot taken (sbx gc does it later)", "image", ref, "tag", making, "err", b.translate(err))
+	}
+	return nil
+}
+
+// dropMaking removes the image of a snapshot that failed, by its making
+// tag.
+func (b *Backend) dropMaking(ctx context.Context, making string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := b.cli.ImageRemove(rctx, making, image.RemoveOptions{}); err != nil && !errors.Is(b.translate(err), backend.ErrNotFound) {
+		b.log.Warn("removing the image of a failed snapshot (sbx gc removes it later)", "image", making, "err", err)
+	}
+}
+
+// isMakingTag reports whether an image's tag (as the engine lists it, or
+// as asked for) is in the makingRepo.
+func isMakingTag(tag string) bool {
+	return strings.HasPrefix(strings.TrimPrefix(shortTag(tag), "localhost/"), makingRepo)
 }
 
 // snapshotLabels are the labels of an image committed from a container
@@ -88,7 +159,7 @@ func snapshotLabels(own, req map[string]string) map[string]string {
 func snapshotOf(ref, base string, size int64, labels map[string]string, created string) backend.Snapshot {
 	sn := backend.Snapshot{Ref: ref, Base: base, Size: size, Labels: map[string]string{}}
 	for k, v := range labels {
-		if v != "" {
+		if v != "" && k != labelMaker {
 			sn.Labels[k] = v
 		}
 	}
@@ -98,7 +169,8 @@ func snapshotOf(ref, base string, size int64, labels map[string]string, created 
 }
 
 // ListSnapshots lists the snapshot images that match filter, one entry
-// per tag.
+// per tag. A snapshot still being taken is listed by its making tag, with
+// backend.LabelCreator naming its maker (see above).
 func (b *Backend) ListSnapshots(ctx context.Context, filter backend.Filter) ([]backend.Snapshot, error) {
 	imgs, err := b.cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", labelSnapshot+"=1"))})
 	if err != nil {
@@ -109,13 +181,62 @@ func (b *Backend) ListSnapshots(ctx context.Context, filter backend.Filter) ([]b
 		if img.Labels[labelSnapshot] != "1" || !filter.MatchLabels(img.Labels) {
 			continue
 		}
-		for _, tag := range slices.DeleteFunc(slices.Clone(img.RepoTags), func(t string) bool { return !isTag(t) }) {
-			sn := snapshotOf(shortTag(tag), "", img.Size, img.Labels, "")
+		tags, making := snapshotTags(img.RepoTags)
+		creator := ""
+		if len(tags) == 0 {
+			tags, creator = making, img.Labels[labelMaker]
+		}
+		for _, tag := range tags {
+			sn := snapshotOf(tag, "", img.Size, img.Labels, "")
 			sn.CreatedAt = time.Unix(img.Created, 0).UTC()
+			if creator != "" {
+				sn.Labels[backend.LabelCreator] = creator
+			}
 			out = append(out, sn)
 		}
 	}
 	return out, nil
+}
+
+// snapshotTags splits an image's tags (as the engine lists them) into its
+// own and those in the makingRepo, each as Docker names it.
+func snapshotTags(repoTags []string) (own, making []string) {
+	for _, t := range repoTags {
+		switch {
+		case !isTag(t):
+		case isMakingTag(t):
+			making = append(making, shortTag(t))
+		default:
+			own = append(own, shortTag(t))
+		}
+	}
+	return own, making
+}
+
+// pruneMakingTags takes the making tags off the snapshots that have their
+// own tag too: a Snapshot killed between its two last steps.
+func (b *Backend) pruneMakingTags(ctx context.Context, dryRun bool) ([]string, error) {
+	imgs, err := b.cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", labelSnapshot+"=1"))})
+	if err != nil {
+		return nil, b.translate(err)
+	}
+	var pruned []string
+	for _, img := range imgs {
+		own, making := snapshotTags(img.RepoTags)
+		if len(own) == 0 {
+			continue // being taken, or cut short: ListSnapshots shows it
+		}
+		for _, tag := range making {
+			pruned = append(pruned, "tag "+tag+" of snapshot "+own[0]+" (taken)")
+			if dryRun {
+				continue
+			}
+			if _, err := b.cli.ImageRemove(ctx, tag, image.RemoveOptions{}); err != nil && !errors.Is(b.translate(err), backend.ErrNotFound) {
+				return pruned, b.translate(err)
+			}
+		}
+	}
+	return pruned, nil
 }
 
 // shortTag is a tag as Docker lists it: Podman lists docker.io/NAME:TAG for
@@ -143,63 +264,101 @@ func (b *Backend) RemoveSnapshot(ctx context.Context, ref string) error {
 // its own. Processes are not carried over (see backend.Forker). The
 // image (sandboxkit-fork/ID:...) stays while forks use it; PruneCaches
 // removes it once the last fork is gone. Published ports with a fixed host port cannot be
-// forked (the engine refuses the second binding).
+// forked (the engine refuses the second binding). Until Fork returns, the
+// forks' containers are named as being made (see above).
 func (s *Sandbox) Fork(ctx context.Context, req backend.ForkRequest) ([]backend.Sandbox, error) {
-	out, err := s.fork(ctx, req)
+	forks, ref, err := s.makeForks(ctx, req, owner.Self())
+	if err == nil {
+		if err = s.b.handOverForks(ctx, forks); err != nil {
+			s.dropForks(ctx, forks, ref)
+		}
+	}
 	if err != nil {
 		return nil, s.opErr("fork", err)
+	}
+	out := make([]backend.Sandbox, len(forks))
+	for i, f := range forks {
+		out[i] = f.sb
 	}
 	return out, nil
 }
 
-func (s *Sandbox) fork(ctx context.Context, req backend.ForkRequest) (_ []backend.Sandbox, err error) {
+// madeFork is a fork whose container runs under its making name.
+type madeFork struct {
+	sb   *Sandbox
+	name string // the container's name once handed over
+}
+
+// handOverForks renames the forks' containers from their making names to
+// their own: from then on each is the caller's.
+func (b *Backend) handOverForks(ctx context.Context, forks []madeFork) error {
+	errs := make([]error, len(forks))
+	var wg sync.WaitGroup
+	for i, f := range forks {
+		wg.Go(func() { errs[i] = b.translate(b.cli.ContainerRename(ctx, f.sb.cid, f.name)) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// dropForks removes the forks made so far, and the image they were made
+// from (ref), after a failure.
+func (s *Sandbox) dropForks(ctx context.Context, forks []madeFork, ref string) {
+	for _, f := range forks {
+		f.sb.Destroy(context.WithoutCancel(ctx))
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := s.b.cli.ImageRemove(rctx, ref, image.RemoveOptions{}); err != nil {
+		s.b.log.Warn("removing the image of a failed fork (sbx gc removes it later)", "image", ref, "err", err)
+	}
+}
+
+// makeForks commits the container to an image (ref) and starts the forks
+// req asks for from it, named as being made by maker; on failure it
+// removes what it made.
+func (s *Sandbox) makeForks(ctx context.Context, req backend.ForkRequest, maker string) (_ []madeFork, ref string, err error) {
 	if req.N < 1 {
-		return nil, fmt.Errorf("%w: fork: n must be at least 1, got %d", backend.ErrInvalidConfig, req.N)
+		return nil, "", fmt.Errorf("%w: fork: n must be at least 1, got %d", backend.ErrInvalidConfig, req.N)
 	}
 	if s.adopted {
-		return nil, fmt.Errorf("%w: the sandbox is an existing container sandboxkit did not make", errors.ErrUnsupported)
+		return nil, "", fmt.Errorf("%w: the sandbox is an existing container sandboxkit did not make", errors.ErrUnsupported)
 	}
 	if s.egress != "" {
-		return nil, fmt.Errorf("%w: the sandbox has an egress policy, which a fork would not carry; create sandboxes of its entry instead", errors.ErrUnsupported)
+		return nil, "", fmt.Errorf("%w: the sandbox has an egress policy, which a fork would not carry; create sandboxes of its entry instead", errors.ErrUnsupported)
 	}
 	c, err := s.inspect(ctx)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	ref := "sandboxkit-fork/" + s.id + ":" + newID()
+	ref = "sandboxkit-fork/" + s.id + ":" + newID()
 	labels := snapshotLabels(c.Config.Labels, nil)
 	labels[labelForkImage] = s.id
 	if _, err := s.commit(ctx, ref, "sandboxkit fork of sandbox "+s.id, labels); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	// The image keeps its tag while forks use it (untagging a used
 	// image needs force, and Podman's force removes the containers too):
 	// PruneCaches removes it once the last fork is gone.
-	forks := make([]backend.Sandbox, 0, req.N)
+	forks := make([]madeFork, 0, req.N)
 	defer func() {
 		if err != nil {
-			for _, f := range forks {
-				f.Destroy(context.WithoutCancel(ctx))
-			}
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if _, rerr := s.b.cli.ImageRemove(rctx, ref, image.RemoveOptions{}); rerr != nil {
-				s.b.log.Warn("removing the image of a failed fork (sbx gc removes it later)", "image", ref, "err", rerr)
-			}
+			s.dropForks(ctx, forks, ref)
 		}
 	}()
 	for range req.N {
-		f, err := s.startFork(ctx, c, ref, req)
+		f, err := s.startFork(ctx, c, ref, req, maker)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		forks = append(forks, f)
 	}
-	return forks, nil
+	return forks, ref, nil
 }
 
-// startFork creates and starts one fork of the container c from image ref.
-func (s *Sandbox) startFork(ctx context.Context, c container.InspectResponse, ref string, req backend.ForkRequest) (*Sandbox, error) {
+// startFork creates and starts one fork of the container c from image ref,
+// named as being made by maker.
+func (s *Sandbox) startFork(ctx context.Context, c container.InspectResponse, ref string, req backend.ForkRequest, maker string) (madeFork, error) {
 	id := newID()
 	old := c.Config.Labels
 	spec := backend.Spec{
@@ -222,6 +381,7 @@ func (s *Sandbox) startFork(ctx context.Context, c container.InspectResponse, re
 	cfg.Image = ref
 	cfg.Labels = s.b.labels(spec, id, time.Now())
 	cfg.Labels[labelWorkDir] = old[labelWorkDir]
+	cfg.Labels[labelMaker] = maker
 	// Labels the image has (from the commit) and this fork does not set
 	// are blanked, as Create does.
 	for k := range labelsOfImage(ctx, s.b, ref) {
@@ -266,18 +426,33 @@ func (s *Sandbox) startFork(ctx context.Context, c container.InspectResponse, re
 			nc.EndpointsConfig[name] = &network.EndpointSettings{Aliases: aliases}
 		}
 	}
-	created, err := s.b.cli.ContainerCreate(ctx, &cfg, &hc, nc, nil, containerName(spec, id))
+	name := containerName(spec, id)
+	created, err := s.b.cli.ContainerCreate(ctx, &cfg, &hc, nc, nil, name+makingSuffix)
 	if err != nil {
-		return nil, s.b.explainCreate(err)
+		return madeFork{}, s.b.explainCreate(err)
 	}
 	if err := s.b.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		s.b.cli.ContainerRemove(rctx, created.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
-		return nil, s.b.explainCreate(err)
+		return madeFork{}, s.b.explainCreate(err)
 	}
-	return &Sandbox{b: s.b, id: id, cid: created.ID, workDir: s.workDir, pool: false,
-		autoRemove: hc.AutoRemove, bareInit: s.bareInit}, nil
+	sb := &Sandbox{b: s.b, id: id, cid: created.ID, workDir: s.workDir, pool: false,
+		autoRemove: hc.AutoRemove, bareInit: s.bareInit}
+	return madeFork{sb: sb, name: name}, nil
+}
+
+// markMaking makes info, of a container named name, say what the
+// container's name and labelMaker say: a fork being made is in
+// StateCreating, with backend.LabelCreator naming its maker (see above).
+// labelMaker itself is not shown.
+func markMaking(info *backend.Info, name string) {
+	maker := info.Labels[labelMaker]
+	delete(info.Labels, labelMaker)
+	if maker != "" && strings.HasSuffix(name, makingSuffix) {
+		info.State = backend.StateCreating
+		info.Labels[backend.LabelCreator] = maker
+	}
 }
 
 func labelsOfImage(ctx context.Context, b *Backend, ref string) map[string]string {

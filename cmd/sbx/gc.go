@@ -21,7 +21,9 @@ func (a *app) gcCmd() *cobra.Command {
 		Short: "Remove expired sandboxes and volumes, and those whose owner is gone",
 		Long: `Gc removes every sandbox of the backend whose TTL has run out, and every
 sandbox owned by a process that no longer runs (an sbx run that was killed
-before it could clean up), and every sandbox of a session whose launch was
+before it could clean up), every sandbox whose maker died before handing
+it over (an sbx fork killed before it printed its forks), and every
+sandbox of a session whose launch was
 cut short (an sbx up killed before the session was ready). Sandboxes owned by processes on other hosts are
 left to their TTL. A pool member counts as owned by its keeper until it is
 claimed, and by its claimer after (on Docker, by its claim record: a member
@@ -31,7 +33,9 @@ On backends with shared volumes it then removes the volumes whose TTL has run
 out, and those of a session that has no sandboxes left (once the volume is
 older than 10 minutes, so a session being launched keeps its volumes).
 Volumes still mounted by a sandbox are kept. Then it removes the snapshots
-whose TTL has run out (sbx snapshot --ttl). Last it removes caches and
+whose TTL has run out (sbx snapshot --ttl), and those whose maker died
+before handing them over (an sbx snapshot killed before it printed the
+reference). Last it removes caches and
 records nothing uses any more (native: the agent's volumes of other sbx
 builds, and the claim records of pool members that are gone).`,
 		Args: exactArgs(0, "no arguments"),

@@ -43,6 +43,29 @@ func TestReapReasonHalfDone(t *testing.T) {
 	}
 }
 
+// gc reaps a snapshot whose maker died before handing it over
+// (LabelCreator, which backends report until Snapshot returns), and an
+// expired one; it keeps one being taken by a live process, one handed
+// over, and one whose maker is on another host.
+func TestSnapshotReapReason(t *testing.T) {
+	gone := goneOwner(t)
+	now := time.Now()
+	for _, tt := range []struct {
+		sn   backend.Snapshot
+		want string
+	}{
+		{backend.Snapshot{Labels: map[string]string{backend.LabelCreator: gone}}, "its making was cut short: its maker " + gone + " is gone"},
+		{backend.Snapshot{ExpiresAt: now.Add(-time.Minute), Labels: map[string]string{backend.LabelCreator: owner.Self()}}, "expired"},
+		{backend.Snapshot{Labels: map[string]string{backend.LabelCreator: owner.Self()}}, ""},
+		{backend.Snapshot{Labels: map[string]string{backend.LabelCreator: "elsewhere.example:1:1"}}, ""},
+		{backend.Snapshot{ExpiresAt: now.Add(time.Minute), Labels: map[string]string{}}, ""},
+	} {
+		if got := snapshotReapReason(tt.sn, now); (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
+			t.Errorf("snapshotReapReason(%+v) = %q, want %q", tt.sn, got, tt.want)
+		}
+	}
+}
+
 // goneOwner returns the owner string of a process that has finished.
 func goneOwner(t *testing.T) string {
 	t.Helper()
