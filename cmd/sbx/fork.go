@@ -21,8 +21,10 @@ then on each is independent: nothing a fork or the parent writes shows in
 another. Processes are not carried over: each fork starts its command afresh.
 The parent keeps running (it may be frozen while its files are copied).
 
-Forks are labelled sandboxkit.fork-of=ID; sbx rm removes them. k8s and
-opensandbox cannot fork.`,
+Forks are labelled sandboxkit.fork-of=ID; sbx rm removes them. Until the
+backend hands them over, just before their IDs are printed, they are sbx
+fork's: forks of an sbx fork killed before then are removed by sbx gc. k8s
+and opensandbox cannot fork.`,
 		Example: `  sbx fork main
   sbx fork -n 8 3f9c2a`,
 		Args: exactArgs(1, "a sandbox ID or name"),

@@ -33,7 +33,9 @@ snapshot:NAME). k8s and opensandbox cannot take snapshots.
 
 A snapshot of the same name replaces the one before. With --ttl, sbx gc
 removes the snapshot once the TTL has run out; without, it stays until
-removed.
+removed. A snapshot is sbx snapshot's until the backend hands it over, just
+before the reference is printed: one whose sbx snapshot was killed before
+then is removed by sbx gc.
 
 With -o, the argument is a session ID (sbx status lists them) and snapshot
 writes a bundle to the file BUNDLE ("-": stdout): one tar holding an image of
