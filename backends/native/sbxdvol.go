@@ -135,8 +135,10 @@ func sbxdTar(id embedbin.Binary, prefix string) (io.Reader, error) {
 var _ backend.CachePruner = (*Backend)(nil)
 
 // PruneCaches removes the sbxd volumes of other builds of the agent that no
-// container uses (each build of sbx makes its own; see sbxdVolume), and the
-// claim records of pool members that are gone (see claim.go). The sbxd
+// container uses (each build of sbx makes its own; see sbxdVolume), the
+// claim records of pool members that are gone (see claim.go), the making
+// tags left on snapshots that have their reference (see snapshot.go), and
+// the images of forks that are gone. The sbxd
 // volume of this program's build stays: removing it would only make the
 // next Create fill it again.
 func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error) {

@@ -37,7 +37,9 @@ whose TTL has run out (sbx snapshot --ttl), and those whose maker died
 before handing them over (an sbx snapshot killed before it printed the
 reference). Last it removes caches and
 records nothing uses any more (native: the agent's volumes of other sbx
-builds, and the claim records of pool members that are gone).`,
+builds, the claim records of pool members that are gone, and the temporary
+tags of snapshots whose maker died after giving them their reference; lite:
+the folders of snapshots whose maker died while filling them).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if grace < 0 {
