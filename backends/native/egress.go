@@ -164,12 +164,18 @@ func (b *Backend) joinEnforcer(ctx context.Context, spec backend.Spec, id string
 // container's ID. On error nothing of it is left.
 func (b *Backend) runEnforcer(ctx context.Context, spec backend.Spec, name string, cfg *container.Config, hc *container.HostConfig, inject func(ctx context.Context, cid string) error) (_ string, err error) {
 	var created container.CreateResponse
+	// Not cut short by ctx: a create cancelled while the engine makes the
+	// container (a spare's start when the backend closes) would leave it
+	// there, never started, without our knowing its ID. The steps after
+	// it honour ctx, and what fails then is removed.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	if b.cfg.Ports == PortsLoopback && len(spec.Ports) > 0 {
 		// The enforcer publishes the ports: on the session's address.
-		created, err = b.createOnLoopback(ctx, spec, cfg.Labels[labelEgressFor], cfg, hc, name)
+		created, err = b.createOnLoopback(cctx, spec, cfg.Labels[labelEgressFor], cfg, hc, name)
 	} else {
-		created, err = b.cli.ContainerCreate(ctx, cfg, hc, networkingConfig(spec), platformOf(spec), name)
+		created, err = b.cli.ContainerCreate(cctx, cfg, hc, networkingConfig(spec), platformOf(spec), name)
 	}
+	cancel()
 	if err != nil {
 		return "", fmt.Errorf("egress enforcer: %w", b.explainCreate(err))
 	}

@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +25,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -29,14 +33,20 @@ import (
 	"github.com/sandboxkit/sandboxkit/backends/local"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
 	"github.com/sandboxkit/sandboxkit/internal/k8stest"
+	"github.com/sandboxkit/sandboxkit/internal/remotetest"
 	"github.com/sandboxkit/sandboxkit/internal/rootfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
+	"github.com/sandboxkit/sandboxkit/server"
 )
 
-// The chaos test: sbx run, sbx up, sbx exec and pool keepers (sbx pool
-// keep, with and without --sessions) are killed at random moments
-// (SIGKILL, then SIGHUP, then their stdout closed), and after sbx gc
-// nothing of ours may be left on the backend or the host. It is long, so it
+// The chaos test: sbx run, sbx up, sbx exec, pool keepers (sbx pool
+// keep, with and without --sessions), sbx fork, sbx snapshot (of a
+// sandbox, and -o of a session), sbx restore, sbx egress set and sbx
+// serve (with a pool, while agents create sandboxes) are killed at random
+// moments (SIGKILL, then SIGHUP, then their stdout closed), and after sbx
+// gc nothing of ours may be left on the backend or the host but what a
+// command handed over before it died (the forks and snapshots it printed,
+// the sessions it completed, the sandboxes serve gave agents). It is long, so it
 // runs only with SBX_CHAOS=1 (.ci/run sets it, in a step of its own, so no
 // other test's sandboxes come and go meanwhile); SBX_CHAOS_SEED picks the
 // seed (default: the time, printed).
@@ -53,8 +63,24 @@ type chaosTarget struct {
 	// session is one of the commands killed.
 	bundles bool
 	// egress: the config has an entry "fenced" with an egress policy, and
-	// sbx run of it is one of the commands killed.
+	// sbx run of it and sbx egress set of a kept one are among the
+	// commands killed.
 	egress bool
+	// forks: the backend forks and snapshots sandboxes, and sbx fork and
+	// sbx snapshot of the kept sandbox are among the commands killed.
+	forks bool
+	// serve: sbx serve (the config's pool kept, agents creating
+	// sandboxes) is one of the commands killed.
+	serve bool
+	// move, when set, is where sbx move of a fresh session sends it (a
+	// config of another backend), and how to list what of ours is there.
+	move *chaosMoveTo
+}
+
+// chaosMoveTo is the other side of sbx move.
+type chaosMoveTo struct {
+	config    string
+	inventory func(t *testing.T) []string
 }
 
 func TestChaos(t *testing.T) {
@@ -85,7 +111,11 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 	t.Setenv("XDG_STATE_HOME", t.TempDir())
 	t.Setenv(EnvPoolDir, t.TempDir())
 	inventory := func(t *testing.T) []string {
-		return append(tg.inventory(t), bundleTemps(t)...)
+		inv := append(tg.inventory(t), bundleTemps(t)...)
+		if tg.forks || tg.bundles {
+			inv = append(inv, snapshotRefs(t)...)
+		}
+		return inv
 	}
 	before := inventory(t)
 
@@ -106,9 +136,35 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 		sbx(t, "up", "--id", keep, "main").expect(t, 0)
 		ops = append(ops, "bundle")
 	}
-	if tg.egress {
-		ops = append(ops, "run-egress")
+	var bundle string
+	if tg.bundles {
+		// A bundle for sbx restore, written before the loop.
+		bundle = filepath.Join(outs, "restore.tar")
+		sbx(t, "snapshot", "-o", bundle, keep).expect(t, 0)
+		ops = append(ops, "restore")
 	}
+	var fenced string
+	if tg.egress {
+		ops = append(ops, "run-egress", "egress-set")
+		r := sbx(t, "run", "--keep", "--sandbox", "fenced", "--", "true")
+		r.expect(t, 0)
+		fenced = strings.TrimSpace(r.stderr[strings.LastIndexByte(strings.TrimSpace(r.stderr), '\n')+1:])
+	}
+	if tg.forks {
+		ops = append(ops, "fork", "snapshot")
+	}
+	if tg.serve {
+		ops = append(ops, "serve")
+		t.Setenv("SBX_API_KEY", "chaos-"+tag)
+	}
+	var moveBefore []string
+	if tg.move != nil {
+		ops = append(ops, "move")
+		moveBefore = tg.move.inventory(t)
+	}
+	// What the commands handed over before they were stopped: the forks
+	// and snapshots they printed are the caller's, not leaks.
+	var forks, snaps []string
 	phases := []struct {
 		name  string
 		count int
@@ -119,6 +175,7 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 		{"stdout closed", max(tg.kills/5, 5), func(_ *exec.Cmd, out *os.File) { out.Close() }},
 	}
 	n := 0
+	ran := map[string]int{}
 	var lastStop time.Time
 	for _, ph := range phases {
 		for i := 0; i < ph.count; i++ {
@@ -142,9 +199,39 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 				args = []string{"run", "--sandbox", "fenced", "--", "sh", "-c", "echo started; sleep 60"}
 			case "claim": // from the pool a killed keeper may have left
 				args = []string{"run", "--sandbox", "worker", "--", "sh", "-c", "echo started; sleep 60"}
+			case "fork": // the forks' folders, containers, layers and images
+				args = []string{"fork", "-n", "2", kept}
+			case "snapshot": // its image, layer or archive
+				args = []string{"snapshot", "--ref", fmt.Sprintf("chaos%s-%d", tag, n), kept}
+			case "restore": // the loaded images, the session's sandboxes, volumes and network
+				args = []string{"restore", bundle}
+			case "egress-set":
+				args = []string{"egress", "set", fenced, "--allow", fmt.Sprintf("n%d.allowed.test", n)}
+			case "serve": // its pool's members and the sandboxes being made for agents
+				args = []string{"serve", "--listen", "127.0.0.1:0"}
+			case "move": // a fresh session: the bundle, both sides' images, sandboxes, volumes and networks
+				id := fmt.Sprintf("chaosmv%s-%d", tag, n)
+				sbx(t, "up", "--id", id, "main").expect(t, 0)
+				args = []string{"move", id, "--to", tg.move.config}
 			}
-			delay := time.Duration(rng.Int64N(int64(tg.maxDelay) + 1))
-			chaosOnce(t, bin, args, delay, ph.stop)
+			maxDelay := tg.maxDelay
+			if op == "move" || op == "restore" {
+				// Longer: it saves, copies and loads images first.
+				maxDelay *= 4
+			}
+			delay := time.Duration(rng.Int64N(int64(maxDelay) + 1))
+			ran[op]++
+			var during func(stderr *bufio.Reader)
+			if op == "serve" {
+				during = chaosAgents
+			}
+			out := chaosOnce(t, bin, args, delay, ph.stop, during)
+			switch op {
+			case "fork":
+				forks = append(forks, strings.Fields(out)...)
+			case "snapshot":
+				snaps = append(snaps, strings.Fields(out)...)
+			}
 			lastStop = time.Now()
 		}
 	}
@@ -155,13 +242,54 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 	time.Sleep(time.Until(lastStop.Add(statedir.HalfGrace)))
 	gc := sbx(t, "gc", "--grace", "0")
 	gc.expect(t, 0)
-	t.Logf("gc after %d interruptions:\n%s", n, gc.stdout)
-	// The sessions sbx up completed before it was stopped are not leaks:
-	// they were asked for. Remove them, and the kept sandbox.
+	t.Logf("gc after %d interruptions (%v):\n%s", n, ran, gc.stdout)
+	// The sessions sbx up and sbx restore completed before they were
+	// stopped are not leaks: they were asked for. Nor are the forks and
+	// snapshots that were printed, and the sandboxes serve handed to
+	// agents. Remove them, and the kept sandboxes.
 	for _, id := range sessionsLeft(t) {
 		sbx(t, "down", id)
 	}
+	for _, id := range forks {
+		sbx(t, "rm", id).expect(t, 0)
+	}
+	if len(snaps) > 0 {
+		sbx(t, append([]string{"snapshot", "rm"}, snaps...)...).expect(t, 0)
+	}
+	served := 0
+	for _, sb := range listAll(t) {
+		if sb.Labels[server.LabelConversation] != "" {
+			sbx(t, "rm", sb.ID).expect(t, 0)
+			served++
+		}
+	}
+	t.Logf("handed over: %d forks, %d snapshots, %d sandboxes serve gave agents", len(forks), len(snaps), served)
 	sbx(t, "rm", kept)
+	if fenced != "" {
+		sbx(t, "rm", fenced)
+	}
+	if tg.move != nil {
+		// The other side: the sessions moves completed are asked for;
+		// nothing else of them may be left once its gc ran.
+		t.Setenv("SBX_CONFIG", tg.move.config)
+		sbx(t, "gc", "--grace", "0").expect(t, 0)
+		moved := sessionsLeft(t)
+		for _, id := range moved {
+			sbx(t, "down", id)
+		}
+		sbx(t, "gc", "--grace", "0").expect(t, 0)
+		var left []string
+		for _, x := range tg.move.inventory(t) {
+			if !slices.Contains(moveBefore, x) {
+				left = append(left, x)
+			}
+		}
+		if len(left) > 0 {
+			t.Errorf("left behind on sbx move's other side (seed above): %v", left)
+		}
+		t.Logf("sbx move completed %d sessions", len(moved))
+		t.Setenv("SBX_CONFIG", tg.config)
+	}
 	sbx(t, "gc", "--grace", "0").expect(t, 0)
 	var left []string
 	for _, x := range inventory(t) {
@@ -170,13 +298,15 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 		}
 	}
 	if len(left) > 0 {
-		t.Errorf("left behind (seed above): %v", left)
+		t.Errorf("left behind (seed above): %v\nhanded over: forks %v, snapshots %v", left, forks, snaps)
 		t.Logf("sbx ls --all:\n%s", sbx(t, "ls", "--all").stdout)
 	}
 }
 
-// chaosOnce starts sbx, stops it after delay with stop, and waits for it.
-func chaosOnce(t *testing.T, bin string, args []string, delay time.Duration, stop func(*exec.Cmd, *os.File)) {
+// chaosOnce starts sbx, stops it after delay with stop, and waits for it;
+// it returns what sbx printed on stdout. during, when set, reads sbx's
+// stderr as it runs (it must drain it) and acts meanwhile.
+func chaosOnce(t *testing.T, bin string, args []string, delay time.Duration, stop func(*exec.Cmd, *os.File), during func(stderr *bufio.Reader)) string {
 	t.Helper()
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -184,16 +314,30 @@ func chaosOnce(t *testing.T, bin string, args []string, delay time.Duration, sto
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = pw
+	var er, ew *os.File
+	if during != nil {
+		if er, ew, err = os.Pipe(); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = ew
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	pw.Close()
+	if ew != nil {
+		ew.Close()
+		defer er.Close()
+		go during(bufio.NewReader(er))
+	}
 	// Drain stdout in the background, so sbx never blocks on it.
+	var out strings.Builder
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
+			out.WriteString(sc.Text() + "\n")
 		}
 	}()
 	timer := time.NewTimer(delay)
@@ -207,7 +351,7 @@ func chaosOnce(t *testing.T, bin string, args []string, delay time.Duration, sto
 		timer.Stop()
 		pr.Close()
 		<-done
-		return
+		return out.String()
 	case <-timer.C:
 	}
 	stop(cmd, pr)
@@ -220,6 +364,74 @@ func chaosOnce(t *testing.T, bin string, args []string, delay time.Duration, sto
 	}
 	pr.Close()
 	<-done
+	return out.String()
+}
+
+// chaosAgents is sbx serve's during: once it listens, two agents (in
+// conversations of their own) each ask it for a sandbox, the pool's
+// entry and the first; their answers do not matter, serve is stopped
+// whenever the delay says.
+func chaosAgents(stderr *bufio.Reader) {
+	for {
+		line, err := stderr.ReadString('\n')
+		if err != nil {
+			return
+		}
+		m := listeningRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		for i, entry := range []string{"worker", "main"} {
+			go func() {
+				body := fmt.Sprintf(`{"type":%q}`, entry)
+				req, err := http.NewRequest(http.MethodPost, m[1]+"/tools/create_sandbox", strings.NewReader(body))
+				if err != nil {
+					return
+				}
+				req.Header.Set("Authorization", "Bearer "+os.Getenv("SBX_API_KEY"))
+				req.Header.Set(server.HeaderConversation, fmt.Sprintf("chaos-agent-%d", i))
+				c := &http.Client{Timeout: time.Minute}
+				if resp, err := c.Do(req); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}()
+		}
+		break
+	}
+	io.Copy(io.Discard, stderr)
+}
+
+// snapshotRefs lists the backend's snapshots (sbx snapshot ls) but the
+// transient ones (a bundle's, a restore's loaded images), which gc keeps
+// for a grace period and the images inventory covers where it can.
+func snapshotRefs(t *testing.T) []string {
+	t.Helper()
+	r := sbx(t, "snapshot", "ls", "--json")
+	if r.code != 0 {
+		t.Fatalf("sbx snapshot ls: %s", r.stderr)
+	}
+	var snaps []snapshotJSON
+	if err := json.Unmarshal([]byte(r.stdout), &snaps); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, s := range snaps {
+		if s.Labels[backend.LabelTransient] == "" {
+			out = append(out, "snapshot "+s.Ref)
+		}
+	}
+	return out
+}
+
+// listAll returns sbx ls --all --json.
+func listAll(t *testing.T) []sandboxJSON {
+	t.Helper()
+	var out []sandboxJSON
+	if err := json.Unmarshal([]byte(must(t, "ls", "--all", "--json")), &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // sessionsLeft lists the sessions sbx status shows.
@@ -295,10 +507,14 @@ func chaosLocal(t *testing.T) chaosTarget {
 	config := writeChaosConfig(t, fmt.Sprintf("[sandbox]\nbackend = \"local\"\n[sandbox.local]\nstate_dir = %q\n", state), "")
 	return chaosTarget{
 		config:   config,
+		forks:    true,
+		serve:    true,
 		kills:    50,
 		maxDelay: 600 * time.Millisecond,
 		inventory: func(t *testing.T) []string {
-			inv := dirEntries(t, state, "state")
+			// The snapshots folder is made once and kept: its files count.
+			inv := slices.DeleteFunc(dirEntries(t, state, "state"), func(e string) bool { return e == "state snapshots" })
+			inv = append(inv, dirEntries(t, filepath.Join(state, "snapshots"), "snapshot file")...)
 			// Sandbox processes inherit the environment of the sbx that
 			// made them, so this test's carry its SBX_CONFIG; other test
 			// binaries running at the same time have local sandboxes too.
@@ -327,6 +543,8 @@ func chaosLite(t *testing.T) chaosTarget {
 	return chaosTarget{
 		config:   writeChaosConfig(t, head, "dir:"+fs, fenced),
 		egress:   true,
+		forks:    true,
+		serve:    true,
 		kills:    50,
 		maxDelay: 800 * time.Millisecond,
 		inventory: func(t *testing.T) []string {
@@ -362,54 +580,77 @@ func chaosNative(t *testing.T) chaosTarget {
 	// Spare enforcers too: started after a create, removed at exit.
 	config := writeChaosConfig(t, "[sandbox]\nbackend = \"native\"\n[sandbox.native]\negress_dns = \"127.0.0.1\"\negress_spares = 1\n", dockertest.BusyboxImage, fenced)
 	labelEntries(t, config, runLabel)
+	var move *chaosMoveTo
+	if os.Getenv("SBX_REQUIRE_REMOTE") == "1" { // the remote harness is up (CI): sbx move goes there
+		h := remotetest.Get(t)
+		rcli := h.DockerClient(t)
+		move = &chaosMoveTo{config: remoteConfig(t, h), inventory: func(t *testing.T) []string {
+			return engineInventory(t, rcli, filters.NewArgs(filters.Arg("label", backend.LabelBackend)))
+		}}
+	}
 	return chaosTarget{
+		move:     move,
 		config:   config,
 		egress:   true,
+		forks:    true,
+		serve:    true,
 		kills:    50,
 		maxDelay: 1500 * time.Millisecond,
 		inventory: func(t *testing.T) []string {
-			ctx := context.Background()
-			f := filters.NewArgs(filters.Arg("label", backend.LabelBackend))
-			if err := dockertest.SettleAutoRemove(ctx, cli, f); err != nil {
-				t.Fatal(err)
-			}
-			var inv []string
-			cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", runKey+"="+runValue))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, c := range cs {
-				inv = append(inv, "container "+c.ID[:12])
-			}
-			vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, v := range vs.Volumes {
-				if v.Labels["sandboxkit.native.sbxd"] == "" { // the agent's cache: kept on purpose
-					inv = append(inv, "volume "+v.Name)
-				}
-			}
-			ns, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, n := range ns {
-				inv = append(inv, "network "+n.Name)
-			}
-			// Snapshot, fork and bundle images carry the backend's label.
-			imgs, err := cli.ImageList(ctx, image.ListOptions{Filters: f})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, img := range imgs {
-				inv = append(inv, "image "+img.ID)
-			}
-			slices.Sort(inv)
-			return inv
+			return engineInventory(t, cli, filters.NewArgs(filters.Arg("label", runKey+"="+runValue)))
 		},
 		bundles: true,
 	}
+}
+
+// engineInventory names what of ours is on a Docker engine: the
+// containers that containers selects (enforcers and their spares, which
+// copy their entry's labels, included), and the volumes (but the agent's
+// cache), networks and images with the backend's label (snapshots', forks',
+// bundles' and restores' images carry it).
+func engineInventory(t *testing.T, cli *client.Client, containers filters.Args) []string {
+	t.Helper()
+	ctx := context.Background()
+	f := filters.NewArgs(filters.Arg("label", backend.LabelBackend))
+	if err := dockertest.SettleAutoRemove(ctx, cli, f); err != nil {
+		t.Fatal(err)
+	}
+	var inv []string
+	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: containers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		inv = append(inv, "container "+c.ID[:12])
+	}
+	vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs.Volumes {
+		if v.Labels["sandboxkit.native.sbxd"] == "" { // the agent's cache: kept on purpose
+			inv = append(inv, "volume "+v.Name)
+		}
+	}
+	ns, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ns {
+		inv = append(inv, "network "+n.Name)
+	}
+	// Snapshot, fork and bundle images carry the backend's label.
+	imgs, err := cli.ImageList(ctx, image.ListOptions{Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range imgs {
+		if img.Labels["sandboxkit.native.helper"] == "" { // the agent's helper image: a cache, as its volume
+			inv = append(inv, "image "+img.ID)
+		}
+	}
+	slices.Sort(inv)
+	return inv
 }
 
 func chaosK8s(t *testing.T) chaosTarget {
