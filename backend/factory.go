@@ -39,7 +39,7 @@ type Factory struct {
 	EntryTTLKey string
 	// EntryExtraKeys are the [sandbox.sandboxes.NAME.extra] keys the backend
 	// reads (through Settings.Extras) besides EntryTTLKey. Initializers
-	// leave them alone when they decode an entry's extra table strictly, so
+	// leave them alone when they decode an entry's extra table, so
 	// an entry may carry them whichever backend the file selects.
 	EntryExtraKeys []string
 	// EntrySpec, when set, applies the EntryExtraKeys the backend honours
@@ -47,8 +47,8 @@ type Factory struct {
 	// whose [extra] table is extra, when the file selects this backend.
 	// Errors name the key as "KEY: problem" (KEY relative to the extra
 	// table); the config package adds the entry's path. Keys of
-	// EntryExtraKeys that a backend does not select are refused by the
-	// config package, naming the key and the backend.
+	// EntryExtraKeys are ignored while another backend is selected (as in
+	// OpenSage); the config package warns, naming the key and its reader.
 	EntrySpec func(extra map[string]any, spec *Spec) error
 	// AutoRank makes the backend a candidate of backend = "auto", which
 	// opens the candidate of highest rank that opens and passes Probe on

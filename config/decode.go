@@ -454,15 +454,11 @@ func editDistance(a, b string) int {
 	return d[len(ra)][len(rb)]
 }
 
-// openExtra is implemented by initializer configs whose [extra] table may
-// hold keys of other tools (initializers.OpenConfig).
-type openExtra interface{ OpenExtra() }
-
-// DecodeExtra decodes entry e's [extra] table strictly into v, an
-// initializer's config: unknown keys are errors naming the key, with a
-// did-you-mean. Keys a backend of the config's registry reads
-// (backend.Factory.EntryExtraKeys) are left to it; a v with an OpenExtra
-// method takes only the keys it knows and leaves the rest to other tools.
+// DecodeExtra decodes entry e's [extra] table into v, an initializer's
+// config: the keys v takes are type-checked (a wrong type is an error
+// naming the key); every other key is left to the backends and other tools
+// that read it, as OpenSage's free [extra] map is (ExtraWarnings names the
+// keys nothing selected reads).
 func (c *Config) DecodeExtra(e *Entry, v any) error {
 	p := &parser{cfg: c}
 	data := maps.Clone(e.Extra)
@@ -473,14 +469,9 @@ func (c *Config) DecodeExtra(e *Entry, v any) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	_, open := v.(openExtra)
-	var backendKeys map[string]bool // read by some backend of the registry
-	if c.reg != nil {
-		backendKeys = c.reg.entryExtraKeys()
-	}
 	maps.DeleteFunc(data, func(k string, _ any) bool {
 		_, known := fieldFor(t, k)
-		return !known && (open || backendKeys[k])
+		return !known
 	})
 	c.applyBuildDefaults(v)
 	p.decodeStrict(data, slices.Concat(entryKey(e.Name), toml.Key{"extra"}), v, nil)

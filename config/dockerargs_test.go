@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"path/filepath"
 	"testing"
 
@@ -158,7 +157,8 @@ container_name = "opensage_main_1"
 }
 
 // The agentdocker-lite extras become the Spec's limits on lite; on
-// another backend they are refused at Spec time, naming key and backend.
+// another backend they are ignored (as OpenSage's backends ignore each
+// other's) and ExtraWarnings names them with their reader.
 func TestSpecLiteExtras(t *testing.T) {
 	const entries = `
 [sandbox.sandboxes.main]
@@ -175,15 +175,18 @@ pids_max = 256
 	spec := mustSpec(t, cfg, "main")
 	assert.Equal(t, backend.Resources{CPUs: 0.5, MemoryBytes: 512 << 20, PidsLimit: 256}, spec.Resources)
 
-	// On native nothing reads them: refused, naming key and backend.
+	assert.Empty(t, cfg.ExtraWarnings("main", "the main initializer", nil, nil))
+
+	// On native nothing reads them: no limits, a warning per key.
 	cfg = mustParseBuiltin(t, "[sandbox]\nbackend = \"native\"\n"+entries)
-	_, err := cfg.Spec("main")
-	require.ErrorIs(t, err, errors.ErrUnsupported)
-	assert.ErrorContains(t, err, "the native backend cannot honour sandbox.sandboxes.main.extra.cpu_max (read by lite), ")
-	assert.ErrorContains(t, err, "sandbox.sandboxes.main.extra.fs_backend (read by lite)")
-	// Selecting lite (sbx --backend lite) makes them valid.
+	assert.Equal(t, backend.Resources{}, mustSpec(t, cfg, "main").Resources)
+	warnings := cfg.ExtraWarnings("main", "the main initializer", nil, nil)
+	assert.Len(t, warnings, 6)
+	assert.Contains(t, warnings, "sandbox.sandboxes.main.extra.cpu_max: read by the lite backend, not by the native backend or the main initializer (ignored)")
+	// Selecting lite (sbx --backend lite) applies them.
 	require.NoError(t, cfg.SetBackend("lite"))
 	assert.Equal(t, 0.5, mustSpec(t, cfg, "main").Resources.CPUs)
+	assert.Empty(t, cfg.ExtraWarnings("main", "the main initializer", nil, nil))
 
 	for _, tt := range []struct{ extra, wantErr string }{
 		{`fs_backend = "btrfs"`, `sandbox.sandboxes.x.extra.fs_backend: "btrfs" is not supported by the lite backend, which has only "overlayfs"`},
@@ -198,14 +201,14 @@ pids_max = 256
 		assert.ErrorContains(t, err, tt.wantErr, tt.extra)
 	}
 	// A lite key contradicting the entry's own limit.
-	_, err = parseBuiltin(t, "[sandbox]\nbackend = \"lite\"\n[sandbox.sandboxes.x]\ncpus = 2\n[sandbox.sandboxes.x.extra]\ncpu_max = \"50000 100000\"\n")
+	_, err := parseBuiltin(t, "[sandbox]\nbackend = \"lite\"\n[sandbox.sandboxes.x]\ncpus = 2\n[sandbox.sandboxes.x.extra]\ncpu_max = \"50000 100000\"\n")
 	assert.ErrorContains(t, err, "sandbox.sandboxes.x.extra.cpu_max gives 0.5, but the entry's cpus gives 2 (set one of them)")
 	// "max" is no limit.
 	cfg = mustParseBuiltin(t, "[sandbox]\nbackend = \"lite\"\n[sandbox.sandboxes.x]\n[sandbox.sandboxes.x.extra]\ncpu_max = \"max 100000\"\nmemory_max = \"max\"\npids_max = \"max\"\n")
 	assert.Equal(t, backend.Resources{}, mustSpec(t, cfg, "x").Resources)
 }
 
-// The k8s extras are accepted on k8s entries and refused elsewhere.
+// The k8s extras are accepted on k8s entries and warned about elsewhere.
 func TestSpecK8sExtras(t *testing.T) {
 	const entries = `
 [sandbox.sandboxes.main]
@@ -218,10 +221,11 @@ tolerations = [{ key = "gpu", operator = "Exists", effect = "NoSchedule" }]
 `
 	cfg := mustParseBuiltin(t, "[sandbox]\nbackend = \"k8s\"\n"+entries)
 	mustSpec(t, cfg, "main")
+	assert.Empty(t, cfg.ExtraWarnings("main", "the main initializer", nil, nil))
 	cfg = mustParseBuiltin(t, "[sandbox]\nbackend = \"local\"\n"+entries)
-	_, err := cfg.Spec("main")
-	require.ErrorIs(t, err, errors.ErrUnsupported)
-	assert.ErrorContains(t, err, "the local backend cannot honour sandbox.sandboxes.main.extra.context (read by k8s)")
+	mustSpec(t, cfg, "main")
+	assert.Contains(t, cfg.ExtraWarnings("main", "the main initializer", nil, nil),
+		"sandbox.sandboxes.main.extra.context: read by the k8s backend, not by the local backend or the main initializer (ignored)")
 }
 
 // A config without [sandbox], or without entries, is valid: there is only

@@ -125,31 +125,20 @@ func (r *Registry) Names() []string {
 	return slices.Sorted(maps.Keys(r.factories))
 }
 
-// entryExtraKeys are the [extra] keys some registered backend reads.
-func (r *Registry) entryExtraKeys() map[string]bool {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	keys := map[string]bool{}
-	for _, f := range r.factories {
-		for _, k := range f.EntryExtraKeys {
-			keys[k] = true
-		}
-		if f.EntryTTLKey != "" {
-			keys[f.EntryTTLKey] = true
-		}
-	}
-	return keys
-}
-
 // extraKeyOwners maps each [extra] key some registered backend reads per
-// entry (its EntryExtraKeys) to those backends' names, sorted.
+// entry (its EntryExtraKeys and EntryTTLKey) to those backends' names,
+// sorted.
 func (r *Registry) extraKeyOwners() map[string][]string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	owners := map[string][]string{}
 	for _, name := range slices.Sorted(maps.Keys(r.factories)) {
-		for _, k := range r.factories[name].EntryExtraKeys {
+		f := r.factories[name]
+		for _, k := range f.EntryExtraKeys {
 			owners[k] = append(owners[k], name)
+		}
+		if f.EntryTTLKey != "" && !slices.Contains(f.EntryExtraKeys, f.EntryTTLKey) {
+			owners[f.EntryTTLKey] = append(owners[f.EntryTTLKey], name)
 		}
 	}
 	return owners

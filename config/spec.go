@@ -40,10 +40,11 @@ import (
 // Factory.EntrySpec applies the [extra] keys it reads per sandbox (lite's
 // cpu_max, ...).
 //
-// Options that backend.Spec cannot carry yet (devices, host_gateway), and
-// [extra] keys that another backend than the selected one reads (lite's
-// cpu_max on native), give an error wrapping errors.ErrUnsupported that
-// names the key and the backend rather than being dropped.
+// Options that backend.Spec cannot carry yet (devices, host_gateway) give
+// an error wrapping errors.ErrUnsupported that names the key rather than
+// being dropped. [extra] keys that another backend than the selected one
+// reads (lite's cpu_max on native) are ignored, as OpenSage's backends
+// ignore each other's: ExtraWarnings names them.
 //
 // [sandbox] host_shared_mem_dir is mounted read-write at SharedMemTarget
 // (/mem/shared) and made on the host (0755) when missing; a backend that
@@ -75,9 +76,6 @@ func (c *Config) CheckSpec(name string) (backend.Spec, error) {
 			errs[i] = invalidf("%s: %s", c.Describe(), p)
 		}
 		return backend.Spec{}, errors.Join(errs...)
-	}
-	if err := c.foreignExtras(e); err != nil {
-		return backend.Spec{}, err
 	}
 	if err := c.refuseSharedMem(); err != nil {
 		return backend.Spec{}, err
@@ -127,32 +125,6 @@ func (c *Config) selectedFactory() (name string, f backend.Factory, ok bool) {
 		b = c.Chosen
 	}
 	return c.reg.resolve(b)
-}
-
-// foreignExtras refuses [extra] keys that some registered backend reads per
-// entry (its EntryExtraKeys) but the selected backend does not: it would
-// ignore them.
-func (c *Config) foreignExtras(e *Entry) error {
-	name, f, ok := c.selectedFactory()
-	if !ok {
-		return nil
-	}
-	owners := c.reg.extraKeyOwners()
-	var bad []string
-	for _, k := range sortedKeys(e.Extra) {
-		if len(owners[k]) == 0 || slices.Contains(f.EntryExtraKeys, k) || k == f.EntryTTLKey {
-			continue
-		}
-		bad = append(bad, fmt.Sprintf("%s (read by %s)", entryKey(e.Name).String()+".extra."+k, strings.Join(owners[k], ", ")))
-	}
-	if len(bad) == 0 {
-		return nil
-	}
-	return &configError{
-		msg: fmt.Sprintf("%s: the %s backend cannot honour %s (remove the key or select a backend that reads it)",
-			c.Describe(), name, strings.Join(bad, ", ")),
-		sentinel: errors.ErrUnsupported,
-	}
 }
 
 // buildSpec makes e's Spec. problems are "key: message" lines; warnings

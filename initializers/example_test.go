@@ -13,8 +13,9 @@ import (
 )
 
 // RedisConfig is the typed config of a user-defined "redis" initializer,
-// decoded strictly from [sandbox.sandboxes.NAME.extra] (unknown keys are
-// errors). Embedding Common accepts the keys every entry may carry.
+// decoded from [sandbox.sandboxes.NAME.extra] (its keys type-checked; other
+// keys are warned about, not refused). Embedding Common accepts the keys
+// every entry may carry.
 type RedisConfig struct {
 	initializers.Common
 	Port      int    `toml:"port"`

@@ -17,8 +17,9 @@ func GenericFactory() Factory {
 }
 
 // GenericConfig is the generic initializer's config: Common's keys, type
-// checked; other keys in its [extra] table are left alone (OpenSage entries
-// such as codeql carry settings for their own tools there).
+// checked; other keys in its [extra] table are left alone, as every
+// initializer's are (OpenSage entries carry settings for their own tools
+// there).
 type GenericConfig struct {
 	Common
 }
@@ -26,8 +27,10 @@ type GenericConfig struct {
 // OpenExtra makes GenericConfig an OpenConfig.
 func (*GenericConfig) OpenExtra() {}
 
-// OpenConfig is implemented by initializer configs whose [extra] table may
-// hold keys they do not know: those are ignored instead of being errors.
+// OpenConfig was implemented by initializer configs whose [extra] table may
+// hold keys they do not know. Every config is open now (OpenSage's [extra]
+// is a free map; the session warns about keys nothing reads), so it changes
+// nothing; it is kept so that configs implementing it still compile.
 type OpenConfig interface{ OpenExtra() }
 
 // Generic is an initializer that adds nothing to its entry. Embed it in an

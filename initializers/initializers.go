@@ -11,8 +11,10 @@
 // A [sandbox.sandboxes.NAME] entry picks its initializer by type (default
 // NAME). The initializer owns:
 //
-//   - a typed config, decoded strictly from the entry's [extra] table
-//     (unknown keys are errors naming the key, with a did-you-mean);
+//   - a typed config, decoded from the entry's [extra] table (its keys
+//     type-checked; OpenSage's [extra] is a free map, so other keys are
+//     left to the backends and tools that read them, and the session
+//     warns about those nothing reads, with a did-you-mean);
 //   - a default backend.Spec (image, command, ports, environment), under
 //     the entry's own keys, which win;
 //   - DependsOn: which other sandboxes of the session must be ready before
@@ -42,7 +44,8 @@ import (
 // Factory makes an Initializer from its decoded config.
 type Factory struct {
 	// NewConfig returns a pointer to the zero typed config; the entry's
-	// [extra] table is decoded into it strictly. Defaults are best set
+	// [extra] table is decoded into it (its keys type-checked, other keys
+	// left alone; see config.Config.ExtraWarnings). Defaults are best set
 	// here. nil: the initializer takes no keys besides Common's.
 	NewConfig func() any
 	// New checks the decoded config (the pointer NewConfig returned) and

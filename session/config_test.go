@@ -146,7 +146,7 @@ func (d dependsOn) DependsOn() []initializers.Dependency {
 
 // An OpenSage file passes the session checks unchanged: entries without a
 // built-in initializer (pdb_mcp) keep their own [extra] keys, while a
-// built-in initializer's keys stay strict.
+// built-in initializer's keys stay type-checked.
 func TestOpenSageConfigInitializers(t *testing.T) {
 	cfg, err := testRegistry().LoadConfig("../config/testdata/opensage.toml")
 	if err != nil {
@@ -158,19 +158,87 @@ func TestOpenSageConfigInitializers(t *testing.T) {
 	if _, ok := cfg.Sandbox.Sandboxes["pdb_mcp"].Extra["pdb_threads"]; !ok {
 		t.Fatal("the fixture lost its pdb_threads key")
 	}
-	bad, err := testRegistry().ParseConfig([]byte("[sandbox.sandboxes.main.extra]\npakages = [\"requests\"]\n"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = CheckEntries(bad, nil)
-	if err == nil || !strings.Contains(err.Error(), "sandbox.sandboxes.main.extra.pakages") {
-		t.Errorf("misspelt main key: %v, want an error naming it", err)
-	}
 	wrongType, err := testRegistry().ParseConfig([]byte("[sandbox.sandboxes.codeql.extra]\ninitializer_timeout_sec = \"soon\"\n"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := CheckEntries(wrongType, nil); err == nil || !strings.Contains(err.Error(), "initializer_timeout_sec") {
 		t.Errorf("a known key of the generic initializer is still type-checked: %v", err)
+	}
+}
+
+// OpenSage's [extra] is a free map: a key that neither the selected backend
+// nor the entry's initializer reads is a warning naming the key and who
+// reads it, and the checks pass; only a value a reader of this launch takes
+// is refused when malformed. Switching the backend changes which keys are
+// warned about, nothing else.
+func TestExtraKeysWarnNotRefuse(t *testing.T) {
+	const entries = `
+[sandbox.sandboxes.main]
+image = "busybox"
+[sandbox.sandboxes.main.extra]
+NEO4J_dbms_mode = "SINGLE"
+cached_rootfs_tar = "/tmp/cache/main.tar"
+cpu_max = "50000 100000"
+namespace = "agents"
+initializer_timout_sec = 60
+password = "not-mine-at-all"
+opensandbox_timeout_sec = 600
+[sandbox.sandboxes.worker.extra]
+packages = ["requests"]
+`
+	for _, tt := range []struct {
+		backend string
+		want    []string
+	}{
+		{"native", []string{
+			"sandbox.sandboxes.main.extra.NEO4J_dbms_mode: read by nothing in sandboxkit (ignored)",
+			"sandbox.sandboxes.main.extra.cached_rootfs_tar: read by OpenSage's cache loader, not by sandboxkit (ignored)",
+			"sandbox.sandboxes.main.extra.cpu_max: read by the lite backend, not by the native backend or the main initializer (ignored)",
+			`sandbox.sandboxes.main.extra.initializer_timout_sec: read by nothing in sandboxkit (ignored) (did you mean "initializer_timeout_sec"?)`,
+			"sandbox.sandboxes.main.extra.namespace: read by the k8s backend, not by the native backend or the main initializer (ignored)",
+			"sandbox.sandboxes.main.extra.opensandbox_timeout_sec: read by the opensandbox backend, not by the native backend or the main initializer (ignored)",
+			"sandbox.sandboxes.main.extra.password: read by the neo4j initializer, not by the native backend or the main initializer (ignored)",
+			"sandbox.sandboxes.worker.extra.packages: read by the main initializer, not by the native backend or the generic initializer (ignored)",
+		}},
+		{"agentdocker-lite", []string{
+			"sandbox.sandboxes.main.extra.NEO4J_dbms_mode: read by nothing in sandboxkit (ignored)",
+			"sandbox.sandboxes.main.extra.cached_rootfs_tar: read by OpenSage's cache loader, not by sandboxkit (ignored)",
+			`sandbox.sandboxes.main.extra.initializer_timout_sec: read by nothing in sandboxkit (ignored) (did you mean "initializer_timeout_sec"?)`,
+			"sandbox.sandboxes.main.extra.namespace: read by the k8s backend, not by the lite backend or the main initializer (ignored)",
+			"sandbox.sandboxes.main.extra.opensandbox_timeout_sec: read by the opensandbox backend, not by the lite backend or the main initializer (ignored)",
+			"sandbox.sandboxes.main.extra.password: read by the neo4j initializer, not by the lite backend or the main initializer (ignored)",
+			"sandbox.sandboxes.worker.extra.packages: read by the main initializer, not by the lite backend or the generic initializer (ignored)",
+		}},
+	} {
+		cfg, err := testRegistry().ParseConfig([]byte("[sandbox]\nbackend = \""+tt.backend+"\"\n"+entries), "")
+		if err != nil {
+			t.Fatalf("%s: %v", tt.backend, err)
+		}
+		for _, name := range cfg.SandboxNames() {
+			if _, err := cfg.CheckSpec(name); err != nil {
+				t.Errorf("%s: %s: %v", tt.backend, name, err)
+			}
+		}
+		if err := CheckEntries(cfg, nil); err != nil {
+			t.Errorf("%s: %v", tt.backend, err)
+		}
+		if got := EntryWarnings(cfg, nil); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: warnings\n%s\nwant\n%s", tt.backend, strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+		}
+	}
+	// A key the entry's initializer reads is still type-checked, and a
+	// value the selected backend reads still has to be well formed.
+	for _, tt := range []struct{ text, want string }{
+		{"[sandbox.sandboxes.main.extra]\npackages = \"numpy\"\n", "sandbox.sandboxes.main.extra.packages"},
+		{"[sandbox]\nbackend = \"lite\"\n[sandbox.sandboxes.main.extra]\ncpu_max = \"half\"\n", `sandbox.sandboxes.main.extra.cpu_max: want "QUOTA PERIOD"`},
+	} {
+		cfg, err := testRegistry().ParseConfig([]byte(tt.text), "")
+		if err == nil {
+			err = CheckEntries(cfg, nil)
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: want an error containing %q, got %v", tt.text, tt.want, err)
+		}
 	}
 }

@@ -408,6 +408,22 @@ func CheckEntries(c *config.Config, reg *initializers.Registry) error {
 	return err
 }
 
+// EntryWarnings returns what a launch of every entry would warn about
+// before making anything: the [extra] keys that neither the selected
+// backend nor the entry's initializer reads (config.Config.ExtraWarnings),
+// by entry. Entries whose initializer settings are invalid are left to
+// CheckEntries. reg nil: initializers.Default().
+func EntryWarnings(c *config.Config, reg *initializers.Registry) []string {
+	l := &Launcher{Config: c, Initializers: reg, checkOnly: true}
+	var out []string
+	for _, name := range c.SandboxNames() {
+		if m, err := l.planMember(name); err == nil {
+			out = append(out, m.warnings...)
+		}
+	}
+	return out
+}
+
 // Standalone is for programs that make single sandboxes of an entry, not
 // sessions (sbx serve): it returns the entry's Spec as its initializer
 // makes it (no shared volumes, no session network) and a function that

@@ -159,6 +159,9 @@ type member struct {
 	// mcpURLs are their SSE URLs once ready.
 	mcp     *initializers.MCPServicesProbe
 	mcpURLs map[string]string
+	// warnings name the entry's [extra] keys nothing of this launch reads
+	// (config.Config.ExtraWarnings).
+	warnings []string
 }
 
 // Error is a failed launch: which sandbox, at which step, and the
@@ -306,6 +309,11 @@ func (l *Launcher) planMember(name string) (*member, error) {
 		return nil, backend.InvalidConfigf("%s: %s.extra: %v", cfg.Describe(), config.EntryKey(name), stripSentinel(err))
 	}
 	m := &member{name: name, typ: typ, init: init, cfg: icfg, cached: e.UsingCached, ready: make(chan struct{})}
+	reader := "the " + typ + " initializer"
+	if fallback {
+		reader = "the " + initializers.GenericType + " initializer"
+	}
+	m.warnings = cfg.ExtraWarnings(name, reader, keysOf(icfg), l.extraReaders(typ))
 	m.timeout = cmp.Or(initializers.TimeoutOf(icfg), DefaultInitializerTimeout)
 	m.spec = mergeSpec(init.Spec(), spec, e)
 	if l.Manifest != nil {
@@ -318,6 +326,31 @@ func (l *Launcher) planMember(name string) (*member, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// keysOf is the [extra] keys an initializer's config takes (none for nil).
+func keysOf(icfg any) []string {
+	if icfg == nil {
+		return nil
+	}
+	return config.Keys(icfg)
+}
+
+// extraReaders maps each [extra] key an initializer other than typ reads
+// to its readers ("the main initializer"), for config.Config.ExtraWarnings.
+func (l *Launcher) extraReaders(typ string) map[string][]string {
+	reg := l.registry()
+	out := map[string][]string{}
+	for _, other := range reg.Names() {
+		f, _, err := reg.Lookup(other)
+		if other == typ || other == initializers.GenericType || err != nil || f.NewConfig == nil {
+			continue
+		}
+		for _, k := range config.Keys(f.NewConfig()) {
+			out[k] = append(out[k], "the "+other+" initializer")
+		}
+	}
+	return out
 }
 
 // checkHostPaths checks, before anything is made, that the host files the
@@ -481,6 +514,9 @@ func (l *Launcher) prepare(ctx context.Context, names []string) (*launch, error)
 		}
 	}
 	p := &launch{l: l, s: &Session{ID: id, backend: b, ownsBackend: owned, log: l.logger()}, ms: ms}
+	for _, m := range ms {
+		p.s.Warnings = append(p.s.Warnings, m.warnings...)
+	}
 	if err := l.makeShared(ctx, p.s, ms); err != nil {
 		p.abort(ctx)
 		return nil, err

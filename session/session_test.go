@@ -578,9 +578,6 @@ image = "`+dockertest.BusyboxImage+`"
 // made (no Docker needed: the backend is never contacted).
 func TestLaunchChecksBeforeMaking(t *testing.T) {
 	for name, tc := range map[string]struct{ entries, want string }{
-		"unknown extra key": {`
-[sandbox.sandboxes.neo4j.extra]
-pasword = "x"`, `unknown key "sandbox.sandboxes.neo4j.extra.pasword" (did you mean "password"?)`},
 		"bad initializer value": {`
 [sandbox.sandboxes.neo4j.extra]
 password = "short"`, `sandbox.sandboxes.neo4j.extra: password: Neo4j 5 needs at least 8 characters`},

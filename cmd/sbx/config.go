@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -76,6 +77,9 @@ func (a *app) configCheck(path string) error {
 	if err := cfg.CheckHostPaths(); err != nil {
 		return err
 	}
+	// OpenSage's [extra] is a free map: keys nothing selected reads are
+	// named, not refused.
+	extraWarnings := session.EntryWarnings(cfg, nil)
 	where := cfg.Path
 	if where == "" {
 		where = "built-in default config"
@@ -84,9 +88,12 @@ func (a *app) configCheck(path string) error {
 		return printJSON(a.stdout, configCheckResult{
 			OK: true, Path: cfg.Path, Backend: cfg.Sandbox.Backend,
 			ProjectRoot: cfg.ProjectRoot, ProjectRootFrom: cfg.ProjectRootFrom,
-			Sandboxes: append([]string{}, names...), Warnings: append([]string{}, cfg.Warnings...),
+			Sandboxes: append([]string{}, names...), Warnings: slices.Concat([]string{}, cfg.Warnings, extraWarnings),
 			Notes: plainSandboxes(cfg, names),
 		})
+	}
+	for _, w := range extraWarnings {
+		fmt.Fprintf(a.stderr, "warning: %s\n", w)
 	}
 	if len(names) == 0 {
 		// Valid (an agent that uses no sandbox), but say so.

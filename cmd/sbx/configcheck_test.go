@@ -61,3 +61,42 @@ backend = "local"
 		}
 	}
 }
+
+// config check passes an OpenSage file whose [extra] tables hold keys of
+// other backends and of OpenSage's own tools, and names each of them with
+// its reader on stderr (and in --json's warnings).
+func TestConfigCheckExtraWarnings(t *testing.T) {
+	setup(t)
+	cfg := writeConfig(t, `
+[sandbox]
+backend = "native"
+[sandbox.sandboxes.main]
+image = "busybox"
+[sandbox.sandboxes.main.extra]
+cpu_max = "50000 100000"
+cached_rootfs_tar = "/tmp/main.tar"
+`)
+	r := sbx(t, "config", "check", cfg)
+	r.expect(t, 0)
+	for _, want := range []string{
+		"warning: sandbox.sandboxes.main.extra.cpu_max: read by the lite backend, not by the native backend or the main initializer (ignored)\n",
+		"warning: sandbox.sandboxes.main.extra.cached_rootfs_tar: read by OpenSage's cache loader, not by sandboxkit (ignored)\n",
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr %q, want %q", r.stderr, want)
+		}
+	}
+	var res configCheckResult
+	if err := json.Unmarshal([]byte(must(t, "--json", "config", "check", cfg)), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Warnings) != 2 {
+		t.Errorf("json warnings %q, want the two keys", res.Warnings)
+	}
+	// The same file on lite: cpu_max is read, only the cache key is named.
+	r = sbx(t, "--backend", "lite", "config", "check", cfg)
+	r.expect(t, 0)
+	if strings.Contains(r.stderr, "cpu_max") || !strings.Contains(r.stderr, "cached_rootfs_tar") {
+		t.Errorf("lite: stderr %q", r.stderr)
+	}
+}
