@@ -49,6 +49,13 @@ type Config struct {
 	// PullPolicy for registry images: "missing" (default: use the cached
 	// digest of a tag if there is one), "always" or "never".
 	PullPolicy string `toml:"pull_policy"`
+	// EngineSocket is where an image name (no transport prefix) is looked
+	// up before a registry: "" asks the local engines (DOCKER_HOST when it
+	// is a unix socket, /var/run/docker.sock, Podman's rootful and
+	// rootless sockets) and exports the image from the first that holds
+	// it; a socket path (or unix:// URL) asks that engine alone; "off"
+	// asks none. pull_policy "always" skips the engines.
+	EngineSocket string `toml:"engine_socket"`
 	// InsecureRegistries are registries ("127.0.0.1:5000") spoken to over
 	// plain HTTP.
 	InsecureRegistries []string `toml:"insecure_registries"`

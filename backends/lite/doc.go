@@ -19,6 +19,7 @@
 //	rootless = "auto"         # "auto": rootless unless root | "force": refuse to run as root | "off": root only
 //	pids_limit = 4096         # when an entry sets none; negative: unlimited
 //	pull_policy = "missing"   # registry images: "missing" | "always" | "never"
+//	engine_socket = ""        # "": names a local Docker/Podman holds come from it | a socket | "off"
 //	insecure_registries = []  # registries spoken to over plain HTTP ("127.0.0.1:5000")
 //	sbxd_path = ""            # a static sbxd to use instead of the embedded one
 //	egress_block = "10.252.0.0/16"  # /30s of the sandboxes with an egress policy
@@ -37,13 +38,19 @@
 //	oci:/abs/layout[:tag]        an OCI image layout folder
 //	oci-archive:/abs/x.tar[:tag] a tar of an OCI image layout
 //	/abs/path                    any of the above, told apart by its content
-//	[docker://]ref               a registry reference, pulled with go-containerregistry
+//	ref                          a local engine's image (Docker, Podman: engine_socket), else as docker://ref
+//	docker://ref                 a registry reference, pulled with go-containerregistry
 //	snapshot:NAME                a snapshot of a sandbox (Sandbox.Snapshot; see snapshot.go)
 //
 // Images (all but dir:) are flattened once, whiteouts applied, into
 // image_dir/sha256-<image ID>, whatever name reached them; a registry tag
 // remembers its image ID, so with pull_policy "missing" a known tag needs no
-// registry. A folder image has no config, so no env, entrypoint or
+// registry. A bare name is first looked up in the local engines' image
+// stores (Docker's, Podman's; OpenSage's agentdocker-lite takes Docker
+// images) through the Engine API, exported from the first that holds it
+// (image save) and unpacked by its image ID; only a name no engine holds
+// is pulled. Create says which source a name came from (its progress and
+// log). A folder image has no config, so no env, entrypoint or
 // command = "" (Spec.ImageCommand); an image's Env, WorkingDir, User,
 // Entrypoint and Cmd apply as in Docker. Unpacking goes through os.Root, so
 // an archive cannot write outside its folder; device nodes and extended

@@ -59,6 +59,10 @@ type imageConfig struct {
 type image struct {
 	rootfs string
 	config imageConfig
+	// source says where resolve found a name with no transport prefix:
+	// a local engine (engine.go), the cache of earlier pulls, or a
+	// registry ("" for the other sources, which name themselves).
+	source string
 }
 
 // imageStore unpacks images into a cache keyed by image ID: each image is
@@ -69,7 +73,9 @@ type imageStore struct {
 	aliases    map[string]string
 	insecure   []string
 	pullPolicy string
-	log        *slog.Logger
+	// engineSocket is [sandbox.lite] engine_socket (see localEngines).
+	engineSocket string
+	log          *slog.Logger
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex // per image ID, held while unpacking
@@ -121,6 +127,18 @@ func (s *imageStore) resolve(ctx context.Context, ref, platform string) (*image,
 		return s.fromRegistry(ctx, strings.TrimPrefix(ref, srcRegistry), platform)
 	case filepath.IsAbs(ref):
 		return s.fromPath(ref)
+	}
+	// A bare name: a local engine's image before a registry's, unless
+	// pull_policy "always" asks for the registry's.
+	if s.pullPolicy != PullAlways {
+		img, e, ok, err := s.fromEngine(ctx, ref, platform)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			img.source = e.String()
+			return img, nil
+		}
 	}
 	return s.fromRegistry(ctx, ref, platform)
 }
@@ -309,12 +327,13 @@ func (s *imageStore) fromRegistry(ctx context.Context, ref, platform string) (*i
 	if s.pullPolicy != PullAlways {
 		if key, err := os.ReadFile(refFile); err == nil {
 			if img, err := s.cached(string(key)); err == nil {
+				img.source = "the image cache (" + s.dir + ")"
 				return img, nil
 			}
 		}
 	}
 	if s.pullPolicy == PullNever {
-		return nil, fmt.Errorf("%w: image %q is not in the cache and [sandbox.lite] pull_policy is \"never\"", backend.ErrNotFound, ref)
+		return nil, fmt.Errorf("%w: image %q is in no local engine, not in the cache, and [sandbox.lite] pull_policy is \"never\"", backend.ErrNotFound, ref)
 	}
 	s.log.Info("pulling image", "image", r.Name())
 	img, err := remote.Image(r,
@@ -335,6 +354,7 @@ func (s *imageStore) fromRegistry(ctx context.Context, ref, platform string) (*i
 	if err := statedir.WriteFileAtomic(refFile, []byte(cacheKey(out.config.Digest))); err != nil {
 		s.log.Warn("recording an image's digest failed", "image", r.Name(), "err", err)
 	}
+	out.source = "the registry " + r.Context().RegistryStr()
 	return out, nil
 }
 

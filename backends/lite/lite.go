@@ -135,7 +135,8 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 			return nil, openErr(fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err))
 		}
 	}
-	b.images = &imageStore{dir: imgDir, aliases: cfg.Images, insecure: cfg.InsecureRegistries, pullPolicy: cfg.PullPolicy, log: b.log}
+	b.images = &imageStore{dir: imgDir, aliases: cfg.Images, insecure: cfg.InsecureRegistries, pullPolicy: cfg.PullPolicy,
+		engineSocket: cfg.EngineSocket, log: b.log}
 	if b.sbxd, err = installSbxd(b.dir, cfg.SbxdPath); err != nil {
 		return nil, openErr(err)
 	}
@@ -530,6 +531,14 @@ func (b *Backend) checkCreate(ctx context.Context, spec backend.Spec) (rt *ociRu
 	}
 	if img, err = b.images.resolve(ctx, ref, spec.Platform); err != nil {
 		return nil, "", nil, err
+	}
+	if img.source != "" {
+		// Which of a name's sources was used (a local engine, the
+		// cache, a registry) is worth saying: they may differ.
+		b.log.Info("image source", "image", ref, "from", img.source)
+		if spec.Progress != nil {
+			spec.Progress(backend.Progress{Sandbox: spec.Name, Step: "pull", Status: "image from " + img.source, Done: true})
+		}
 	}
 	if b.userns != nil {
 		if err := b.userns.checkImage(ref, img.rootfs); err != nil {
