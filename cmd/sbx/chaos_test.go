@@ -803,6 +803,17 @@ func egressInventory(t *testing.T, state string) []string {
 			}
 		}
 	}
+	// The rules lite adds to Docker's DOCKER-USER chain go with the last
+	// egress network.
+	if len(claimed) == 0 {
+		if out, err := exec.Command("iptables", "-w", "-S", "DOCKER-USER").Output(); err == nil {
+			for line := range strings.Lines(string(out)) {
+				if strings.Contains(line, "sbxe-") {
+					inv = append(inv, "DOCKER-USER rule "+strings.TrimSpace(line))
+				}
+			}
+		}
+	}
 	return inv
 }
 
