@@ -189,10 +189,12 @@ type Entry struct {
 	CapDrop     []string `toml:"cap_drop"`
 	Devices     []string `toml:"devices"`
 	// GPUs is "all", a count, or "device=ID[,ID...]" as in docker run --gpus.
-	GPUs      string   `toml:"gpus"`
-	ShmSize   ByteSize `toml:"shm_size"`
-	MemLimit  ByteSize `toml:"mem_limit"`
-	CPUs      float64  `toml:"cpus"`
+	GPUs     string   `toml:"gpus"`
+	ShmSize  ByteSize `toml:"shm_size"`
+	MemLimit ByteSize `toml:"mem_limit"`
+	// CPUs is a CPU quota (a number) or a CPU set (text, "0,1"); see
+	// CPULimit.
+	CPUs      CPULimit `toml:"cpus"`
 	PidsLimit int64    `toml:"pids_limit"`
 	ReadOnly  bool     `toml:"read_only"`
 	Runtime   string   `toml:"runtime"`

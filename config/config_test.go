@@ -404,10 +404,10 @@ PORT = "${PORT}"
 		assert.Equal(t, []backend.Port{{Port: 1111, Protocol: "tcp", HostPort: 1111}}, spec.Ports)
 	})
 	t.Run("a value that cannot be coerced names the key", func(t *testing.T) {
-		_, err := parse(t, "CPUS = \"lots\"\n[sandbox.sandboxes.main]\ncpus = \"${CPUS}\"\nprivileged = \"maybe\"\n")
+		_, err := parse(t, "PIDS = \"lots\"\n[sandbox.sandboxes.main]\npids_limit = \"${PIDS}\"\nprivileged = \"maybe\"\n")
 		require.ErrorIs(t, err, backend.ErrInvalidConfig)
 		assert.Equal(t, []string{
-			`config sandbox.toml: sandbox.sandboxes.main.cpus: want a number, got "lots"`,
+			`config sandbox.toml: sandbox.sandboxes.main.pids_limit: want an integer, got "lots"`,
 			`config sandbox.toml: sandbox.sandboxes.main.privileged: want true or false, got "maybe"`,
 		}, strings.Split(err.Error(), "\n"))
 	})
@@ -439,8 +439,8 @@ func TestValueErrors(t *testing.T) {
 			`sandbox.sandboxes.main.ttl: must not be negative, got -5`},
 		{"fractional integer", "[sandbox.sandboxes.main]\npids_limit = 1.5\n",
 			`sandbox.sandboxes.main.pids_limit: want an integer, got 1.5`},
-		{"bool for a number", "[sandbox.sandboxes.main]\ncpus = true\n",
-			`sandbox.sandboxes.main.cpus: want a number, got true`},
+		{"bool for a number", "[sandbox.sandboxes.main]\npids_limit = true\n",
+			`sandbox.sandboxes.main.pids_limit: want an integer, got true`},
 		{"number for a bool", "[sandbox.sandboxes.main]\nprivileged = 1\n",
 			`sandbox.sandboxes.main.privileged: want true or false, got 1`},
 		{"date for text", "[sandbox.sandboxes.main]\nimage = 2024-01-01\n",

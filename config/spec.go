@@ -358,10 +358,14 @@ func comparePorts(x, y backend.Port) int {
 
 func (b *specBuilder) resources() {
 	e := b.e
-	if c := e.CPUs; c != 0 && !(c >= backend.MinCPUs && c <= backend.MaxCPUs) {
+	if c := e.CPUs.Quota; c != 0 && !(c >= backend.MinCPUs && c <= backend.MaxCPUs) {
 		// Out of range a quota silently becomes "no limit" or overflows.
 		b.fail(b.at("cpus"), "want 0 (no limit) or %v to %v CPUs, got %v", backend.MinCPUs, float64(backend.MaxCPUs), c)
 	}
+	if w := e.CPUs.bareNumberWarning(b.at("cpus")); w != "" {
+		b.warnings = append(b.warnings, w)
+	}
+
 	if e.PidsLimit < 0 {
 		b.fail(b.at("pids_limit"), "must not be negative, got %d", e.PidsLimit)
 	}
@@ -370,7 +374,7 @@ func (b *specBuilder) resources() {
 		b.fail(b.at("gpus"), "%v", err)
 	}
 	b.spec.Resources = backend.Resources{
-		CPUs:        e.CPUs,
+		CPUs:        e.CPUs.Quota,
 		MemoryBytes: int64(e.MemLimit),
 		PidsLimit:   e.PidsLimit,
 		GPUs:        gpus,
@@ -386,6 +390,13 @@ func (b *specBuilder) labels() {
 	}
 	if len(b.e.Labels) > 0 {
 		b.spec.Labels = maps.Clone(b.e.Labels)
+	}
+	if set := b.e.CPUs.Set; set != "" {
+		// A CPU set travels as a label (see LabelCPUSet).
+		if b.spec.Labels == nil {
+			b.spec.Labels = map[string]string{}
+		}
+		b.spec.Labels[LabelCPUSet] = set
 	}
 }
 

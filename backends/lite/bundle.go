@@ -13,6 +13,10 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 )
 
+// labelCPUSet carries a CPU set from the config (config.LabelCPUSet:
+// backend.Spec has no field for it) to linux.resources.cpu.cpus.
+const labelCPUSet = backend.LabelPrefix + "cpuset"
+
 // ociVersion is the runtime-spec version the bundles claim: the oldest one
 // whose fields they use, so runc 1.1 (spec 1.0.2) and crun 1.8 accept them.
 const ociVersion = "1.0.2"
@@ -252,6 +256,14 @@ func resources(sp backend.Spec, defaultPids int64) *specs.LinuxResources {
 		period := uint64(100000)
 		quota := int64(c * float64(period))
 		r.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+	}
+	if set := sp.Labels[labelCPUSet]; set != "" {
+		// A CPU set (an entry's cpus = "0,1", OpenSage's cpuset_cpus)
+		// comes as a label; Resources.CPUs is then its size.
+		if r.CPU == nil {
+			r.CPU = &specs.LinuxCPU{}
+		}
+		r.CPU.Cpus = set
 	}
 	if m := sp.Resources.MemoryBytes; m > 0 {
 		r.Memory = &specs.LinuxMemory{Limit: &m}

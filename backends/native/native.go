@@ -36,6 +36,10 @@ import (
 	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
 )
 
+// labelCPUSet carries a CPU set from the config (config.LabelCPUSet:
+// backend.Spec has no field for it) to HostConfig.CpusetCpus.
+const labelCPUSet = backend.LabelPrefix + "cpuset"
+
 // Name is the backend's registry name.
 const Name = "native"
 
@@ -664,6 +668,9 @@ func (b *Backend) hostConfig(spec backend.Spec) (*container.HostConfig, error) {
 		hc.SecurityOpt = append(hc.SecurityOpt, "no-new-privileges:true")
 	}
 	hc.NanoCPUs = int64(spec.Resources.CPUs * 1e9)
+	// A CPU set (an entry's cpus = "0,1", OpenSage's cpuset_cpus) comes as
+	// a label; Resources.CPUs is then its size.
+	hc.CpusetCpus = spec.Labels[labelCPUSet]
 	hc.Memory = spec.Resources.MemoryBytes
 	if pl := spec.Resources.PidsLimit; pl > 0 {
 		hc.PidsLimit = &pl

@@ -112,9 +112,15 @@ func TestOneKeySwitch(t *testing.T) {
 			}
 			id := res.Sandboxes[0].ID
 			out := must(t, "--config", cfg, "exec", id, "--", "sh", "-c",
-				`echo "$SWITCH_PROBE"; pwd; cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes`)
-			if want := "same-file\n/work\n67108864\n"; out != want {
-				t.Errorf("in the sandbox: %q, want %q (environment, working_dir, mem_limit)", out, want)
+				`echo "$SWITCH_PROBE"; pwd; cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes
+				{ cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us; } | cut -d' ' -f1`)
+			if want := "same-file\n/work\n67108864\n100000\n"; out != want {
+				t.Errorf("in the sandbox: %q, want %q (environment, working_dir, mem_limit, a quota of cpus' one CPU)", out, want)
+			}
+			// cpus = "0" is a CPU set: pinned where the backend can.
+			pinned := strings.TrimSpace(must(t, "--config", cfg, "exec", id, "--", "sh", "-c", `grep Cpus_allowed_list /proc/self/status | cut -f2`))
+			if tt.backend != "k8s" && pinned != "0" {
+				t.Errorf("cpus = \"0\": the sandbox runs on CPUs %q, want 0", pinned)
 			}
 			var ignored []string
 			for _, w := range res.Warnings {
