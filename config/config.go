@@ -62,6 +62,10 @@ type Config struct {
 	// Dir is the folder relative host paths resolve against: Path's folder,
 	// or the current directory for the embedded default.
 	Dir string
+	// WorkDir is the current directory when the file was loaded: a
+	// relative absolute_shared_data_path resolves against it, as OpenSage
+	// resolves it.
+	WorkDir string
 	// ProjectRoot is the folder project_relative_* keys resolve against,
 	// and ProjectRootFrom says where it came from ([sandbox] project_root,
 	// $SBX_PROJECT_ROOT, the nearest folder holding .git, pyproject.toml,
@@ -376,12 +380,18 @@ func (c *Config) Entry(name string) (*Entry, error) {
 
 // SharedDataPath returns the data to copy into the shared volume as an
 // absolute host path: absolute_shared_data_path (a relative one resolves
-// against the config's folder), else project_relative_shared_data_path
-// resolved against the project root (Config.ProjectRoot), else "".
+// against the working directory it was loaded from, WorkDir, as OpenSage
+// resolves it), else project_relative_shared_data_path resolved against
+// the project root (Config.ProjectRoot), else "". It need not exist: see
+// SharedDataWarning.
 func (c *Config) SharedDataPath() string {
 	switch c.sharedDataKey() {
 	case "absolute_shared_data_path":
-		return c.HostPath(c.Sandbox.AbsoluteSharedDataPath)
+		abs, err := resolveHostPath(c.Sandbox.AbsoluteSharedDataPath, cmp.Or(c.WorkDir, c.Dir))
+		if err != nil {
+			return c.Sandbox.AbsoluteSharedDataPath
+		}
+		return abs
 	case "project_relative_shared_data_path":
 		return c.ProjectPath(c.Sandbox.ProjectRelativeSharedDataPath)
 	}
@@ -549,12 +559,12 @@ func (r *Registry) LoadConfig(path string) (*Config, error) {
 func (r *Registry) ParseConfig(data []byte, path string) (*Config, error) {
 	c := &Config{Path: path}
 	var err error
-	if path == "" {
-		c.Dir, err = os.Getwd()
-	} else {
-		c.Dir, err = filepath.Abs(filepath.Dir(path))
+	if c.WorkDir, err = os.Getwd(); err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Describe(), err)
 	}
-	if err != nil {
+	if path == "" {
+		c.Dir = c.WorkDir
+	} else if c.Dir, err = filepath.Abs(filepath.Dir(path)); err != nil {
 		return nil, fmt.Errorf("%s: %w", c.Describe(), err)
 	}
 	p := &parser{reg: r, cfg: c}

@@ -1030,8 +1030,9 @@ func TestProjectRoot(t *testing.T) {
 	}
 }
 
-// CheckHostPaths fails on a shared data path, Dockerfile, build context or
-// named project root that does not exist, naming the key and the path.
+// CheckHostPaths fails on a Dockerfile, build context or named project
+// root that does not exist, naming the key and the path (shared data that
+// does not exist is a warning: TestSharedDataAsOpenSage).
 func TestCheckHostPaths(t *testing.T) {
 	unsetenv(t, EnvProjectRoot)
 	root := t.TempDir()
@@ -1061,15 +1062,6 @@ agent_relative_dockerfile_path = "nowhere/Dockerfile"`, []string{
 		}},
 		{"a folder for a Dockerfile", `[sandbox.sandboxes.main]
 absolute_dockerfile_path = "` + filepath.Join(root, "docker", "ok") + `"`, []string{"is a folder, not a file"}},
-		{"missing shared data", `[sandbox]
-project_relative_shared_data_path = "seed.tar.gz"`, []string{
-			"sandbox.project_relative_shared_data_path: shared data " + filepath.Join(root, "seed.tar.gz") + " does not exist",
-		}},
-		{"missing absolute shared data", `[sandbox]
-absolute_shared_data_path = "/nonexistent/sbx-seed"
-project_relative_shared_data_path = "seed"`, []string{
-			"sandbox.absolute_shared_data_path: shared data /nonexistent/sbx-seed does not exist",
-		}},
 		{"missing project root", `[sandbox]
 project_root = "../gone"
 project_relative_shared_data_path = "seed"`, []string{
@@ -1202,4 +1194,55 @@ func TestOpenSageCacheVarsWarn(t *testing.T) {
 	cfg, err = builtinRegistry().ParseConfig([]byte("[sandbox]\nbackend = \"native\"\n"), "sandbox.toml")
 	require.NoError(t, err)
 	assert.Empty(t, cfg.Warnings, "the variable of another backend")
+}
+
+// The shared data as OpenSage reads it: a relative absolute_shared_data_path
+// resolves against the working directory (not the config's folder), and
+// shared data that does not exist is a warning naming the key and the path
+// (the launch goes on with an empty /shared), not an error.
+func TestSharedDataAsOpenSage(t *testing.T) {
+	unsetenv(t, EnvProjectRoot)
+	root := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(root, ".git"), 0o755))
+	cfgDir := filepath.Join(root, "agent")
+	wd := filepath.Join(root, "run")
+	for _, d := range []string{cfgDir, filepath.Join(wd, "data")} {
+		require.NoError(t, os.MkdirAll(d, 0o755))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(wd, "data", "seed.tar.gz"), nil, 0o644))
+	t.Chdir(wd)
+	for _, tt := range []struct {
+		name, text, path, warning string
+	}{
+		{"relative absolute key: the working directory", `absolute_shared_data_path = "data/seed.tar.gz"`,
+			filepath.Join(wd, "data", "seed.tar.gz"), ""},
+		{"relative absolute key, missing", `absolute_shared_data_path = "data/gone.tar.gz"`,
+			filepath.Join(wd, "data", "gone.tar.gz"),
+			"sandbox.absolute_shared_data_path: shared data " + filepath.Join(wd, "data", "gone.tar.gz") + " does not exist (relative to the working directory " + wd + ", as in OpenSage): nothing is copied and /shared starts empty, as in OpenSage"},
+		{"absolute key, missing", `absolute_shared_data_path = "/nonexistent/sbx-seed"`,
+			"/nonexistent/sbx-seed",
+			"sandbox.absolute_shared_data_path: shared data /nonexistent/sbx-seed does not exist: nothing is copied and /shared starts empty, as in OpenSage"},
+		{"project key, missing", `project_relative_shared_data_path = "seed.tar.gz"`,
+			filepath.Join(root, "seed.tar.gz"),
+			"sandbox.project_relative_shared_data_path: shared data " + filepath.Join(root, "seed.tar.gz") + " does not exist (relative to the project root " + root},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := testRegistry(nil).ParseConfig([]byte("[sandbox]\n"+tt.text+"\n"), filepath.Join(cfgDir, "sandbox.toml"))
+			require.NoError(t, err)
+			assert.Equal(t, tt.path, cfg.SharedDataPath())
+			require.NoError(t, cfg.CheckHostPaths())
+			var warned []string
+			for _, w := range cfg.Warnings {
+				if strings.Contains(w, "shared_data_path") {
+					warned = append(warned, w)
+				}
+			}
+			if tt.warning == "" {
+				assert.Empty(t, warned)
+				return
+			}
+			require.Len(t, warned, 1)
+			assert.Contains(t, warned[0], tt.warning)
+		})
+	}
 }

@@ -125,6 +125,9 @@ func (p *parser) parse(data []byte) error {
 	p.cfg.reg = p.reg
 	p.cfg.applyBackend()
 	p.checkHostSharedMemDir()
+	if w := p.cfg.SharedDataWarning(); w != "" {
+		p.warnf("%s", w)
+	}
 	p.finishEntries()
 	p.checkMCPServices()
 	p.warnOpenSageCacheVars()

@@ -106,15 +106,38 @@ func (c *Config) CheckHostPaths() error {
 	return errors.Join(errs...)
 }
 
-// CheckSharedData checks that the shared data (absolute_shared_data_path,
-// else project_relative_shared_data_path), when set, exists on this
-// machine, where every backend reads it from.
+// CheckSharedData checks the shared data (absolute_shared_data_path,
+// else project_relative_shared_data_path), when set, on this machine,
+// where every backend reads it from. Shared data that does not exist is
+// no error (OpenSage copies nothing and goes on with an empty /shared;
+// SharedDataWarning says so); one that cannot be read is.
 func (c *Config) CheckSharedData() error {
 	key := c.sharedDataKey()
-	if key == "" {
+	if key == "" || c.SharedDataWarning() != "" {
 		return nil
 	}
 	return c.checkPath("sandbox."+key, "shared data", c.SharedDataPath(), aFolderOrFile)
+}
+
+// SharedDataWarning says, when the shared data a key names does not
+// exist, that the launch copies nothing and the shared folder starts
+// empty, as OpenSage's does ("" when it exists or none is set).
+func (c *Config) SharedDataWarning() string {
+	key := c.sharedDataKey()
+	if key == "" {
+		return ""
+	}
+	p := c.SharedDataPath()
+	if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+		return ""
+	}
+	where := c.relativeHint(key)
+	if key == "absolute_shared_data_path" && !filepath.IsAbs(c.Sandbox.AbsoluteSharedDataPath) &&
+		!strings.HasPrefix(c.Sandbox.AbsoluteSharedDataPath, "~") {
+		where = fmt.Sprintf(" (relative to the working directory %s, as in OpenSage)", c.WorkDir)
+	}
+	return fmt.Sprintf("sandbox.%s: shared data %s does not exist%s: nothing is copied and %s starts empty, as in OpenSage",
+		key, p, where, c.Sandbox.Paths.Shared)
 }
 
 // CheckBuild checks that entry name's Dockerfile, when it sets one, and

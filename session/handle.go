@@ -342,6 +342,13 @@ func (l *Launcher) makeShared(ctx context.Context, s *Session, ms []*member) err
 		if v.target == "" {
 			continue
 		}
+		if v.role == "shared" && v.from != "" {
+			if w := l.Config.SharedDataWarning(); w != "" {
+				// OpenSage copies nothing and goes on.
+				s.Warnings = append(s.Warnings, w)
+				v.from = ""
+			}
+		}
 		filled := false
 		if !v.readOnly && l.Manifest.hasVolume(v.role) {
 			v.from = "" // the checkpoint's archive holds what the seed became

@@ -616,11 +616,13 @@ func (l *Launcher) start(ctx context.Context, s *Session, ms []*member) error {
 		}
 	}
 
-	// Phase 2: provision and probe, each after its dependencies are ready.
 	byName := map[string]*member{}
 	for _, m := range ms {
 		byName[m.name] = m
 	}
+	openVolumeModes(ctx, s, byName)
+
+	// Phase 2: provision and probe, each after its dependencies are ready.
 	for i, m := range ms {
 		wg.Go(func() {
 			err := l.bringUp(ctx, s, m, byName, rep)
@@ -633,6 +635,41 @@ func (l *Launcher) start(ctx context.Context, s *Session, ms []*member) error {
 	}
 	wg.Wait()
 	return firstError(errs)
+}
+
+// openVolumeModes makes the session's read-write volumes (shared,
+// bash_tools) writable by every user (mode 0777), as OpenSage does: the
+// tools in a sandbox may run as another user than root. It runs chmod in
+// the first member that mounts each, as root where the backend can choose
+// the user; a failure (an image without chmod) is a warning in
+// s.Warnings, not a failed launch.
+func openVolumeModes(ctx context.Context, s *Session, byName map[string]*member) {
+	targets := map[string][]string{} // member -> targets
+	var order []string
+	for _, v := range s.volumes {
+		if v.readOnly || len(v.members) == 0 || byName[v.members[0]] == nil {
+			continue
+		}
+		m := v.members[0]
+		if targets[m] == nil {
+			order = append(order, m)
+		}
+		targets[m] = append(targets[m], v.target)
+	}
+	for _, name := range order {
+		req := backend.ExecRequest{Cmd: append([]string{"chmod", "0777"}, targets[name]...), Timeout: 30 * time.Second}
+		if s.backend.Capabilities().User {
+			req.User = "0"
+		}
+		res, err := byName[name].sb.Exec(ctx, req)
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("exit code %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stdout)+string(res.Stderr)))
+		}
+		if err != nil {
+			s.Warnings = append(s.Warnings, fmt.Sprintf("%s stay writable by root only: chmod 0777 in sandbox %q failed: %v",
+				strings.Join(targets[name], " and "), name, err))
+		}
+	}
 }
 
 // firstError returns the error that caused the others: a *Error not
