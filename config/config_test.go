@@ -532,9 +532,10 @@ func TestVolumesInConfig(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "scripts"), 0o755))
 	path := filepath.Join(dir, "sandbox.toml")
+	missing := filepath.Join(dir, "made", "opt")
 	text := `
 [sandbox]
-mount_host_paths = ["./scripts:/sandbox_scripts:ro", "/srv/sbx-test-missing:/opt"]
+mount_host_paths = ["./scripts:/sandbox_scripts:ro", "` + missing + `:/opt"]
 [sandbox.sandboxes.a]
 volumes = ["/srv/x-sbx-test-missing:/data", "shared:/shared"]
 mounts = ["type=bind,source=./scripts,target=/mnt/scripts,readonly", "type=volume,src=cache,dst=/cache"]
@@ -543,9 +544,12 @@ mounts = ["type=bind,source=./scripts,target=/mnt/scripts,readonly", "type=volum
 	cfg, err := testRegistry(nil).ParseConfig([]byte(text), path)
 	require.NoError(t, err)
 	assert.Equal(t, []string{
-		`sandbox.mount_host_paths: volume "/srv/sbx-test-missing:/opt": host path does not exist (skipped)`,
+		`sandbox.mount_host_paths: volume "` + missing + `:/opt": host path does not exist: made (0755) when a sandbox is made, as Docker makes it for OpenSage`,
 		`sandbox.sandboxes.a.volumes: volume "/srv/x-sbx-test-missing:/data": host path does not exist (skipped)`,
 	}, cfg.Warnings, "mount_host_paths warns once, not per entry")
+	_, err = cfg.CheckSpec("a")
+	require.NoError(t, err)
+	assert.NoDirExists(t, missing, "CheckSpec makes nothing")
 
 	scripts := filepath.Join(dir, "scripts")
 	assert.Equal(t, []backend.Volume{
@@ -553,10 +557,21 @@ mounts = ["type=bind,source=./scripts,target=/mnt/scripts,readonly", "type=volum
 		{Type: backend.VolumeBind, Source: scripts, Target: "/mnt/scripts", ReadOnly: true},
 		{Type: backend.VolumeNamed, Source: "cache", Target: "/cache"},
 		{Type: backend.VolumeBind, Source: scripts, Target: "/sandbox_scripts", ReadOnly: true},
+		{Type: backend.VolumeBind, Source: missing, Target: "/opt"},
 	}, mustSpec(t, cfg, "a").Volumes)
+	assert.DirExists(t, missing, "Spec makes a missing mount_host_paths folder")
 	assert.Equal(t, []backend.Volume{
 		{Type: backend.VolumeBind, Source: scripts, Target: "/sandbox_scripts", ReadOnly: true},
+		{Type: backend.VolumeBind, Source: missing, Target: "/opt"},
 	}, mustSpec(t, cfg, "b").Volumes)
+
+	// A backend that cannot mount host folders skips it, as before.
+	require.NoError(t, os.Remove(missing))
+	cfg, err = builtinRegistry().ParseConfig([]byte("[sandbox]\nbackend = \"local\"\n"+text[strings.Index(text, "mount_host_paths"):]), path)
+	require.NoError(t, err)
+	assert.Contains(t, cfg.Warnings, `sandbox.mount_host_paths: volume "`+missing+`:/opt": host path does not exist (skipped)`)
+	assert.NotContains(t, mustSpec(t, cfg, "b").Volumes, backend.Volume{Type: backend.VolumeBind, Source: missing, Target: "/opt"})
+	assert.NoDirExists(t, missing)
 
 	_, err = testRegistry(nil).ParseConfig([]byte("[sandbox.sandboxes.a]\nvolumes = [\"x:/d\", \"y:/d/\"]\n"), path)
 	assert.EqualError(t, err, `config `+path+`: sandbox.sandboxes.a.volumes: volume "y:/d/": /d is already mounted by "x:/d"`)

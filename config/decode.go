@@ -195,9 +195,12 @@ func (p *parser) checkBackend() {
 func (p *parser) finishEntries() {
 	c := p.cfg
 	for _, spec := range c.Sandbox.MountHostPaths {
-		if _, skip, err := parseVolumeOn(spec, hostPaths{dir: c.Dir, remote: c.remoteHostPaths}); err != nil {
+		switch _, skip, err := parseVolumeOn(spec, hostPaths{dir: c.Dir, remote: c.remoteHostPaths}); {
+		case err != nil:
 			p.errorf("sandbox.mount_host_paths", "volume %q: %v", spec, err)
-		} else if skip != "" {
+		case skip != "" && c.makesHostPaths():
+			p.warnf("sandbox.mount_host_paths: volume %q: %s: made (0755) when a sandbox is made, as Docker makes it for OpenSage", spec, skip)
+		case skip != "":
 			p.warnf("sandbox.mount_host_paths: volume %q: %s (skipped)", spec, skip)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/sandboxkit/sandboxkit/backend"
@@ -109,6 +110,36 @@ func (c *Config) makeSharedMemDir() error {
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("%s: %s: making the folder: %w", c.Describe(), sharedMemKey, err)
+	}
+	return nil
+}
+
+// makesHostPaths reports whether a missing mount_host_paths folder is made
+// rather than skipped: unless the selected backend cannot mount host
+// folders (backend.Factory.NoHostFolders).
+func (c *Config) makesHostPaths() bool {
+	_, f, ok := c.selectedFactory()
+	return !ok || !f.NoHostFolders
+}
+
+// makeMountHostPaths makes (0755, with parents) the mount_host_paths
+// folders of spec's volumes that are missing on this machine, as Docker
+// makes a missing bind source for OpenSage. A remote host's folders are
+// left to that host's engine, which makes them the same way.
+func (c *Config) makeMountHostPaths(spec backend.Spec) error {
+	if c.remoteHostPaths != "" || !c.makesHostPaths() {
+		return nil
+	}
+	for _, s := range c.Sandbox.MountHostPaths {
+		v, skip, err := parseVolumeOn(s, hostPaths{dir: c.Dir})
+		if err != nil || skip == "" || !slices.ContainsFunc(spec.Volumes, func(x backend.Volume) bool {
+			return x.Type == backend.VolumeBind && x.Source == v.Source && x.Target == v.Target
+		}) {
+			continue
+		}
+		if err := os.MkdirAll(v.Source, 0o755); err != nil {
+			return fmt.Errorf("%s: sandbox.mount_host_paths: volume %q: making the host folder: %w", c.Describe(), s, err)
+		}
 	}
 	return nil
 }

@@ -46,6 +46,11 @@ import (
 // reads (lite's cpu_max on native) are ignored, as OpenSage's backends
 // ignore each other's: ExtraWarnings names them.
 //
+// A [sandbox] mount_host_paths folder that does not exist on this machine
+// is made (0755) by Spec, as Docker makes a missing bind source for
+// OpenSage, unless the backend cannot mount host folders: then it is
+// skipped with a warning, as missing entry volumes are.
+//
 // [sandbox] host_shared_mem_dir is mounted read-write at SharedMemTarget
 // (/mem/shared) and made on the host (0755) when missing; a backend that
 // cannot mount host folders (backend.Factory.NoHostFolders) refuses it
@@ -57,6 +62,9 @@ func (c *Config) Spec(name string) (backend.Spec, error) {
 		return backend.Spec{}, err
 	}
 	if err := c.makeSharedMemDir(); err != nil {
+		return backend.Spec{}, err
+	}
+	if err := c.makeMountHostPaths(spec); err != nil {
 		return backend.Spec{}, err
 	}
 	return spec, nil
@@ -335,6 +343,9 @@ func (b *specBuilder) volumes() {
 		v, skip, err := parseVolumeOn(s, hp)
 		if err != nil && b.loading {
 			continue
+		}
+		if skip != "" && b.c.makesHostPaths() {
+			skip = "" // made by Spec, as Docker makes it for OpenSage
 		}
 		add("sandbox.mount_host_paths", s, v, skip, err, false)
 	}
