@@ -180,7 +180,10 @@ type Entry struct {
 	// container) attach to an existing container or pod instead of
 	// creating one (OpenSage); without PodName, ContainerName is the name
 	// of the container made (Spec.ContainerName).
-	ContainerID   string        `toml:"container_id"`
+	ContainerID string `toml:"container_id"`
+	// Timeout is OpenSage's Docker client timeout per API call; sandboxkit
+	// has no counterpart (each step has its own deadline), so it is
+	// accepted, warned about and ignored.
 	Timeout       time.Duration `toml:"timeout"`
 	PodName       string        `toml:"pod_name"`
 	ContainerName string        `toml:"container_name"`

@@ -226,6 +226,25 @@ func (p *parser) finishEntries() {
 			p.errorf("", "%s", pr)
 		}
 	}
+	p.warnTimeouts()
+}
+
+// warnTimeouts names, once for the file, the entries that set OpenSage's
+// timeout: its Docker client's timeout per API call, which has no
+// counterpart here (each step has a deadline of its own).
+func (p *parser) warnTimeouts() {
+	var keys []string
+	for _, name := range p.cfg.SandboxNames() {
+		if e := p.cfg.Sandbox.Sandboxes[name]; e.Timeout != 0 {
+			keys = append(keys, entryKey(name).String()+".timeout")
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	p.warnf("%s: OpenSage's Docker client timeout per API call, which sandboxkit does not use (ignored): "+
+		"each step has its own deadline (a pull or build as long as it takes, provisioning and readiness initializer_timeout_sec, "+
+		"commands their exec timeout)", strings.Join(keys, ", "))
 }
 
 // decodeStrict expands templates in data, decodes it into v (a pointer) and
