@@ -50,7 +50,10 @@
 // images) through the Engine API, exported from the first that holds it
 // (image save) and unpacked by its image ID; only a name no engine holds
 // is pulled. Create says which source a name came from (its progress and
-// log). A folder image has no config, so no env, entrypoint or
+// log). lite builds no images: an entry with a Dockerfile (Spec.Build)
+// runs when its image is on hand (a local engine or the cache holds it),
+// as OpenSage uses an image on hand before building it; otherwise Create
+// refuses, naming the image and the Dockerfile to build it from. A folder image has no config, so no env, entrypoint or
 // command = "" (Spec.ImageCommand); an image's Env, WorkingDir, User,
 // Entrypoint and Cmd apply as in Docker. Unpacking goes through os.Root, so
 // an archive cannot write outside its folder; device nodes and extended

@@ -258,3 +258,32 @@ func (s *imageStore) recordRef(ref, key string) {
 		s.log.Warn("recording an image's digest failed", "image", ref, "err", err)
 	}
 }
+
+// onHand checks that image ref, which a Spec's Build would make, is on hand
+// without a build or a pull: held by a local engine, or in the cache from
+// an earlier engine export or pull. lite builds no images; OpenSage uses an
+// image on hand before building it, so an entry with a Dockerfile runs when
+// its image is here.
+func (s *imageStore) onHand(ctx context.Context, ref, platform string, build *backend.Build) error {
+	if _, ok := s.aliases[ref]; ok {
+		return nil // [sandbox.lite.images] names its source
+	}
+	if ref != "" && !strings.Contains(ref, ":/") && !filepath.IsAbs(ref) {
+		if _, _, ok, err := s.fromEngine(ctx, ref, platform); ok || err != nil {
+			return err
+		}
+		if r, err := name.ParseReference(ref); err == nil && platform == "" {
+			if key, err := os.ReadFile(filepath.Join(s.dir, "refs", hashString(r.Name()))); err == nil {
+				if _, err := s.cached(string(key)); err == nil {
+					return nil
+				}
+			}
+		}
+	}
+	df := build.Dockerfile
+	if df == "" {
+		df = filepath.Join(build.ContextDir, "Dockerfile")
+	}
+	return fmt.Errorf("%w: the lite backend builds no images, and neither a local engine nor its image cache holds %q, which Dockerfile %s would build: build it with docker build -t %s (or podman build) and launch again, or name an image",
+		errors.ErrUnsupported, ref, df, ref)
+}

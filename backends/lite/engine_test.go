@@ -3,6 +3,7 @@ package lite
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -100,6 +101,32 @@ func TestEngineImage(t *testing.T) {
 			t.Errorf("Create without engines: %v, want a registry pull's error", err)
 		}
 	})
+}
+
+// An entry with a Dockerfile runs on lite, which builds nothing, when its
+// image is on hand (a local engine holds it), as OpenSage uses an image on
+// hand before building; otherwise Create refuses, naming the image, the
+// Dockerfile and what to do.
+func TestBuildImageOnHand(t *testing.T) {
+	cli := dockertest.Client(t)
+	dockertest.RequireImage(t, cli, dockertest.BusyboxImage)
+	e := newTestEnv(t)
+	b := e.open(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM scratch\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := e.spec("built-elsewhere")
+	spec.Image = dockertest.BusyboxImage
+	spec.Build = &backend.Build{ContextDir: dir}
+	mustExec(t, create(t, b, spec), "true")
+
+	spec.Image = "sandboxkit-test/never-built:1"
+	_, err := b.Create(t.Context(), spec)
+	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), `"sandboxkit-test/never-built:1"`) ||
+		!strings.Contains(err.Error(), filepath.Join(dir, "Dockerfile")) || !strings.Contains(err.Error(), "docker build -t sandboxkit-test/never-built:1") {
+		t.Errorf("Create of a Dockerfile entry whose image is nowhere: %v", err)
+	}
 }
 
 // TestEngineImagePodman: the same through Podman's Docker-compatible API

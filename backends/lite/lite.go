@@ -508,6 +508,14 @@ func (b *Backend) checkCreate(ctx context.Context, spec backend.Spec) (rt *ociRu
 	if err := b.checkEgress(spec); err != nil {
 		return nil, "", nil, err
 	}
+	if spec.Build != nil {
+		// lite builds no images; as OpenSage uses an image on hand before
+		// building it, one a local engine or the cache holds will do.
+		if err := b.images.onHand(ctx, spec.Image, spec.Platform, spec.Build); err != nil {
+			return nil, "", nil, err
+		}
+		spec.Build = nil
+	}
 	if err := b.Capabilities().Check(Name, spec); err != nil {
 		return nil, "", nil, err
 	}

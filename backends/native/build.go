@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/build"
+	"github.com/docker/docker/api/types/image"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/tartree"
@@ -28,9 +29,15 @@ import (
 // BuildKit session, no docker CLI, no registry), which Docker Engine 20.10
 // and later and Podman's compatible API all serve. The context is streamed
 // as a tar, honouring .dockerignore. The image's layer cache makes a
-// rebuild of an unchanged Dockerfile a series of cache hits, so every
-// Create with a Build builds; concurrent builds of one tag in this process
-// run one after the other.
+// rebuild of an unchanged Dockerfile a series of cache hits, so a Create
+// with a Build rebuilds an image this backend built; concurrent builds of
+// one tag in this process run one after the other.
+//
+// An image it did not build is taken as OpenSage takes it: Spec.Image on
+// the engine is used as it is, else pulled, and the Dockerfile is the
+// fallback (existingBuildImage), so a user who has OpenSage's images needs
+// no rebuild and no network. A failed build removes the untagged images
+// its finished steps left (nothing would label them for sbx gc).
 
 // labelDockerfile on a built image records the Dockerfile it came from.
 const labelDockerfile = "sandboxkit.native.dockerfile"
@@ -44,6 +51,8 @@ var (
 	stepLine = regexp.MustCompile(`^(?i:step) (\d+)/(\d+) ?: (.*)$`)
 	// The classic builder colours a step's stderr.
 	ansiEscape = regexp.MustCompile(`\x1b\[[0-9;]*[a-zA-Z]`)
+	// The short image ID after a classic builder's step: "---> 3f2a9c1b".
+	imageIDRE = regexp.MustCompile(`^[0-9a-f]{12,64}$`)
 )
 
 // buildLocks holds one mutex per tag.
@@ -107,13 +116,73 @@ func (b *Backend) build(ctx context.Context, spec backend.Spec, report func(back
 		return fmt.Errorf("building image %s from %s: %w", tag, dockerfile, b.translate(err))
 	}
 	defer resp.Body.Close()
-	if err := b.readBuild(resp.Body, tag, dockerfile, len(labels), report); err != nil {
+	var stepImages []string
+	if err := b.readBuild(resp.Body, tag, dockerfile, len(labels), report, &stepImages); err != nil {
+		b.removeStepImages(ctx, stepImages)
 		if terr := drainErr(tarErr); terr != nil {
 			return fmt.Errorf("%w: sending build context %s: %v", backend.ErrInvalidConfig, contextDir, terr)
 		}
 		return err
 	}
 	return nil
+}
+
+// removeStepImages removes, after a failed build, the images its finished
+// steps made that nothing tags (the last first, so each is a leaf by its
+// turn): the classic builder keeps them as its cache, but they carry none
+// of this backend's labels, so sbx gc would never find them. Images that
+// are tagged (the base image) or have other children (an earlier build's
+// cache, shared) stay: the engine refuses to remove them unforced.
+func (b *Backend) removeStepImages(ctx context.Context, ids []string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	for _, id := range slices.Backward(ids) {
+		img, err := b.cli.ImageInspect(ctx, id)
+		if err != nil || len(img.RepoTags) > 0 {
+			continue
+		}
+		if _, err := b.cli.ImageRemove(ctx, id, image.RemoveOptions{}); err != nil {
+			b.log.Debug("keeping a failed build's step image", "image", id, "err", err)
+		}
+	}
+}
+
+// existingBuildImage is the image a Create with spec.Build uses without
+// building (ok): Spec.Image on the engine when this backend did not build
+// it (OpenSage's images, pulled or built by hand), else, with pull_policy
+// "missing", the image pulled; a pull that fails falls back to the build,
+// and says so. Pull policy "always" always builds (pulling base images);
+// "never" uses an image on the engine and else builds.
+func (b *Backend) existingBuildImage(ctx context.Context, spec backend.Spec, report func(backend.Progress)) (image.InspectResponse, bool, error) {
+	policy := cmp(b.cfg.PullPolicy, PullMissing)
+	if policy == PullAlways {
+		return image.InspectResponse{}, false, nil
+	}
+	img, err := b.cli.ImageInspect(ctx, spec.Image)
+	switch err := b.translate(err); {
+	case err == nil && !platformMatches(img, spec.Platform):
+		return img, false, nil // the build makes the platform asked for
+	case err == nil && img.Config != nil && img.Config.Labels[labelDockerfile] != "":
+		return img, false, nil // ours: rebuilt (layer cache hits)
+	case err == nil:
+		b.log.Info("using the image on the engine instead of building it", "image", spec.Image)
+		report(backend.Progress{Step: "build", Status: "using " + spec.Image + " from the engine (not built: it exists, as OpenSage uses it)", Done: true})
+		return img, true, nil
+	case !errors.Is(err, backend.ErrNotFound):
+		return img, false, err
+	case policy == PullNever:
+		return img, false, nil
+	}
+	if perr := b.pull(ctx, spec.Image, spec.Platform, report); perr != nil {
+		b.log.Info("pulling the image failed; building it", "image", spec.Image, "err", perr)
+		report(backend.Progress{Step: "build", Status: fmt.Sprintf("pulling %s failed (%v); building it from the Dockerfile", spec.Image, perr)})
+		return img, false, nil
+	}
+	img, err = b.cli.ImageInspect(ctx, spec.Image)
+	if err == nil && platformMatches(img, spec.Platform) {
+		return img, true, nil
+	}
+	return img, false, nil
 }
 
 // readDockerfile resolves bs's context folder and Dockerfile (by default
@@ -206,7 +275,10 @@ func drainErr(ch <-chan error) error {
 // step and the tail of that step's output. The builder counts one LABEL
 // step per label it was given after the Dockerfile's own; steps are
 // reported as numbered in the Dockerfile, without those.
-func (b *Backend) readBuild(r io.Reader, tag, dockerfile string, labelSteps int, report func(backend.Progress)) error {
+//
+// The IDs of the images the steps made ("---> ID" lines) are appended to
+// stepImages.
+func (b *Backend) readBuild(r io.Reader, tag, dockerfile string, labelSteps int, report func(backend.Progress), stepImages *[]string) error {
 	var (
 		step, steps int64
 		instr       string
@@ -228,6 +300,9 @@ func (b *Backend) readBuild(r io.Reader, tag, dockerfile string, labelSteps int,
 			return
 		}
 		t := strings.TrimSpace(line)
+		if id, ok := strings.CutPrefix(t, "---> "); ok && imageIDRE.MatchString(id) {
+			*stepImages = append(*stepImages, id)
+		}
 		if t == "" || strings.HasPrefix(t, "---> ") || strings.HasPrefix(t, "Removing intermediate container") {
 			return
 		}

@@ -510,11 +510,15 @@ func (b *Backend) injectSbxd(ctx context.Context, cid string, bin embedbin.Binar
 }
 
 // specImage builds spec's image, or makes sure the engine has it, and
-// inspects it.
+// inspects it. With a Build it takes the image as OpenSage does (see
+// builtImage).
 func (b *Backend) specImage(ctx context.Context, spec backend.Spec) (image.InspectResponse, error) {
 	report := progressFunc(spec)
 	if spec.Build == nil {
 		return b.ensureImage(ctx, spec.Image, spec.Platform, report)
+	}
+	if img, ok, err := b.existingBuildImage(ctx, spec, report); ok || err != nil {
+		return img, err
 	}
 	if err := b.build(ctx, spec, report); err != nil {
 		return image.InspectResponse{}, err
