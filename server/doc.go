@@ -95,6 +95,22 @@
 // any other. Close removes the ready sandboxes, DeleteOnShutdown or not.
 // PoolStats, and GET /pools over HTTP, give the pools' figures.
 //
+// # Limits
+//
+// Callers without the key, and callers that flood, cannot take what the
+// answers to others need. A request's body is read only after its key is
+// checked; a refused request's connection is closed, its body unread.
+// Bodies must arrive within Options.BodyTimeout plus their size at
+// BodyMinRate (else 408), and the bodies held in memory at once fit
+// BodyBudget (a request that finds no room waits BodyWait, then gets 503
+// with Retry-After). Serve holds at most MaxConns connections, and
+// MaxConnsPerClient of one address: past a cap, a connection that has sent
+// no request for a second (slow headers, idle) makes room, else the new one
+// is answered 503 or 429 and closed; ReadHeaderTimeout and IdleTimeout
+// close the rest. Answers, MCP's event streams, terminals and long
+// commands are not timed. StdioTransport answers every request read
+// before its input ends, then ends.
+//
 // # Lifecycle
 //
 // New makes a server over a backend; Adopt takes over the sandboxes an

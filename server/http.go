@@ -32,6 +32,10 @@ const MaxJSONBodyBytes = 64 << 20
 // SDK's limit; larger ones get 413).
 const MaxMCPBodyBytes = mcp.DefaultMaxRequestBodyBytes
 
+// maxSmallBody bounds the bodies of the endpoints that take small ones
+// (an egress policy, OpenSandbox's metadata and expiry) or none.
+const maxSmallBody = 1 << 20
+
 // validConversation reports whether id is 1 to 200 of A-Z a-z 0-9 . _ : @ /
 // + = - (a regular expression for it costs every sbx process 0.7 ms to
 // compile at start).
@@ -106,7 +110,9 @@ func ConversationFromHeader(h http.Header) (string, error) {
 //	                      egress.go); need the admin key, not the API key
 //
 // Everything but /health and /admin needs the API key when one is set, as
-// "Authorization: Bearer KEY" or "X-API-Key: KEY".
+// "Authorization: Bearer KEY" or "X-API-Key: KEY". A request body is read
+// only once the key is checked, and within the limits of Options
+// (BodyTimeout, BodyMinRate, BodyBudget).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
@@ -115,10 +121,10 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /sandbox/status", s.auth(http.HandlerFunc(s.serveStatus)))
 	mux.Handle("GET /pools", s.auth(http.HandlerFunc(s.servePools)))
 	mux.Handle("GET /tools", s.auth(http.HandlerFunc(s.serveToolList)))
-	mux.Handle("POST /tools/{name}", s.auth(http.HandlerFunc(s.serveTool)))
+	mux.Handle("POST /tools/{name}", s.auth(s.limitBody(MaxJSONBodyBytes, writeError, http.HandlerFunc(s.serveTool))))
 	mux.Handle("GET /sandboxes/{id}/terminal", s.auth(http.HandlerFunc(s.serveTerminal)))
 	mux.Handle("GET /admin/sandboxes/{id}/egress", s.adminAuth(http.HandlerFunc(s.serveEgressStatus)))
-	mux.Handle("PUT /admin/sandboxes/{id}/egress", s.adminAuth(http.HandlerFunc(s.serveSetEgress)))
+	mux.Handle("PUT /admin/sandboxes/{id}/egress", s.adminAuth(s.limitBody(maxSmallBody, writeError, http.HandlerFunc(s.serveSetEgress))))
 	s.osbRoutes(mux)
 
 	srv := s.MCPServer(func(req *mcp.CallToolRequest) string {
@@ -146,8 +152,8 @@ func (s *Server) Handler() http.Handler {
 		}
 		mcpHandler.ServeHTTP(w, r)
 	})
-	mux.Handle("/mcp", s.auth(checkConv))
-	return mux
+	mux.Handle("/mcp", s.auth(s.limitBody(MaxMCPBodyBytes, writeError, checkConv)))
+	return s.guardBodies(mux)
 }
 
 // auth requires the API key, compared in constant time.
@@ -162,6 +168,7 @@ func (s *Server) auth(next http.Handler) http.Handler {
 func (s *Server) adminAuth(next http.Handler) http.Handler {
 	if s.opts.AdminKey == "" {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			dropBody(w, r)
 			writeError(w, http.StatusForbidden, "the admin endpoints are closed: start the server with $"+EnvAdminKey+
 				" (or [sandbox.serve] admin_key) set to a key other than the API key, and send it as Authorization: Bearer <admin key>")
 		})
@@ -183,6 +190,7 @@ func requireKey(key, refusal string, next http.Handler) http.Handler {
 		// Hashing first makes the comparison independent of the length.
 		got := sha256.Sum256([]byte(key))
 		if key == "" || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			dropBody(w, r)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxkit"`)
 			writeError(w, http.StatusUnauthorized, refusal)
 			return
@@ -255,9 +263,9 @@ func (s *Server) serveTool(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBodyBytes))
+	body, err := readBody(r)
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body: %v", err))
+		writeError(w, bodyStatus(err), fmt.Sprintf("request body: %v", err))
 		return
 	}
 	res, err := def.http(r.Context(), s, conv, body)
@@ -313,6 +321,9 @@ func sessionless(body []byte) (id jsonrpc.ID, refuse bool) {
 	body = bytes.TrimSpace(body)
 	raws := []json.RawMessage{body}
 	if len(body) > 0 && body[0] == '[' {
+		// Into a new slice: Unmarshal would write the first entry over
+		// body, which the SDK reads next.
+		raws = nil
 		if json.Unmarshal(body, &raws) != nil || len(raws) == 0 {
 			return jsonrpc.ID{}, false
 		}

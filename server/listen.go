@@ -43,15 +43,26 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// maxHeaderBytes bounds a request's headers (net/http's default is 1 MiB:
+// a thousand connections sending that much would hold a GiB).
+const maxHeaderBytes = 64 << 10
+
 // Serve serves Handler on ln until ctx ends, then shuts down: new
 // connections are refused, calls in flight get ShutdownGrace to finish and
-// are then cancelled. It does not Close s.
+// are then cancelled. It holds to the connection limits and timeouts of
+// Options (MaxConns, MaxConnsPerClient, ReadHeaderTimeout, IdleTimeout)
+// and Handler's body limits. It does not Close s.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	lim := newConnLimiter(ln, max(s.opts.MaxConns, 0), max(s.opts.MaxConnsPerClient, 0))
 	hs := &http.Server{
 		Handler:           s.Handler(),
-		ReadHeaderTimeout: 30 * time.Second,
+		ReadHeaderTimeout: max(s.opts.ReadHeaderTimeout, 0),
+		IdleTimeout:       max(s.opts.IdleTimeout, 0),
+		MaxHeaderBytes:    maxHeaderBytes,
+		ConnState:         lim.track,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	ln = lim
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -82,9 +81,7 @@ func defineTool[In any](name, description string, fn func(context.Context, *Serv
 		http: func(ctx context.Context, s *Server, conv string, body []byte) (Result, error) {
 			var in In
 			if len(bytes.TrimSpace(body)) > 0 {
-				dec := json.NewDecoder(bytes.NewReader(body))
-				dec.DisallowUnknownFields()
-				if err := dec.Decode(&in); err != nil {
+				if err := decodeArgs(body, &in); err != nil {
 					return Result{}, &httpError{code: http.StatusBadRequest, msg: fmt.Sprintf("tool %s: bad JSON arguments: %v", name, err)}
 				}
 			}

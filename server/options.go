@@ -40,6 +40,15 @@ const (
 	DefaultOutputLimit  = 256 << 10
 	DefaultReapInterval = 30 * time.Second
 	DefaultInstance     = "serve"
+
+	// The HTTP server's limits (see Options.MaxConns and below).
+	DefaultMaxConns          = 2048
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 90 * time.Second
+	DefaultBodyTimeout       = 10 * time.Second
+	DefaultBodyMinRate       = 16 << 10 // bytes a second
+	DefaultBodyBudget        = 128 << 20
+	DefaultBodyWait          = 5 * time.Second
 )
 
 // Labels the server puts on the sandboxes it makes, next to the backend's
@@ -108,6 +117,58 @@ type Options struct {
 	// (Adopt) and gives them a fresh idle window.
 	Instance string
 
+	// The HTTP server's limits, so that callers without the key, and
+	// callers that flood, cannot take the connections, file descriptors,
+	// memory or time that answers need (/health and the calls of others
+	// included). Zero is the default; a negative value turns a limit
+	// off. Handler applies the body limits; Serve all of them.
+
+	// MaxConns caps the connections Serve holds at once (default
+	// DefaultMaxConns, or half the file descriptors the process may hold
+	// if that is fewer, so the cap comes before Accept's "too many open
+	// files"). A connection past it closes the one that has
+	// waited longest for a request (idle, or still sending its headers),
+	// if that one has waited a second; else it is answered 503 Service
+	// Unavailable, with Retry-After, and closed.
+	MaxConns int
+	// MaxConnsPerClient caps the connections of one client address (an
+	// IPv6 client's /64) (default a quarter of MaxConns): past it, the
+	// client's own connection that has waited longest for a request (a
+	// second at least) is closed, else the new one is answered 429 Too
+	// Many Requests, with Retry-After, and closed.
+	MaxConnsPerClient int
+	// ReadHeaderTimeout bounds the time a request's headers may take to
+	// arrive (default DefaultReadHeaderTimeout).
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes a kept-alive connection that has waited this
+	// long for its next request (default DefaultIdleTimeout).
+	IdleTimeout time.Duration
+	// BodyTimeout and BodyMinRate bound the time a request body may take
+	// to arrive, from when the server starts reading it: BodyTimeout, plus
+	// its bytes at BodyMinRate bytes a second (defaults DefaultBodyTimeout,
+	// DefaultBodyMinRate). A body that falls behind is cut: the request is
+	// answered 408 Request Timeout and the connection closed. Only request
+	// bodies are timed: answers, MCP's event streams, WebSocket terminals
+	// and long commands are not. Either negative: bodies are not timed.
+	BodyTimeout time.Duration
+	BodyMinRate int64
+	// BodyBudget bounds the bytes of request bodies the server holds at
+	// once, over all requests (default DefaultBodyBudget). Before its body
+	// is read, an authenticated request reserves its Content-Length (a
+	// body sent without one, its route's limit, such as MaxJSONBodyBytes)
+	// until it is answered; one that finds no room waits up to BodyWait
+	// (default DefaultBodyWait; negative: no wait), then is answered 503
+	// Service Unavailable with Retry-After. A body larger than the budget
+	// reserves all of it.
+	// The heap grows by up to about four times what is reserved (a JSON
+	// body and the string decoded from it are live while its tool runs,
+	// and the heap runs up to twice what is live between collections):
+	// about 500 MiB at the default, measured with 16 bodies of 60 MiB at
+	// once. Bodies streamed on (file uploads, the proxy to a sandbox's
+	// port) reserve nothing.
+	BodyBudget int64
+	BodyWait   time.Duration
+
 	// Logger receives warnings and errors (default: discard).
 	Logger *slog.Logger
 	// Now is the clock the TTLs use (default time.Now); tests inject one.
@@ -144,6 +205,21 @@ func (o *Options) setDefaults() error {
 	o.OutputLimit = cmp.Or(o.OutputLimit, DefaultOutputLimit)
 	o.Instance = cmp.Or(o.Instance, DefaultInstance)
 	o.ReapInterval = cmp.Or(o.ReapInterval, DefaultReapInterval)
+	if o.MaxConns == 0 {
+		o.MaxConns = DefaultMaxConns
+		if n := fileLimit() / 2; n > 0 && n < DefaultMaxConns {
+			o.MaxConns = int(n)
+		}
+	}
+	if o.MaxConnsPerClient == 0 {
+		o.MaxConnsPerClient = max(o.MaxConns/4, 1) // no cap with MaxConns off (negative)
+	}
+	o.ReadHeaderTimeout = cmp.Or(o.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	o.IdleTimeout = cmp.Or(o.IdleTimeout, DefaultIdleTimeout)
+	o.BodyTimeout = cmp.Or(o.BodyTimeout, DefaultBodyTimeout)
+	o.BodyMinRate = cmp.Or(o.BodyMinRate, DefaultBodyMinRate)
+	o.BodyBudget = cmp.Or(o.BodyBudget, DefaultBodyBudget)
+	o.BodyWait = cmp.Or(o.BodyWait, DefaultBodyWait)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -93,22 +93,36 @@ func osbConv(r *http.Request) (string, error) {
 // osbRoutes adds the OpenSandbox API to mux.
 func (s *Server) osbRoutes(mux *http.ServeMux) {
 	for _, p := range []string{"", "/v1"} {
-		h := func(pattern string, fn func(http.ResponseWriter, *http.Request, string)) {
+		// limit bounds the route's body, held in memory (BodyBudget).
+		h := func(pattern string, limit int64, fn func(http.ResponseWriter, *http.Request, string)) {
 			method, rest, _ := strings.Cut(pattern, " ")
-			mux.Handle(method+" "+p+rest, s.osbAuth(fn))
+			mux.Handle(method+" "+p+rest, s.osbAuth(func(w http.ResponseWriter, r *http.Request, conv string) {
+				release, ok := s.admitBody(w, r, limit, osbFail)
+				if !ok {
+					return
+				}
+				defer release()
+				fn(w, r, conv)
+			}))
 		}
-		h("POST /sandboxes", s.osbCreate)
-		h("GET /sandboxes", s.osbList)
-		h("GET /sandboxes/{id}", s.osbGet)
-		h("DELETE /sandboxes/{id}", s.osbDelete)
-		h("PATCH /sandboxes/{id}/metadata", s.osbPatchMetadata)
-		h("POST /sandboxes/{id}/pause", s.osbPause)
-		h("POST /sandboxes/{id}/resume", s.osbPause)
-		h("POST /sandboxes/{id}/renew-expiration", s.osbRenew)
-		h("GET /sandboxes/{id}/endpoints/{port}", s.osbEndpoint)
+		h("POST /sandboxes", MaxJSONBodyBytes, s.osbCreate)
+		h("GET /sandboxes", maxSmallBody, s.osbList)
+		h("GET /sandboxes/{id}", maxSmallBody, s.osbGet)
+		h("DELETE /sandboxes/{id}", maxSmallBody, s.osbDelete)
+		h("PATCH /sandboxes/{id}/metadata", maxSmallBody, s.osbPatchMetadata)
+		h("POST /sandboxes/{id}/pause", maxSmallBody, s.osbPause)
+		h("POST /sandboxes/{id}/resume", maxSmallBody, s.osbPause)
+		h("POST /sandboxes/{id}/renew-expiration", maxSmallBody, s.osbRenew)
+		h("GET /sandboxes/{id}/endpoints/{port}", maxSmallBody, s.osbEndpoint)
+		// The proxy streams bodies on (execd's are admitted by osbExecd).
 		mux.Handle(p+"/sandboxes/{id}/proxy/{port}/{path...}", s.osbAuth(s.osbProxy))
 	}
 	mux.HandleFunc("/execd/{id}/{path...}", s.osbDirectExecd)
+}
+
+// osbFail answers an error of the API's limits in OpenSandbox's shape.
+func osbFail(w http.ResponseWriter, code int, msg string) {
+	osbError(w, code, "REQUEST_REJECTED", "%s", msg)
 }
 
 // osbAuth checks the API key and the conversation header.
@@ -126,6 +140,9 @@ func (s *Server) osbAuth(next func(http.ResponseWriter, *http.Request, string)) 
 				}
 			}
 			got := sha256.Sum256([]byte(key))
+			if key == "" || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+				dropBody(w, r)
+			}
 			switch {
 			case key == "":
 				osbError(w, http.StatusUnauthorized, "MISSING_API_KEY", "Authentication credentials are missing. Provide an API key via the %s header.", osbHeaderAPIKey)
@@ -137,6 +154,7 @@ func (s *Server) osbAuth(next func(http.ResponseWriter, *http.Request, string)) 
 		}
 		conv, err := osbConv(r)
 		if err != nil {
+			dropBody(w, r)
 			osbError(w, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER", "%v", err)
 			return
 		}
@@ -867,11 +885,13 @@ func (s *Server) osbDirectExecd(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	got := r.Header.Get(osbHeaderRoute)
 	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.osbRoute(id))) != 1 {
+		dropBody(w, r)
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized: missing or wrong " + osbHeaderRoute + " (ask the endpoints API for execd's endpoint)"})
 		return
 	}
 	conv, err := osbConv(r)
 	if err != nil {
+		dropBody(w, r)
 		osbError(w, http.StatusBadRequest, "INVALID_REQUEST_BODY", "%v", err)
 		return
 	}

@@ -44,9 +44,22 @@ func (s *Server) osbExecd(w http.ResponseWriter, r *http.Request, conv, id, p st
 		if b.osbToken != "" {
 			sum := sha256.Sum256([]byte(r.Header.Get(osbHeaderToken)))
 			if subtle.ConstantTimeCompare([]byte(hex.EncodeToString(sum[:])), []byte(b.osbToken)) != 1 {
+				dropBody(w, r)
 				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized: invalid or missing header " + osbHeaderToken})
 				return nil
 			}
+		}
+		route := r.Method + " " + p
+		// Uploads stream to the sandbox; the other bodies are JSON, held
+		// while they are decoded and run.
+		if route != "POST /files/upload" {
+			release, ok := s.admitBody(w, r, MaxJSONBodyBytes, func(w http.ResponseWriter, code int, msg string) {
+				osbExecdError(w, code, "REQUEST_REJECTED", "%s", msg)
+			})
+			if !ok {
+				return nil
+			}
+			defer release()
 		}
 		// Commands are not confined on a backend without isolation, so
 		// neither are the file calls (the tools' confinement would only
@@ -56,7 +69,6 @@ func (s *Server) osbExecd(w http.ResponseWriter, r *http.Request, conv, id, p st
 			sb = b.agent
 		}
 		x := &osbExecd{s: s, b: b, sb: sb}
-		route := r.Method + " " + p
 		switch {
 		case route == "GET /ping":
 			w.WriteHeader(http.StatusOK)

@@ -404,7 +404,7 @@ func (x *osbExecd) upload(ctx context.Context, w http.ResponseWriter, r *http.Re
 // decodeBody decodes a JSON body or answers 400.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxJSONBodyBytes)).Decode(v); err != nil {
-		osbExecdError(w, http.StatusBadRequest, "INVALID_REQUEST_BODY", "error parsing request, MAYBE invalid body format. %v", err)
+		osbExecdError(w, bodyStatus(err), "INVALID_REQUEST_BODY", "error parsing request, MAYBE invalid body format. %v", err)
 		return false
 	}
 	return true

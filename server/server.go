@@ -53,6 +53,9 @@ type Server struct {
 
 	binMu sync.Mutex
 	bins  map[string][]byte // sbxd binaries by architecture
+
+	// budget is Options.BodyBudget (nil: none).
+	budget *bodyBudget
 }
 
 // box is one sandbox the server knows.
@@ -131,6 +134,9 @@ func New(opts Options) (*Server, error) {
 	opts.Volumes = vols
 	life, stop := context.WithCancel(context.Background())
 	s := &Server{opts: opts, life: life, stopLife: stop, boxes: map[string]*box{}, released: map[string]release{}}
+	if opts.BodyBudget > 0 {
+		s.budget = &bodyBudget{size: opts.BodyBudget}
+	}
 	pools, err := s.newPools()
 	if err != nil {
 		stop()

@@ -46,6 +46,8 @@ warns at start and listens only on loopback unless --allow-unisolated is
 given, key or not: whoever reaches it could run commands on this host. File
 tools are confined to each sandbox's folder there; commands are not.
 
+` + serveLimitsHelp + `
+
 On SIGINT or SIGTERM calls in flight get a few seconds to finish; sandboxes
 are kept (a restarted serve adopts them) unless delete_on_shutdown is set.`,
 		Args: exactArgs(0, "no arguments"),
@@ -59,6 +61,21 @@ are kept (a restarted serve adopts them) unless delete_on_shutdown is set.`,
 		"allow listening on a non-loopback address with a backend without isolation (local), which lets callers run commands on this host")
 	return cmd
 }
+
+// serveLimitsHelp is serve's help on its limits (server.Options.MaxConns
+// and below).
+var serveLimitsHelp = fmt.Sprintf(`Callers without the key, and floods, cannot starve the others: a request's
+body is read only after its key is checked (a refused request's connection is
+closed unread), bodies must arrive within %s plus 1 s per %d KiB (else 408),
+at most %d MiB of bodies are held at once (else 503 with Retry-After after a
+%s wait), and serve holds at most %d connections (or half the process's
+file descriptor limit), a quarter of them from one address: past a cap, a
+connection that has sent no request for a second is closed to make room,
+else the new one is answered 503 (429 for one address) and closed. Headers
+must arrive within %s; idle connections close after %s. Answers, MCP
+event streams and terminals are not timed.`,
+	server.DefaultBodyTimeout, server.DefaultBodyMinRate>>10, server.DefaultBodyBudget>>20, server.DefaultBodyWait,
+	server.DefaultMaxConns, server.DefaultReadHeaderTimeout, server.DefaultIdleTimeout)
 
 // newServer opens the config's backend and makes a server over it. The
 // caller closes both.
