@@ -107,15 +107,7 @@ func (f *FuzzInit) Provision(ctx context.Context, in *Instance) error {
 	if err == nil {
 		return nil
 	}
-	// The launch's deadline may be what stopped the build: restore anyway.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fuzzReadTimeout)
-	defer cancel()
-	restore := fmt.Sprintf(`if [ -e %[1]s.bak ]; then rm -rf %[1]s && mv %[1]s.bak %[1]s; fi`, FuzzOutDir)
-	if _, rerr := runStep(rctx, in, step{name: "restoring " + FuzzOutDir + " from " + FuzzOutDir + ".bak",
-		cmd: []string{"sh", "-c", restore}, timeout: fuzzReadTimeout}); rerr != nil {
-		return errors.Join(err, rerr)
-	}
-	return err
+	return errors.Join(err, restoreOut(ctx, in))
 }
 
 // fuzzSettings is what compile_aflpp.sh is run with, and where it came

@@ -74,6 +74,14 @@ type Initializer interface {
 	Publish(host string) map[string]string
 }
 
+// Planner is implemented by initializers that adapt to the Spec their
+// sandbox is made from: the session calls Plan with it (Spec with the
+// entry's keys laid over it) once, before Publish and Provision. gdb_mcp
+// uses an image's own MCP server when the entry runs the image's command.
+type Planner interface {
+	Plan(spec backend.Spec)
+}
+
 // Handler is implemented by initializers that give the host program a
 // typed handle (Neo4j.BoltURI, GDBMCP.URL, ...), built once the sandbox
 // is ready.

@@ -6,10 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"mime"
 	"net"
-	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -162,7 +159,7 @@ func (p *MCPServicesProbe) WaitUntilReady(ctx context.Context, sb backend.Sandbo
 			if err != nil {
 				return err
 			}
-			return sseGet(ctx, u)
+			return wait.CheckSSE(ctx, u)
 		}).WithTimeout(left).WithPollInterval(cmp.Or(p.PollInterval, MCPPollInterval))
 		if err := poll.WaitUntilReady(ctx, sb); err != nil {
 			return err
@@ -200,30 +197,3 @@ func (p *MCPServicesProbe) resolve(ctx context.Context, sb backend.Sandbox, t mc
 }
 
 func (t mcpTarget) url(hostPort string) string { return "http://" + hostPort + MCPSSEPath }
-
-// sseGet is one attempt: GET u must answer 200 with an event stream. The
-// stream itself is not read (it stays open); closing the body ends it.
-func sseGet(ctx context.Context, u string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return wait.Permanent(err)
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		if ue, ok := errors.AsType[*url.Error](err); ok {
-			err = ue.Err // its text repeats the URL
-		}
-		return fmt.Errorf("GET %s: %w", u, err)
-	}
-	defer resp.Body.Close()
-	ct := resp.Header.Get("Content-Type")
-	mt, _, _ := mime.ParseMediaType(ct)
-	switch {
-	case resp.StatusCode != http.StatusOK:
-		return fmt.Errorf("GET %s: status %d (want 200)", u, resp.StatusCode)
-	case mt != "text/event-stream":
-		return fmt.Errorf("GET %s: Content-Type %q (want text/event-stream: not an SSE endpoint yet)", u, ct)
-	}
-	return nil
-}

@@ -322,6 +322,9 @@ func (l *Launcher) planMember(name string) (*member, error) {
 			m.spec.Build = nil
 		}
 	}
+	if p, ok := init.(initializers.Planner); ok {
+		p.Plan(m.spec)
+	}
 	if err := l.planMCP(m, e); err != nil {
 		return nil, err
 	}

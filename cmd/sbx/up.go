@@ -189,11 +189,15 @@ func describeSession(ctx context.Context, s *sandboxkit.Session) (upResult, erro
 	return res, nil
 }
 
-// serviceURLs are the URLs an initializer's handle names.
+// serviceURLs are the URLs an initializer's handle names: gdb_mcp's MCP
+// endpoint and its SSE one (OpenSage's clients speak SSE), neo4j's.
 func serviceURLs(handle any) []string {
 	var out []string
 	if h, ok := handle.(interface{ URL() string }); ok {
 		out = append(out, h.URL())
+	}
+	if h, ok := handle.(interface{ SSEURL() string }); ok && !slices.Contains(out, h.SSEURL()) {
+		out = append(out, h.SSEURL())
 	}
 	if h, ok := handle.(interface{ BoltURI() string }); ok {
 		out = append(out, h.BoltURI())

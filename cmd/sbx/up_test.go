@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,12 +57,17 @@ image = "`+gdbImage+`"
 	if url == "" || !strings.Contains(out, "URLS") {
 		t.Fatalf("up shows no MCP URL:\n%s", out)
 	}
+	// The SSE endpoint too, for OpenSage's clients.
+	sse := strings.TrimSuffix(url, "/mcp") + "/sse"
+	if !strings.Contains(out, url+" "+sse) {
+		t.Errorf("up shows no SSE URL %s:\n%s", sse, out)
+	}
 	var st upResult
 	if err := json.Unmarshal([]byte(must(t, "--config", cfg, "--json", "status", id)), &st); err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Sandboxes) != 1 || len(st.Sandboxes[0].URLs) != 1 || st.Sandboxes[0].URLs[0] != url {
-		t.Errorf("status %+v, want the URL %s", st, url)
+	if len(st.Sandboxes) != 1 || !slices.Equal(st.Sandboxes[0].URLs, []string{url, sse}) {
+		t.Errorf("status %+v, want the URLs %s and %s", st, url, sse)
 	}
 }
 

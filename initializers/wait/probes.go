@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -245,4 +247,57 @@ func ForMCP(port int, path string) *Poll {
 		}
 		return cs.Close()
 	})
+}
+
+// ForSSE is ready when a GET of path on the sandbox's port answers status
+// 200 with Content-Type text/event-stream: an MCP server of the older SSE
+// transport (OpenSage's gdb_mcp image) is up, as OpenSage's own check
+// sees it. The stream is not read; it closes with the request. A sandbox
+// whose main process has exited fails the probe at once: nothing will
+// start listening any more.
+func ForSSE(port int, path string) *Poll {
+	return ForFunc(fmt.Sprintf("sse :%d%s", port, path), func(ctx context.Context, sb backend.Sandbox) error {
+		addr, err := endpoint(ctx, sb, port)
+		if err != nil {
+			return err
+		}
+		u := "http://" + addr + path
+		if err := CheckSSE(ctx, u); err != nil {
+			if info, ierr := sb.Info(ctx); ierr == nil && info.State == backend.StateExited {
+				return Permanent(fmt.Errorf("%v, and the sandbox's main process has exited: nothing will serve it", err))
+			}
+			return err
+		}
+		return nil
+	})
+}
+
+// CheckSSE is one attempt of an SSE endpoint's readiness: GET u must
+// answer status 200 with Content-Type text/event-stream. The stream is not
+// read; closing the body ends it.
+func CheckSSE(ctx context.Context, u string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return Permanent(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err // its text repeats the URL
+		}
+		return fmt.Errorf("GET %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	ct := resp.Header.Get("Content-Type")
+	mt, _, _ := mime.ParseMediaType(ct)
+	switch {
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("GET %s: status %d (want 200)", u, resp.StatusCode)
+	case mt != "text/event-stream":
+		return fmt.Errorf("GET %s: Content-Type %q (want text/event-stream)", u, ct)
+	}
+	return nil
 }

@@ -1,8 +1,8 @@
 // Package wait holds readiness probes for sandboxes, in the spirit of
 // testcontainers-go's wait strategies: a TCP port that accepts, an HTTP
 // answer with a status and body, a line in the sandbox's log, a command's
-// exit code, an MCP initialize handshake, or any check of one's own,
-// combined with All and Any.
+// exit code, an MCP initialize handshake, an SSE endpoint, or any check
+// of one's own, combined with All and Any.
 //
 // Every probe has a deadline and a poll interval: a probe that never
 // succeeds fails when its deadline runs out (or ctx ends, whichever is

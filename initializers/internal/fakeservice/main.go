@@ -4,12 +4,16 @@
 //
 //	fakeservice neo4j   HTTP discovery on :7474, a Bolt handshake on :7687
 //	fakeservice joern [PORT]  Joern's POST /query-sync on PORT (default 8081)
+//	fakeservice mcp-sse [PORT]  an MCP server of its own, SSE only, on PORT
+//	                    (default 1111), as OpenSage's gdb_mcp image serves:
+//	                    GET /sse, and /mcp answers 501 Not Implemented
 //	fakeservice never   print a line and never listen
 //
 // It is built and imported into a throwaway image by the tests.
 package main
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -19,11 +23,13 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: fakeservice neo4j|joern [PORT]|never")
+		fmt.Fprintln(os.Stderr, "usage: fakeservice neo4j|joern [PORT]|mcp-sse [PORT]|never")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -35,6 +41,12 @@ func main() {
 			port = os.Args[2]
 		}
 		joern(port)
+	case "mcp-sse":
+		port := "1111"
+		if len(os.Args) > 2 {
+			port = os.Args[2]
+		}
+		mcpSSE(port)
 	case "never":
 		fmt.Println("fakeservice: starting, but never ready")
 		for {
@@ -111,6 +123,29 @@ func joern(port string) {
 	})
 	fmt.Println("fakeservice: joern started on", port)
 	if err := http.ListenAndServe(":"+port, nil); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+// mcpSSE serves MCP over SSE only, with one tool (gdb_command, echoing its
+// command), as OpenSage's gdb_mcp image does from its own command.
+func mcpSSE(port string) {
+	server := mcp.NewServer(&mcp.Implementation{Name: "gdb-mcp-standin", Version: "1"}, nil)
+	type commandIn struct {
+		Command string `json:"command"`
+	}
+	mcp.AddTool(server, &mcp.Tool{Name: "gdb_command", Description: "Stand-in: echoes the command."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in commandIn) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "stand-in gdb: " + in.Command}}}, nil, nil
+		})
+	mux := http.NewServeMux()
+	mux.Handle("/sse", mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	mux.HandleFunc("/mcp", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "Not Implemented", http.StatusNotImplemented)
+	})
+	fmt.Println("fakeservice: MCP over SSE on", port)
+	if err := http.ListenAndServe(":"+port, mux); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
