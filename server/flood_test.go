@@ -212,7 +212,7 @@ func TestServeUnderSlowFlood(t *testing.T) {
 // the connection that has waited longest for its request is closed to make
 // room, long before ReadHeaderTimeout would close it.
 func TestServeMakesRoomForRequests(t *testing.T) {
-	const headerTimeout = 8 * time.Second
+	const headerTimeout = 5 * time.Second
 	s := newServer(t, localBackend(t), func(o *server.Options) {
 		o.MaxConns, o.MaxConnsPerClient = 10, -1
 		o.ReadHeaderTimeout = headerTimeout
