@@ -216,3 +216,27 @@ func TestStdioAnswersBeforeEOF(t *testing.T) {
 	require.Contains(t, answers, nil, "answer to the line that is not JSON")
 	assert.Equal(t, -32700, answers[nil].Error.Code)
 }
+
+// failingWriter fails every write, as a standard output whose reader has
+// gone does.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
+
+// TestStdioEndsWhenOutputFails: when the client has closed both ends, the
+// session still ends at the end of its input: an answer that cannot be
+// written is not waited for.
+func TestStdioEndsWhenOutputFails(t *testing.T) {
+	s := newServer(t, localBackend(t), func(o *server.Options) { o.DeleteOnShutdown = true })
+	in := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n" +
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}` + "\n"
+	done := make(chan error, 1)
+	go func() {
+		done <- s.RunStdio(context.Background(), "stdio:gone", server.StdioTransport(strings.NewReader(in), failingWriter{}))
+	}()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("RunStdio did not return within 60s of its input's end, with its output failing")
+	}
+}
