@@ -193,3 +193,32 @@ func (c *Config) relativeHint(key string) string {
 	return fmt.Sprintf(" (relative to the project root %s, from %s; set [sandbox] project_root or $%s to use another)",
 		c.ProjectRoot, c.ProjectRootFrom, EnvProjectRoot)
 }
+
+// OpenSageSource is where an OpenSage checkout keeps the folders that fill
+// a session's bash_tools and sandbox_scripts volumes, relative to its root.
+const (
+	OpenSageBashTools      = "src/opensage/bash_tools"
+	OpenSageSandboxScripts = "src/opensage/sandbox_scripts"
+)
+
+// ToolFolders returns the host folders that fill a session's bash_tools
+// (read-write) and sandbox_scripts (read-only) volumes, and where each came
+// from: [sandbox] bash_tools_path and sandbox_scripts_path, else, when the
+// project root is an OpenSage checkout, its src/opensage/bash_tools and
+// src/opensage/sandbox_scripts (as OpenSage stages them), else "" (the
+// volume starts empty).
+func (c *Config) ToolFolders() (bashTools, bashToolsFrom, scripts, scriptsFrom string) {
+	pick := func(key, set, rel string) (string, string) {
+		if set != "" {
+			return c.HostPath(set), "[sandbox] " + key
+		}
+		p := filepath.Join(c.ProjectRoot, rel)
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			return p, "the OpenSage checkout at the project root " + c.ProjectRoot
+		}
+		return "", ""
+	}
+	bashTools, bashToolsFrom = pick("bash_tools_path", c.Sandbox.BashToolsPath, OpenSageBashTools)
+	scripts, scriptsFrom = pick("sandbox_scripts_path", c.Sandbox.SandboxScriptsPath, OpenSageSandboxScripts)
+	return bashTools, bashToolsFrom, scripts, scriptsFrom
+}

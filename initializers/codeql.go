@@ -112,6 +112,9 @@ func (c *CodeQLInit) DependsOn() []Dependency {
 	return []Dependency{{Name: Neo4jType}, {Name: JoernType, Optional: true}}
 }
 
+// SandboxScripts: OpenSage's call graph script.
+func (c *CodeQLInit) SandboxScripts() []string { return []string{"callgraph/run_codeql.sh"} }
+
 // Provision runs run_codeql.sh and stages its CSVs for Neo4j.
 func (c *CodeQLInit) Provision(ctx context.Context, in *Instance) error {
 	out, err := runStep(ctx, in, step{

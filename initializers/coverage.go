@@ -60,6 +60,9 @@ type CoverageInit struct {
 	Config CoverageConfig
 }
 
+// SandboxScripts: OpenSage's coverage build script.
+func (c *CoverageInit) SandboxScripts() []string { return []string{"ossfuzz/compile_coverage.sh"} }
+
 // Provision runs compile_coverage.sh.
 func (c *CoverageInit) Provision(ctx context.Context, in *Instance) error {
 	_, err := runStep(ctx, in, step{

@@ -90,6 +90,9 @@ type FuzzInit struct {
 // DependsOn: main (OpenSage asserts one exists and waits for it).
 func (f *FuzzInit) DependsOn() []Dependency { return []Dependency{{Name: MainType}} }
 
+// SandboxScripts: OpenSage's AFL++ build script.
+func (f *FuzzInit) SandboxScripts() []string { return []string{"ossfuzz/compile_aflpp.sh"} }
+
 // Provision reads the build settings and builds the fuzz targets with
 // AFL++, restoring /out when that fails.
 func (f *FuzzInit) Provision(ctx context.Context, in *Instance) error {

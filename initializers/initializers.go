@@ -74,6 +74,13 @@ type Initializer interface {
 	Publish(host string) map[string]string
 }
 
+// ScriptsUser is implemented by initializers that run scripts from the
+// session's sandbox_scripts folder (OpenSage's, paths relative to it): the
+// session warns before launching when the folder will not have them.
+type ScriptsUser interface {
+	SandboxScripts() []string
+}
+
 // Planner is implemented by initializers that adapt to the Spec their
 // sandbox is made from: the session calls Plan with it (Spec with the
 // entry's keys laid over it) once, before Publish and Provision. gdb_mcp

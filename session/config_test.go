@@ -3,6 +3,7 @@ package session
 import (
 	"cmp"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -240,5 +241,56 @@ packages = ["requests"]
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: want an error containing %q, got %v", tt.text, tt.want, err)
 		}
+	}
+}
+
+// The session's sandbox_scripts come from an OpenSage checkout at the
+// project root when no key names a folder (config.Config.ToolFolders), and
+// a launch warns beforehand about the OpenSage scripts its initializers
+// will lack: all of them when nothing fills the folder, else those the
+// folder does not have.
+func TestScriptWarnings(t *testing.T) {
+	t.Setenv(config.EnvProjectRoot, "")
+	entries := "[build]\ncompile_command = \"make\"\n[sandbox.sandboxes.main]\n[sandbox.sandboxes.neo4j]\n[sandbox.sandboxes.codeql]\n[sandbox.sandboxes.fuzz]\n[sandbox.sandboxes.gdb_mcp]\n"
+
+	plain := t.TempDir()
+	os.WriteFile(filepath.Join(plain, "pyproject.toml"), nil, 0o644)
+	cfg, err := testRegistry().ParseConfig([]byte(entries), filepath.Join(plain, "sandbox.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bt, _, sc, _ := cfg.ToolFolders(); bt != "" || sc != "" {
+		t.Errorf("no checkout: tool folders %q, %q", bt, sc)
+	}
+	want := "the session's sandbox_scripts folder starts empty (the project root " + plain + " is no OpenSage checkout with src/opensage/sandbox_scripts, " +
+		"and neither [sandbox] sandbox_scripts_path nor sbx up --sandbox-scripts names one), so these lack their OpenSage scripts unless their images hold them in /sandbox_scripts: " +
+		"codeql (callgraph/run_codeql.sh), fuzz (ossfuzz/compile_aflpp.sh)"
+	if got := EntryWarnings(cfg, nil); !slices.Contains(got, want) {
+		t.Errorf("no checkout: warnings %q, want %q", got, want)
+	}
+
+	// An OpenSage-shaped checkout (the corpus) whose scripts are partial.
+	checkout := filepath.Join("..", "config", "testdata", "opensage-project")
+	abs, _ := filepath.Abs(checkout)
+	cfg, err = testRegistry().ParseConfig([]byte(entries), filepath.Join(abs, "examples", "agents", "x", "config.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt, btFrom, sc, scFrom := cfg.ToolFolders()
+	if bt != filepath.Join(abs, "src/opensage/bash_tools") || sc != filepath.Join(abs, "src/opensage/sandbox_scripts") ||
+		btFrom != scFrom || !strings.Contains(scFrom, "the OpenSage checkout at the project root "+abs) {
+		t.Errorf("checkout: tool folders %q (%s), %q (%s)", bt, btFrom, sc, scFrom)
+	}
+	got := EntryWarnings(cfg, nil)
+	for _, w := range []string{
+		`sandbox "codeql" (type codeql) runs callgraph/run_codeql.sh from sandbox_scripts, which ` + sc + " (from " + scFrom + ") does not have",
+		`sandbox "fuzz" (type fuzz) runs ossfuzz/compile_aflpp.sh from sandbox_scripts, which ` + sc + " (from " + scFrom + ") does not have",
+	} {
+		if !slices.Contains(got, w) {
+			t.Errorf("checkout: warnings %q, want %q", got, w)
+		}
+	}
+	if len(got) != 2 {
+		t.Errorf("checkout: %d warnings, want the two scripts: %q", len(got), got)
 	}
 }

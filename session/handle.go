@@ -1,12 +1,13 @@
 package session
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -330,14 +331,15 @@ func (l *Launcher) makeShared(ctx context.Context, s *Session, ms []*member) err
 		return noVolumes()
 	}
 	paths := l.Config.Sandbox.Paths
+	bashTools, scripts, _ := l.toolFolders()
 	for _, v := range []struct {
 		role, target, from string
 		readOnly           bool
 		set                *string
 	}{
 		{"shared", paths.Shared, l.Config.SharedDataPath(), false, &s.shared},
-		{"bash_tools", paths.BashTools, cmp.Or(l.BashToolsDir, l.Config.HostPath(l.Config.Sandbox.BashToolsPath)), false, &s.bashTools},
-		{"sandbox_scripts", paths.SandboxScripts, cmp.Or(l.SandboxScriptsDir, l.Config.HostPath(l.Config.Sandbox.SandboxScriptsPath)), true, &s.scripts},
+		{"bash_tools", paths.BashTools, bashTools, false, &s.bashTools},
+		{"sandbox_scripts", paths.SandboxScripts, scripts, true, &s.scripts},
 	} {
 		if v.target == "" {
 			continue
@@ -418,15 +420,66 @@ func CheckEntries(c *config.Config, reg *initializers.Registry) error {
 // EntryWarnings returns what a launch of every entry would warn about
 // before making anything: the [extra] keys that neither the selected
 // backend nor the entry's initializer reads (config.Config.ExtraWarnings),
-// by entry. Entries whose initializer settings are invalid are left to
-// CheckEntries. reg nil: initializers.Default().
+// by entry, then the sandbox scripts initializers would lack
+// (Launcher.ScriptWarnings). Entries whose initializer settings are
+// invalid are left to CheckEntries. reg nil: initializers.Default().
 func EntryWarnings(c *config.Config, reg *initializers.Registry) []string {
 	l := &Launcher{Config: c, Initializers: reg, checkOnly: true}
 	var out []string
+	var ms []*member
 	for _, name := range c.SandboxNames() {
 		if m, err := l.planMember(name); err == nil {
 			out = append(out, m.warnings...)
+			ms = append(ms, m)
 		}
+	}
+	return append(out, l.scriptWarnings(ms)...)
+}
+
+// toolFolders returns the host folders that fill the session's bash_tools
+// and sandbox_scripts volumes (BashToolsDir and SandboxScriptsDir, else
+// config.Config.ToolFolders), and where the scripts come from.
+func (l *Launcher) toolFolders() (bashTools, scripts, scriptsFrom string) {
+	bashTools, _, scripts, scriptsFrom = l.Config.ToolFolders()
+	if l.BashToolsDir != "" {
+		bashTools = l.BashToolsDir
+	}
+	if l.SandboxScriptsDir != "" {
+		scripts, scriptsFrom = l.SandboxScriptsDir, "the launch's sandbox scripts folder"
+	}
+	return bashTools, scripts, scriptsFrom
+}
+
+// scriptWarnings says, before a launch, which members' initializers will
+// lack the OpenSage scripts they run (initializers.ScriptsUser): all of
+// them when nothing fills sandbox_scripts (their images may still hold
+// /sandbox_scripts), else those the folder lacks.
+func (l *Launcher) scriptWarnings(ms []*member) []string {
+	_, dir, from := l.toolFolders()
+	var lacking []string
+	var out []string
+	for _, m := range ms {
+		su, ok := m.init.(initializers.ScriptsUser)
+		if !ok || m.cached {
+			continue
+		}
+		for _, rel := range su.SandboxScripts() {
+			switch {
+			case dir == "":
+				lacking = append(lacking, fmt.Sprintf("%s (%s)", m.name, rel))
+			default:
+				if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(rel))); err != nil {
+					out = append(out, fmt.Sprintf("sandbox %q (type %s) runs %s from sandbox_scripts, which %s (from %s) does not have",
+						m.name, m.typ, rel, dir, from))
+				}
+			}
+		}
+	}
+	if len(lacking) > 0 {
+		out = append(out, fmt.Sprintf("the session's sandbox_scripts folder starts empty (the project root %s is no OpenSage checkout with %s, "+
+			"and neither [sandbox] sandbox_scripts_path nor sbx up --sandbox-scripts names one), so these lack their OpenSage scripts "+
+			"unless their images hold them in /sandbox_scripts: %s",
+			l.Config.ProjectRoot, config.OpenSageSandboxScripts, strings.Join(lacking, ", ")))
 	}
 	return out
 }

@@ -520,6 +520,7 @@ func (l *Launcher) prepare(ctx context.Context, names []string) (*launch, error)
 	for _, m := range ms {
 		p.s.Warnings = append(p.s.Warnings, m.warnings...)
 	}
+	p.s.Warnings = append(p.s.Warnings, l.scriptWarnings(ms)...)
 	if err := l.makeShared(ctx, p.s, ms); err != nil {
 		p.abort(ctx)
 		return nil, err

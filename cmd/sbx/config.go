@@ -53,7 +53,13 @@ type configCheckResult struct {
 	ProjectRoot     string   `json:"project_root"`
 	ProjectRootFrom string   `json:"project_root_from"`
 	Sandboxes       []string `json:"sandboxes"`
-	Warnings        []string `json:"warnings"`
+	// BashTools and SandboxScripts are the host folders that fill a
+	// session's volumes ("" for none), with where each came from.
+	BashTools          string   `json:"bash_tools,omitempty"`
+	BashToolsFrom      string   `json:"bash_tools_from,omitempty"`
+	SandboxScripts     string   `json:"sandbox_scripts,omitempty"`
+	SandboxScriptsFrom string   `json:"sandbox_scripts_from,omitempty"`
+	Warnings           []string `json:"warnings"`
 	// Notes say which entries have no initializer of their type.
 	Notes []string `json:"notes"`
 }
@@ -80,6 +86,7 @@ func (a *app) configCheck(path string) error {
 	// OpenSage's [extra] is a free map: keys nothing selected reads are
 	// named, not refused.
 	extraWarnings := session.EntryWarnings(cfg, nil)
+	bashTools, bashToolsFrom, scripts, scriptsFrom := cfg.ToolFolders()
 	where := cfg.Path
 	if where == "" {
 		where = "built-in default config"
@@ -88,6 +95,7 @@ func (a *app) configCheck(path string) error {
 		return printJSON(a.stdout, configCheckResult{
 			OK: true, Path: cfg.Path, Backend: cfg.Sandbox.Backend,
 			ProjectRoot: cfg.ProjectRoot, ProjectRootFrom: cfg.ProjectRootFrom,
+			BashTools: bashTools, BashToolsFrom: bashToolsFrom, SandboxScripts: scripts, SandboxScriptsFrom: scriptsFrom,
 			Sandboxes: append([]string{}, names...), Warnings: slices.Concat([]string{}, cfg.Warnings, extraWarnings),
 			Notes: plainSandboxes(cfg, names),
 		})
@@ -103,6 +111,11 @@ func (a *app) configCheck(path string) error {
 			len(names), plural(len(names), "sandbox", "sandboxes"), strings.Join(names, ", "))
 	}
 	fmt.Fprintf(a.stdout, "project root: %s (from %s)\n", cfg.ProjectRoot, cfg.ProjectRootFrom)
+	for _, f := range []struct{ what, dir, from string }{{"bash tools", bashTools, bashToolsFrom}, {"sandbox scripts", scripts, scriptsFrom}} {
+		if f.dir != "" {
+			fmt.Fprintf(a.stdout, "%s: %s (from %s)\n", f.what, f.dir, f.from)
+		}
+	}
 	for _, n := range plainSandboxes(cfg, names) {
 		fmt.Fprintln(a.stdout, n)
 	}

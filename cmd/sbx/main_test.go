@@ -461,18 +461,23 @@ backend = "native"
 [sandbox.sandboxes.main]
 project_relative_dockerfile_path = "docker/main/Dockerfile.gpu"
 `, "sandbox.sandboxes.main.project_relative_dockerfile_path: Dockerfile " + filepath.Join(root, "docker/main/Dockerfile.gpu") + " does not exist"},
-		{`
-[sandbox]
-backend = "native"
-project_relative_shared_data_path = "data/seed.tar.gz"
-[sandbox.sandboxes.main]
-`, "sandbox.project_relative_shared_data_path: shared data " + filepath.Join(root, "data/seed.tar.gz") + " does not exist"},
 	} {
 		r := sbx(t, "config", "check", write(tt.text))
 		r.expect(t, 1)
 		if !strings.Contains(r.stderr, tt.want) {
 			t.Errorf("stderr %q, want %q", r.stderr, tt.want)
 		}
+	}
+	// Shared data that does not exist is a warning, as in OpenSage.
+	r = sbx(t, "config", "check", write(`
+[sandbox]
+backend = "native"
+project_relative_shared_data_path = "data/seed.tar.gz"
+[sandbox.sandboxes.main]
+`))
+	r.expect(t, 0)
+	if want := "warning: sandbox.project_relative_shared_data_path: shared data " + filepath.Join(root, "data/seed.tar.gz") + " does not exist"; !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr %q, want %q", r.stderr, want)
 	}
 }
 
