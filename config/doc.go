@@ -41,7 +41,7 @@
 //	task_name = "triage"             # not [sandbox]: the embedding program's, ignored
 //
 //	[sandbox]
-//	backend = "local"                # which backend; default "local"
+//	backend = "native"               # which backend; default "native" (OpenSage's)
 //	default_image = "${DEFAULT_IMAGE}"
 //
 //	[sandbox.local]                  # the backend's own settings, checked strictly

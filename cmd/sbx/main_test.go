@@ -376,8 +376,17 @@ func TestConfigCheckExample(t *testing.T) {
 	}
 	r := sbx(t, "config", "check", example)
 	r.expect(t, 0)
-	if !strings.HasPrefix(r.stdout, "ok: "+example+" (backend ") {
-		t.Errorf("stdout %q", r.stdout)
+	// The file users copy isolates: local (host processes) is only the
+	// commented alternative.
+	if !strings.HasPrefix(r.stdout, "ok: "+example+" (backend native, ") {
+		t.Errorf("stdout %q, want backend native", r.stdout)
+	}
+	data, err := os.ReadFile(example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "\n# backend = \"local\"\n") {
+		t.Error(`config.example.toml does not show backend = "local" as a commented alternative`)
 	}
 }
 
