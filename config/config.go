@@ -100,7 +100,8 @@ type Config struct {
 // SandboxConfig is the [sandbox] table. The keys are OpenSage's plus a few of
 // ours (default_ttl, tools); see config.example.toml for each one.
 type SandboxConfig struct {
-	// Backend names the backend (a registry name or alias). Default "local".
+	// Backend names the backend (a registry name or alias). Default
+	// "native" (DefaultBackend).
 	Backend      string `toml:"backend"`
 	DefaultImage string `toml:"default_image"`
 	// DefaultTTL is the TTL of entries without their own ttl (0: no

@@ -275,3 +275,43 @@ func TestOpenSageCorpusGDBDebug(t *testing.T) {
 		t.Errorf("the image's tools: %+v, %v", tools, err)
 	}
 }
+
+// Every config of the corpus passes sbx config check unchanged (keys of
+// other backends and of OpenSage's own tools are warnings, not errors),
+// and the default config's warnings and notes name what sandboxkit leaves
+// to others.
+func TestOpenSageCorpusConfigCheck(t *testing.T) {
+	setup(t)
+	t.Setenv("SBX_PROJECT_ROOT", "")
+	var files []string
+	err := filepath.WalkDir(opensageProject, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".toml") && d.Name() != "pyproject.toml" {
+			files = append(files, p)
+		}
+		return err
+	})
+	if err != nil || len(files) < 3 {
+		t.Fatalf("corpus files %v: %v", files, err)
+	}
+	for _, f := range files {
+		r := sbx(t, "config", "check", f)
+		r.expect(t, 0)
+		if !strings.HasPrefix(r.stdout, "ok: "+f+" (backend native, ") {
+			t.Errorf("%s: stdout %q", f, r.stdout)
+		}
+		if !strings.HasSuffix(f, "default_config.toml") {
+			continue
+		}
+		for _, want := range []string{
+			"warning: sandbox.sandboxes.neo4j.extra.NEO4J_dbms_mode: read by nothing in sandboxkit (ignored)\n",
+			`warning: sandbox "codeql" (type codeql) runs callgraph/run_codeql.sh from sandbox_scripts, which `,
+		} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("%s: stderr %q, want %q", f, r.stderr, want)
+			}
+		}
+		if want := "sandbox pdb_mcp: type pdb_mcp has no initializer; it runs as a plain sandbox from its keys\n"; !strings.Contains(r.stdout, want) {
+			t.Errorf("%s: stdout %q, want %q", f, r.stdout, want)
+		}
+	}
+}
