@@ -350,6 +350,7 @@ func (l *Launcher) makeShared(ctx context.Context, s *Session, ms []*member) err
 				s.Warnings = append(s.Warnings, w)
 				v.from = ""
 			}
+			v.from = loneArchive(v.from)
 		}
 		filled := false
 		if !v.readOnly && l.Manifest.hasVolume(v.role) {
@@ -386,6 +387,21 @@ func (l *Launcher) makeShared(ctx context.Context, s *Session, ms []*member) err
 		}
 	}
 	return nil
+}
+
+// loneArchive returns the .tar.gz (or .tgz) that folder dir holds and
+// nothing else, which OpenSage unpacks into /shared as if it were named
+// itself; else dir.
+func loneArchive(dir string) string {
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) != 1 || !entries[0].Type().IsRegular() {
+		return dir
+	}
+	name := strings.ToLower(entries[0].Name())
+	if strings.HasSuffix(name, ".tar.gz") || strings.HasSuffix(name, ".tgz") {
+		return filepath.Join(dir, entries[0].Name())
+	}
+	return dir
 }
 
 // applyEnv sets each member's published environment with hostFor's

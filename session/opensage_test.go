@@ -1,7 +1,12 @@
 package session_test
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -43,5 +48,37 @@ touch /shared/by-nobody /bash_tools/by-nobody && echo wrote`})
 	}
 	if want := "65534\n777 root\n777 root\n" + session.EnvFile + "\nwrote\n"; string(res.Stdout) != want {
 		t.Errorf("as user 65534: %q (stderr %q), want %q", res.Stdout, strings.TrimSpace(string(res.Stderr)), want)
+	}
+}
+
+// Shared data given as a folder that holds only a .tar.gz is unpacked
+// into /shared, as OpenSage does with such a seed.
+func TestSharedDataLoneArchive(t *testing.T) {
+	cli := dockertest.Client(t)
+	dockertest.RequireImage(t, cli, dockertest.BusyboxImage)
+	seed := t.TempDir()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	body := "unpacked from the seed\n"
+	tw.WriteHeader(&tar.Header{Name: "code/hello.txt", Mode: 0o644, Size: int64(len(body))})
+	tw.Write([]byte(body))
+	tw.Close()
+	zw.Close()
+	if err := os.WriteFile(filepath.Join(seed, "task.tar.gz"), buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := nativeConfig(t, `absolute_shared_data_path = "`+seed+`"
+[sandbox.sandboxes.main]
+image = "`+dockertest.BusyboxImage+`"
+`)
+	s, err := session.Launch(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	destroyOnCleanup(t, s)
+	sb, _ := s.Sandbox("main")
+	if out := execOut(t, sb, "sh", "-c", "cat /shared/code/hello.txt; ls /shared"); out != body+"bashrc\ncode\n" {
+		t.Errorf("in /shared: %q", out)
 	}
 }
