@@ -124,8 +124,9 @@ func (c *Config) makesHostPaths() bool {
 
 // makeMountHostPaths makes (0755, with parents) the mount_host_paths
 // folders of spec's volumes that are missing on this machine, as Docker
-// makes a missing bind source for OpenSage. A remote host's folders are
-// left to that host's engine, which makes them the same way.
+// makes a missing bind source for OpenSage. A remote host's folders
+// (remotedocker) are not made: they must exist there, as its
+// host_shared_mem_dir must.
 func (c *Config) makeMountHostPaths(spec backend.Spec) error {
 	if c.remoteHostPaths != "" || !c.makesHostPaths() {
 		return nil
