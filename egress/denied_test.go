@@ -14,12 +14,29 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// startHelloOn serves HTTP on addr ("127.0.0.3:0"), greeting by Host.
+// startHelloOn serves HTTP on addr ("127.0.0.3:0"), greeting by Host
+// ("/") or streaming ticks until the client goes ("/stream").
 func startHelloOn(t testing.TB, addr string) string {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	require.NoError(t, err)
-	s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello %s", r.Host) })}
+	s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/stream" {
+			fmt.Fprintf(w, "hello %s", r.Host)
+			return
+		}
+		for {
+			if _, err := fmt.Fprint(w, "tick\n"); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	})}
 	go s.Serve(l)
 	t.Cleanup(func() { s.Close() })
 	return l.Addr().String()
@@ -96,4 +113,35 @@ func TestProxyRefusesAtOnce(t *testing.T) {
 	d = te.denials.next(t)
 	require.Equal(t, "web.test", d.Name)
 	require.Equal(t, `name "web.test" is not allowed`, d.Reason)
+}
+
+// A denied name is resolved again while its policy lives: when the
+// upstream does not answer at first (the enforcer waits a second, then
+// goes on), the address it answers later is refused too, the hook is told,
+// and an open connection to it is cut.
+func TestDeniedNameResolvedLater(t *testing.T) {
+	up := startUpstream(t, nil)
+	up.setZone(zoneRecords(t, "denied.test A 127.0.0.4"), true)
+	moved := startHelloOn(t, "127.0.0.4:0")
+	hooked := make(chan []netip.Addr, 10)
+	te := startEnforcer(t, mustPolicy(t, Allow, nil, []string{"denied.test"}), up.addr, func(o *Options) {
+		o.UpstreamTimeout = 200 * time.Millisecond
+		o.OnDeniedAddrs = func(_ *Policy, addrs []netip.Addr) error { hooked <- addrs; return nil }
+	})
+	require.Empty(t, <-hooked, "nothing resolved yet")
+	require.Empty(t, te.DeniedAddrs())
+	// Not known yet: a stream to the address opens.
+	r := stream(t, clientVia(te.startProxy(t, moved)), "http://web.test/stream")
+	up.setZone(zoneRecords(t, "denied.test A 127.0.0.4"), false)
+	want := []netip.Addr{netip.MustParseAddr("127.0.0.4")}
+	select {
+	case got := <-hooked:
+		require.Equal(t, want, got)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the denied name was not resolved again")
+	}
+	require.Equal(t, want, te.DeniedAddrs())
+	cutWithin(t, r, 5*time.Second)
+	_, err := get(clientVia(te.startProxy(t, moved)), "http://web.test/")
+	require.Error(t, err, "the denied name's address is still reachable")
 }

@@ -24,6 +24,7 @@ type testUpstream struct {
 
 	mu      sync.Mutex
 	queries map[string]int // "udp name" / "tcp name", name lower case with a trailing dot
+	silent  bool           // answer nothing (an upstream that does not answer)
 }
 
 // zoneRecords builds records from "name type value" lines (A, AAAA, CNAME).
@@ -126,9 +127,13 @@ func (u *testUpstream) respond(msg []byte, network string) []byte {
 	q := m.Questions[0]
 	u.mu.Lock()
 	u.queries[network+" "+strings.ToLower(q.Name.String())]++
-	u.mu.Unlock()
+	if u.silent {
+		u.mu.Unlock()
+		return nil
+	}
 	r := dnsmessage.Message{Header: dnsmessage.Header{ID: m.ID, Response: true, RecursionDesired: m.RecursionDesired, RecursionAvailable: true}, Questions: m.Questions}
 	r.Answers, r.RCode = u.lookup(q)
+	u.mu.Unlock()
 	limit := 512
 	for _, a := range m.Additionals {
 		if a.Header.Type == dnsmessage.TypeOPT {
@@ -147,6 +152,15 @@ func (u *testUpstream) respond(msg []byte, network string) []byte {
 	return out
 }
 
+// setZone replaces the records the upstream answers from, and makes it
+// answer (silent false) or not.
+func (u *testUpstream) setZone(zone []dnsmessage.Resource, silent bool) {
+	u.mu.Lock()
+	u.zone, u.silent = zone, silent
+	u.mu.Unlock()
+}
+
+// lookup answers q from the zone; u.mu is held.
 func (u *testUpstream) lookup(q dnsmessage.Question) ([]dnsmessage.Resource, dnsmessage.RCode) {
 	var ans []dnsmessage.Resource
 	name, found := strings.ToLower(q.Name.String()), false
