@@ -291,6 +291,7 @@ func TestRefusalsLeaveBodiesUnread(t *testing.T) {
 		{"POST", "/v1/sandboxes", "OPEN-SANDBOX-API-KEY: wrong\r\n", http.StatusUnauthorized},
 		{"POST", "/sandboxes/sbx-1/proxy/8080/upload", "", http.StatusUnauthorized},
 		{"POST", "/execd/sbx-1/command", "X-Sandboxkit-Execd-Route: wrong\r\n", http.StatusUnauthorized},
+		{"PATCH", "/port/sbx-1/18080/policy", "X-Sandboxkit-Execd-Route: wrong\r\n", http.StatusUnauthorized},
 		{"PUT", "/admin/sandboxes/sbx-1/egress", "Authorization: Bearer api-key\r\n", http.StatusUnauthorized},
 		{"POST", "/no/such/route", "", http.StatusNotFound},
 		{"DELETE", "/tools/write_file", "", http.StatusMethodNotAllowed},

@@ -103,6 +103,11 @@ type Options struct {
 	OutputLimit int64
 	// DeleteOnShutdown removes every sandbox the server knows in Close.
 	DeleteOnShutdown bool
+	// OSBEgressBound, when set, bounds the egress policies agents set
+	// through OpenSandbox's egress API: its deny rules are always added,
+	// and with a deny-by-default bound only its allowed targets may be
+	// allowed.
+	OSBEgressBound *backend.Egress
 
 	// APIKey, when set, is required on every HTTP request but /health. A
 	// key callers could not send in a header (whitespace around it, control

@@ -33,11 +33,15 @@ import (
 //	POST   /v1/sandboxes/{id}/pause|resume        202 (backends that pause)
 //	POST   /v1/sandboxes/{id}/renew-expiration    {"expiresAt"}
 //	GET    /v1/sandboxes/{id}/endpoints/{port}?use_server_proxy=
-//	ANY    /sandboxes/{id}/proxy/{port}/{path...} execd (port 44772) and, where
+//	ANY    /sandboxes/{id}/proxy/{port}/{path...} execd (port 44772), the egress
+//	                                              sidecar's API (18080) and, where
 //	                                              the backend publishes it, any port
 //	ANY    /execd/{id}/{path...}                  execd "directly": the endpoint
 //	                                              the endpoints API hands out, with
 //	                                              a per-sandbox route header
+//	ANY    /port/{id}/{port}/{path...}            any other port "directly" where
+//	                                              the backend does not publish it,
+//	                                              with a per-port route header
 //
 // Routes answer at the root and under /v1, as the real server's do. They
 // take the API key in OPEN-SANDBOX-API-KEY (or as the rest of the server
@@ -118,6 +122,7 @@ func (s *Server) osbRoutes(mux *http.ServeMux) {
 		mux.Handle(p+"/sandboxes/{id}/proxy/{port}/{path...}", s.osbAuth(s.osbProxy))
 	}
 	mux.HandleFunc("/execd/{id}/{path...}", s.osbDirectExecd)
+	mux.HandleFunc("/port/{id}/{port}/{path...}", s.osbDirectPort)
 }
 
 // osbFail answers an error of the API's limits in OpenSandbox's shape.
@@ -797,30 +802,26 @@ func (s *Server) osbEndpoint(w http.ResponseWriter, r *http.Request, conv string
 		switch {
 		case useProxy:
 			ep["endpoint"] = r.Host + "/sandboxes/" + id + "/proxy/" + strconv.Itoa(port)
+			return nil
 		case port == OSBExecdPort:
 			ep["endpoint"] = r.Host + "/execd/" + id
 			ep["headers"] = map[string]string{osbHeaderRoute: s.osbRoute(id)}
-		default:
-			e, ok := backend.As[backend.Endpointer](b.sb)
-			if !ok {
-				return fmt.Errorf("%w: the %s backend publishes no ports; use use_server_proxy=true", errors.ErrUnsupported, s.opts.Backend.Name())
+			return nil
+		case port != OSBEgressPort:
+			if e, ok := backend.As[backend.Endpointer](b.sb); ok {
+				if addr, err := e.Endpoint(ctx, port); err == nil {
+					ep["endpoint"] = addr
+					return nil
+				}
 			}
-			addr, err := e.Endpoint(ctx, port)
-			if err != nil {
-				return portError{err}
-			}
-			ep["endpoint"] = addr
 		}
+		// As the real server answers for a port it does not publish:
+		// through the server, with a per-port route header standing for
+		// the API key.
+		ep["endpoint"] = r.Host + "/port/" + id + "/" + strconv.Itoa(port)
+		ep["headers"] = map[string]string{osbHeaderRoute: s.osbRoute(id + ":" + strconv.Itoa(port))}
 		return nil
 	})
-	var pe portError
-	if errors.As(err, &pe) {
-		// The API cannot ask for ports: those the server's config entry
-		// publishes are the ones there are.
-		osbError(w, http.StatusNotImplemented, "SANDBOX::PORT_NOT_PUBLISHED",
-			"port %d of sandbox %s is not published (sandboxes of this server publish the ports of its config entry; execd's is %d): %v", port, id, OSBExecdPort, pe.err)
-		return
-	}
 	if err != nil {
 		s.osbFail(w, err, "SANDBOX::ENDPOINT_FAILED")
 		return
@@ -836,21 +837,52 @@ type portError struct{ err error }
 func (e portError) Error() string { return e.err.Error() }
 
 // osbProxy serves the server proxy: execd's port goes to this server's
-// execd, other ports to the address the backend publishes them at.
+// execd, the egress sidecar's to its API here, other ports to the address
+// the backend publishes them at.
 func (s *Server) osbProxy(w http.ResponseWriter, r *http.Request, conv string) {
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil || port < 1 || port > 65535 {
+		dropBody(w, r)
 		osbError(w, http.StatusBadRequest, "SANDBOX::INVALID_PORT", "Port must be between 1 and 65535.")
 		return
 	}
-	id := r.PathValue("id")
 	r.Header.Del(osbHeaderAPIKey) // never on to the sandbox
-	if port == OSBExecdPort {
-		s.osbExecd(w, r, conv, id, "/"+r.PathValue("path"))
+	s.osbPort(w, r, conv, r.PathValue("id"), port, "/"+r.PathValue("path"))
+}
+
+// osbDirectPort is a port's endpoint outside the proxy's API-key check:
+// the route header of that port stands for the key.
+func (s *Server) osbDirectPort(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	port, err := strconv.Atoi(r.PathValue("port"))
+	got := r.Header.Get(osbHeaderRoute)
+	if err != nil || got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.osbRoute(id+":"+r.PathValue("port")))) != 1 {
+		dropBody(w, r)
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized: missing or wrong " + osbHeaderRoute + " (ask the endpoints API for this port's endpoint)"})
+		return
+	}
+	conv, err := osbConv(r)
+	if err != nil {
+		dropBody(w, r)
+		osbError(w, http.StatusBadRequest, "INVALID_REQUEST_BODY", "%v", err)
+		return
+	}
+	r.Header.Del(osbHeaderRoute)
+	s.osbPort(w, r, conv, id, port, "/"+r.PathValue("path"))
+}
+
+// osbPort serves path p of port on conv's sandbox id.
+func (s *Server) osbPort(w http.ResponseWriter, r *http.Request, conv, id string, port int, p string) {
+	switch port {
+	case OSBExecdPort:
+		s.osbExecd(w, r, conv, id, p)
+		return
+	case OSBEgressPort:
+		s.osbEgress(w, r, conv, id, p)
 		return
 	}
 	var addr string
-	err = s.withBox(r.Context(), conv, id, func(ctx context.Context, b *box) error {
+	err := s.withBox(r.Context(), conv, id, func(ctx context.Context, b *box) error {
 		e, ok := backend.As[backend.Endpointer](b.sb)
 		if !ok {
 			return fmt.Errorf("%w: the %s backend publishes no ports", errors.ErrUnsupported, s.opts.Backend.Name())
@@ -862,18 +894,22 @@ func (s *Server) osbProxy(w http.ResponseWriter, r *http.Request, conv string) {
 		return nil
 	})
 	var pe portError
-	if errors.As(err, &pe) {
-		osbError(w, http.StatusNotFound, "SANDBOX::PORT_NOT_PUBLISHED", "port %d of sandbox %s is not published: %v", port, id, pe.err)
+	switch {
+	case errors.As(err, &pe), errors.Is(err, errors.ErrUnsupported):
+		// Nothing listens there that this server can reach: what the real
+		// server's proxy answers for a port nothing listens on.
+		dropBody(w, r)
+		osbError(w, http.StatusBadGateway, "SANDBOX::PORT_NOT_REACHABLE", "port %d of sandbox %s is not published (sandboxes of this server publish the ports of its config entry): %v", port, id, err)
 		return
-	}
-	if err != nil {
+	case err != nil:
+		dropBody(w, r)
 		s.osbFail(w, err, "SANDBOX::PROXY_FAILED")
 		return
 	}
 	target := &url.URL{Scheme: "http", Host: addr}
 	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
 		pr.SetURL(target)
-		pr.Out.URL.Path = "/" + r.PathValue("path")
+		pr.Out.URL.Path = p
 		pr.Out.URL.RawPath = ""
 	}}
 	rp.ServeHTTP(w, r)

@@ -312,6 +312,33 @@ func TestOpenSandboxAPIWire(t *testing.T) {
 	code, _, _ = c.do("GET", "/sandboxes/"+id+"/proxy/44772/ping", nil, nil)
 	assert.Equal(t, 200, code)
 
+	// Any other port has an endpoint, as on the real server: through this
+	// server with a per-port route header where the backend does not
+	// publish it. 18080 is the egress sidecar's API, which answers 502 for
+	// a sandbox without a policy, as the real server does.
+	// (local publishes every port: a sandbox's port is the host's.)
+	code, out, _ = c.do("GET", "/v1/sandboxes/"+id+"/endpoints/8080", nil, nil)
+	require.Equal(t, 200, code)
+	assert.Equal(t, "127.0.0.1:8080", out["endpoint"])
+	code, out, _ = c.do("GET", "/v1/sandboxes/"+id+"/endpoints/18080", nil, nil)
+	require.Equal(t, 200, code)
+	ep = out["endpoint"].(string)
+	assert.Contains(t, ep, "/port/"+id+"/18080")
+	route = out["headers"].(map[string]any)["X-Sandboxkit-Execd-Route"].(string)
+	direct = "/" + strings.SplitN(ep, "/", 2)[1]
+	code, _, _ = c.do("GET", direct+"/policy", nil, map[string]string{"OPEN-SANDBOX-API-KEY": ""})
+	assert.Equal(t, 401, code, "without its route header")
+	code, _, _ = c.do("GET", direct+"/policy", nil, map[string]string{"OPEN-SANDBOX-API-KEY": "", "X-Sandboxkit-Execd-Route": c.route(id2, "18080")})
+	assert.Equal(t, 401, code, "with another sandbox's route")
+	code, out, _ = c.do("GET", direct+"/policy", nil, map[string]string{"OPEN-SANDBOX-API-KEY": "", "X-Sandboxkit-Execd-Route": route})
+	assert.Equal(t, 502, code)
+	assert.Equal(t, "EGRESS_UNAVAILABLE", out["code"])
+	code, _, _ = c.do("GET", "/sandboxes/"+id+"/proxy/18080/policy", nil, nil)
+	assert.Equal(t, 502, code)
+	code, out, _ = c.do("GET", "/v1/sandboxes/"+id+"/endpoints/8080?use_server_proxy=true", nil, nil)
+	require.Equal(t, 200, code)
+	assert.Contains(t, out["endpoint"], "/sandboxes/"+id+"/proxy/8080")
+
 	// Delete: 204, then gone.
 	code, _, _ = c.do("DELETE", "/v1/sandboxes/"+id, nil, nil)
 	assert.Equal(t, 204, code)
@@ -528,4 +555,12 @@ func TestOpenSandboxAPIFiles(t *testing.T) {
 	assert.Equal(t, 404, code)
 	code, _, _ = c.do("GET", base+"/metrics", nil, nil)
 	assert.Equal(t, 200, code)
+}
+
+// route is the route header the endpoints API gives for sandbox id's port.
+func (c osbWire) route(id, port string) string {
+	c.t.Helper()
+	code, out, _ := c.do("GET", "/v1/sandboxes/"+id+"/endpoints/"+port, nil, nil)
+	require.Equal(c.t, 200, code)
+	return out["headers"].(map[string]any)["X-Sandboxkit-Execd-Route"].(string)
 }
