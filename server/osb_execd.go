@@ -8,7 +8,6 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,10 +21,10 @@ import (
 
 // OpenSandbox's execd API (execd-api.yaml) for one sandbox, over the
 // backend (through sbxd where it runs): commands with execd's event stream,
-// files and directories, metrics, ping. What differs from execd: a
-// foreground command's stream ends with its last event (execd holds it
-// open about a second more), a foreground command ends when its client
-// goes, and commands run with bash where the image has it, else sh.
+// bash sessions, files and directories, metrics, ping. What differs from
+// execd: a foreground command's stream ends with its last event (execd
+// holds it open about a second more), a foreground command ends when its
+// client goes, and commands run with bash where the image has it, else sh.
 
 // osbShell runs $1 with bash where the sandbox has it, else sh.
 const osbShell = `if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; fi; exec sh -c "$1"`
@@ -104,6 +103,8 @@ func (s *Server) osbExecd(w http.ResponseWriter, r *http.Request, conv, id, p st
 			x.removeDirs(ctx, w, r)
 		case route == "POST /session":
 			x.createSession(w, r)
+		case r.Method == http.MethodPost && strings.HasPrefix(p, "/session/") && strings.HasSuffix(p, "/run"):
+			x.runInSession(ctx, w, r, strings.TrimSuffix(strings.TrimPrefix(p, "/session/"), "/run"))
 		case r.Method == http.MethodDelete && strings.HasPrefix(p, "/session/"):
 			x.deleteSession(w, strings.TrimPrefix(p, "/session/"))
 		case r.Method == http.MethodGet && strings.HasPrefix(p, "/ws/session/"):
@@ -138,7 +139,7 @@ type osbCommand struct {
 	exitCode *int
 	errMsg   string
 	finished time.Time
-	log      *lineLog // background commands: the output, by line
+	log      *lineLog // background commands: the output
 }
 
 // osbCommands are a sandbox's commands, by ID.
@@ -255,21 +256,21 @@ func (l *lineEvents) Flush() {
 	}
 }
 
-// lineLog keeps a background command's output as lines (both streams).
+// lineLog keeps a background command's output (both streams), a line
+// and its "\n" at a time; execd's log cursor is a byte offset in it.
 type lineLog struct {
-	mu    sync.Mutex
-	lines []string
-	size  int
+	mu   sync.Mutex
+	data []byte
 }
 
 func (l *lineLog) add(_, line string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.size+len(line) > osbLogCap {
+	line = strings.TrimSuffix(line, "\n") + "\n"
+	if len(l.data)+len(line) > osbLogCap {
 		return
 	}
-	l.size += len(line)
-	l.lines = append(l.lines, strings.TrimSuffix(line, "\n"))
+	l.data = append(l.data, line...)
 }
 
 // user is execd's uid and gid as an ExecRequest.User.
@@ -297,26 +298,35 @@ func (x *osbExecd) run(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		osbExecdError(w, http.StatusBadRequest, "INVALID_REQUEST_BODY", "timeout must not be negative")
 		return
 	}
-	// A foreground command ends with its stream; a background one with
-	// an interrupt, its timeout or its sandbox.
-	parent := ctx
-	if q.Background {
-		parent = x.s.life
-	}
-	cctx, cancel := context.WithCancel(parent)
-	cmd := &osbCommand{id: newCommandID(), content: q.Command, started: time.Now(), cancel: cancel, running: true}
-	x.b.osb.add(cmd)
-	req := backend.ExecRequest{
+	x.stream(ctx, w, q.Command, q.Background, backend.ExecRequest{
 		Cmd:     []string{"sh", "-c", osbShell, "sh", q.Command},
 		WorkDir: q.Cwd, User: q.user(), Env: q.Envs,
 		Timeout: time.Duration(q.Timeout) * time.Millisecond,
+	})
+}
+
+// osbPingEvery is how often a command's stream carries a ping event while
+// the command is quiet, as execd's does (proxies keep it open).
+var osbPingEvery = 10 * time.Second
+
+// stream runs req as command content and streams execd's events: in the
+// background, only the init event (the output goes to the command's log).
+func (x *osbExecd) stream(ctx context.Context, w http.ResponseWriter, content string, background bool, req backend.ExecRequest) {
+	// A foreground command ends with its stream; a background one with
+	// an interrupt, its timeout or its sandbox.
+	parent := ctx
+	if background {
+		parent = x.s.life
 	}
+	cctx, cancel := context.WithCancel(parent)
+	cmd := &osbCommand{id: newCommandID(), content: content, started: time.Now(), cancel: cancel, running: true}
+	x.b.osb.add(cmd)
 	ev := &eventSender{w: w}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	ev.send(map[string]any{"type": "init", "text": cmd.id})
-	if q.Background {
+	if background {
 		cmd.log = &lineLog{}
 		out, errs := &lineEvents{typ: "stdout", emit: cmd.log.add}, &lineEvents{typ: "stderr", emit: cmd.log.add}
 		req.Stdout, req.Stderr = out, errs
@@ -325,7 +335,7 @@ func (x *osbExecd) run(ctx context.Context, w http.ResponseWriter, r *http.Reque
 			res, err := x.sb.Exec(cctx, req)
 			out.Flush()
 			errs.Flush()
-			cmd.end(res, err)
+			cmd.end(res, err, cctx.Err())
 		})
 		return
 	}
@@ -333,10 +343,27 @@ func (x *osbExecd) run(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	emit := func(typ, line string) { ev.send(map[string]any{"type": typ, "text": line}) }
 	out, errs := &lineEvents{typ: "stdout", emit: emit}, &lineEvents{typ: "stderr", emit: emit}
 	req.Stdout, req.Stderr = out, errs
+	pinged := make(chan struct{})
+	go func() {
+		defer close(pinged)
+		t := time.NewTicker(osbPingEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-cctx.Done():
+				return
+			case <-t.C:
+				ev.send(map[string]any{"type": "ping", "text": "pong"})
+			}
+		}
+	}()
 	res, err := x.sb.Exec(cctx, req)
+	interrupted := cctx.Err()
+	cancel()
+	<-pinged
 	out.Flush()
 	errs.Flush()
-	code, msg := cmd.end(res, err)
+	code, msg := cmd.end(res, err, interrupted)
 	switch {
 	case res.TimedOut:
 		ev.send(map[string]any{"type": "error", "error": map[string]any{"ename": "CommandExecError", "evalue": "-1", "traceback": []string{"signal: killed"}}})
@@ -347,15 +374,16 @@ func (x *osbExecd) run(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	}
 }
 
-// end records how the command ended: its exit code and a message.
-func (c *osbCommand) end(res backend.ExecResult, err error) (int, string) {
+// end records how the command ended: its exit code and a message. An
+// interrupted command (interrupted is its context's error) ends with -1,
+// as on execd.
+func (c *osbCommand) end(res backend.ExecResult, err, interrupted error) (int, string) {
 	code, msg := res.ExitCode, ""
 	switch {
+	case interrupted != nil:
+		code, msg = -1, "interrupted"
 	case err != nil:
 		code, msg = 137, err.Error()
-		if errors.Is(err, context.Canceled) {
-			msg = "interrupted"
-		}
 	case res.TimedOut:
 		msg = "signal: killed (timeout)"
 	case code != 0:
@@ -401,8 +429,8 @@ func (x *osbExecd) status(w http.ResponseWriter, id string) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// logs returns a background command's lines after cursor (a count of lines
-// already read), and the next cursor in EXECD-COMMANDS-TAIL-CURSOR.
+// logs returns a background command's output after cursor (a byte offset:
+// what was already read), and the next cursor in EXECD-COMMANDS-TAIL-CURSOR.
 func (x *osbExecd) logs(w http.ResponseWriter, r *http.Request, id string) {
 	cmd := x.b.osb.get(id)
 	if cmd == nil || cmd.log == nil {
@@ -419,17 +447,13 @@ func (x *osbExecd) logs(w http.ResponseWriter, r *http.Request, id string) {
 		from = n
 	}
 	cmd.log.mu.Lock()
-	lines := cmd.log.lines[min(from, len(cmd.log.lines)):]
-	var b bytes.Buffer
-	for _, l := range lines {
-		b.WriteString(l + "\n")
-	}
-	next := len(cmd.log.lines)
+	tail := bytes.Clone(cmd.log.data[min(from, len(cmd.log.data)):])
+	next := len(cmd.log.data)
 	cmd.log.mu.Unlock()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("EXECD-COMMANDS-TAIL-CURSOR", strconv.Itoa(next))
 	w.WriteHeader(http.StatusOK)
-	w.Write(b.Bytes())
+	w.Write(tail)
 }
 
 // metrics reports what the sandbox's /proc says (execd's Metrics).

@@ -520,6 +520,9 @@ func (x *osbExecd) replace(ctx context.Context, w http.ResponseWriter, r *http.R
 	if !decodeBody(w, r, &req) {
 		return
 	}
+	// ?verbose=true answers how many occurrences each file had.
+	verbose := r.URL.Query().Get("verbose") == "true"
+	counts := map[string]map[string]int{}
 	for _, p := range slices.Sorted(maps.Keys(req)) {
 		rep := req[p]
 		if rep.Old == "" {
@@ -545,11 +548,20 @@ func (x *osbExecd) replace(ctx context.Context, w http.ResponseWriter, r *http.R
 			fileFailed(w, "replace in "+p, err)
 			return
 		}
+		n := strings.Count(string(data), rep.Old)
+		counts[p] = map[string]int{"replacedCount": n}
+		if n == 0 {
+			continue
+		}
 		out := strings.ReplaceAll(string(data), rep.Old, rep.New)
 		if err := backend.WriteFile(ctx, x.sb, p, strings.NewReader(out), fi.Mode().Perm()); err != nil {
 			fileFailed(w, "replace in "+p, err)
 			return
 		}
+	}
+	if verbose {
+		writeJSON(w, http.StatusOK, counts)
+		return
 	}
 	w.WriteHeader(http.StatusOK)
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -13,8 +14,11 @@ import (
 	"github.com/sandboxkit/sandboxkit/internal/execdws"
 )
 
-// execd's bash sessions with their WebSocket (newer execd versions than the
-// specs here): POST /session makes one, GET /ws/session/{id}?pty=1 starts
+// execd's bash sessions: POST /session makes one; POST /session/{id}/run
+// runs a command in it with execd's event stream, keeping what bash keeps
+// between commands (variables, exported or not, functions, the working
+// directory) in state files in the sandbox (osbSessionScript); and, in
+// newer execd versions than the specs here, GET /ws/session/{id}?pty=1 starts
 // bash on a pseudo-terminal (the sandbox's Terminaler: sbxd's, else the
 // backend's) and carries JSON frames: stdin, resize, signal and ping in;
 // connected, stdout, replay (with ?since=OFFSET), exit, error and pong
@@ -35,6 +39,9 @@ type osbSession struct {
 	connected bool
 	done      chan struct{} // closed when bash ended
 	code      int
+
+	runMu sync.Mutex  // held by the session's running command
+	ran   atomic.Bool // a command ran: the state has the directory
 }
 
 // osbSessions are a sandbox's sessions.
@@ -90,6 +97,65 @@ func (x *osbExecd) createSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"session_id": se.id})
 }
 
+// osbSessionScript runs command $2 in session state $1 (a path prefix in
+// the sandbox): it restores the variables, functions and working directory
+// the session's last command left, starts in $3 when given, and saves them
+// again however the command ends (an exit included). Under sh (no bash in
+// the image) only exported variables and the directory are kept.
+const osbSessionScript = `__s=$1 __c=$2 __d=$3
+shift 3
+if [ -f "$__s.vars" ]; then . "$__s.vars" 2>/dev/null; fi
+if [ -f "$__s.cwd" ]; then cd "$(cat "$__s.cwd")" 2>/dev/null; fi
+if [ -n "$__d" ]; then cd "$__d" || exit 1; fi
+__save() {
+	if [ -n "$BASH_VERSION" ]; then
+		{ declare -p | grep -Ev '^declare -[a-zA-Z-]*r|^declare -[a-zA-Z-]* (BASH[A-Z_]*|EUID|PPID|UID|SHLVL|PWD|OLDPWD|_|FUNCNAME|PIPESTATUS|GROUPS|DIRSTACK|HIST[A-Z]*|RANDOM|SRANDOM|SECONDS|LINENO|EPOCH[A-Z]*|COMP_WORDBREAKS|SHELLOPTS|BASHOPTS|__[a-z]+)='; declare -f | sed '/^__save ()/,/^}/d'; } >"$__s.vars.tmp" 2>/dev/null
+	else
+		export -p >"$__s.vars.tmp" 2>/dev/null
+	fi
+	mv -f "$__s.vars.tmp" "$__s.vars" 2>/dev/null
+	pwd >"$__s.cwd" 2>/dev/null
+}
+trap '__rc=$?; __save; exit $__rc' EXIT
+eval "$__c"`
+
+// runInSession runs a command in session id with execd's event stream.
+func (x *osbExecd) runInSession(ctx context.Context, w http.ResponseWriter, r *http.Request, id string) {
+	se := x.b.osbSess.get(id)
+	if se == nil {
+		osbExecdError(w, http.StatusNotFound, "CONTEXT_NOT_FOUND", "session not found: %s", id)
+		return
+	}
+	var q struct {
+		Command string `json:"command"`
+		Cwd     string `json:"cwd"`
+		Timeout int64  `json:"timeout"`
+	}
+	if !decodeBody(w, r, &q) {
+		return
+	}
+	if q.Command == "" || q.Timeout < 0 {
+		osbExecdError(w, http.StatusBadRequest, "INVALID_REQUEST_BODY", "a command is required, and a timeout (milliseconds) must not be negative")
+		return
+	}
+	// One command at a time per session, as in one bash.
+	se.runMu.Lock()
+	defer se.runMu.Unlock()
+	dir := q.Cwd
+	if dir == "" && !se.ran.Load() {
+		dir = se.cwd
+	}
+	se.ran.Store(true)
+	x.stream(ctx, w, q.Command, false, backend.ExecRequest{
+		Cmd: []string{"sh", "-c", `if command -v bash >/dev/null 2>&1; then exec bash -c "$0" sh "$@"; fi; exec sh -c "$0" sh "$@"`,
+			osbSessionScript, se.statePath(), q.Command, dir},
+		Timeout: time.Duration(q.Timeout) * time.Millisecond,
+	})
+}
+
+// statePath is where the session keeps its state in the sandbox.
+func (se *osbSession) statePath() string { return "/tmp/.sandboxkit-" + se.id }
+
 func (x *osbExecd) deleteSession(w http.ResponseWriter, id string) {
 	ss := &x.b.osbSess
 	ss.mu.Lock()
@@ -101,6 +167,11 @@ func (x *osbExecd) deleteSession(w http.ResponseWriter, id string) {
 		return
 	}
 	se.kill()
+	if se.ran.Load() {
+		ctx, cancel := context.WithTimeout(x.s.life, 10*time.Second)
+		x.sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"rm", "-f", se.statePath() + ".vars", se.statePath() + ".cwd"}})
+		cancel()
+	}
 	w.WriteHeader(http.StatusOK)
 }
 

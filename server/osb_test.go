@@ -372,9 +372,9 @@ func events(t *testing.T, r io.Reader) []map[string]any {
 func TestOpenSandboxAPIExecd(t *testing.T) {
 	c := newOSBWire(t)
 	id := c.create(map[string]any{"env": map[string]string{"EXECD_ACCESS_TOKEN": "tok-123"}})
-	run := func(body map[string]any, token string) []map[string]any {
+	runAt := func(path string, body map[string]any, token string) []map[string]any {
 		data, _ := json.Marshal(body)
-		req, _ := http.NewRequest("POST", c.base+"/sandboxes/"+id+"/proxy/44772/command", bytes.NewReader(data))
+		req, _ := http.NewRequest("POST", c.base+"/sandboxes/"+id+"/proxy/44772"+path, bytes.NewReader(data))
 		req.Header.Set("OPEN-SANDBOX-API-KEY", osbKey)
 		req.Header.Set("X-EXECD-ACCESS-TOKEN", token)
 		resp, err := http.DefaultClient.Do(req)
@@ -384,6 +384,7 @@ func TestOpenSandboxAPIExecd(t *testing.T) {
 		assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
 		return events(t, resp.Body)
 	}
+	run := func(body map[string]any, token string) []map[string]any { return runAt("/command", body, token) }
 	code, _, _ := c.do("GET", "/sandboxes/"+id+"/proxy/44772/ping", nil, nil)
 	assert.Equal(t, 401, code, "execd without the access token")
 
@@ -422,10 +423,64 @@ func TestOpenSandboxAPIExecd(t *testing.T) {
 			break
 		}
 	}
-	code, out, h := c.do("GET", "/sandboxes/"+id+"/proxy/44772/command/"+cmd+"/logs?cursor=1", nil, tok)
+	// The cursor is a byte offset, as on execd: "one\n" was read.
+	code, out, h := c.do("GET", "/sandboxes/"+id+"/proxy/44772/command/"+cmd+"/logs?cursor=4", nil, tok)
 	require.Equal(t, 200, code)
 	assert.Equal(t, "two\nthree\n", out["raw"])
-	assert.Equal(t, "3", h.Get("EXECD-COMMANDS-TAIL-CURSOR"))
+	assert.Equal(t, "14", h.Get("EXECD-COMMANDS-TAIL-CURSOR"))
+
+	// An interrupted background command ends with -1, as on execd.
+	evs = run(map[string]any{"command": "sleep 30", "background": true}, "tok-123")
+	cmd = evs[0]["text"].(string)
+	code, _, _ = c.do("DELETE", "/sandboxes/"+id+"/proxy/44772/command?id="+cmd, nil, tok)
+	require.Equal(t, 200, code)
+	for {
+		code, out, _ := c.do("GET", "/sandboxes/"+id+"/proxy/44772/command/status/"+cmd, nil, tok)
+		require.Equal(t, 200, code)
+		if out["running"] == false {
+			assert.Equal(t, -1.0, out["exit_code"])
+			break
+		}
+	}
+
+	// A bash session keeps variables, functions and its directory from
+	// one command to the next, an exit included.
+	dir := t.TempDir()
+	code, out, _ = c.do("POST", "/sandboxes/"+id+"/proxy/44772/session", map[string]any{"cwd": dir}, tok)
+	require.Equal(t, 200, code)
+	se := out["session_id"].(string)
+	stdout := func(evs []map[string]any) (lines []string) {
+		for _, ev := range evs {
+			if ev["type"] == "stdout" {
+				lines = append(lines, ev["text"].(string))
+			}
+		}
+		return lines
+	}
+	evs = runAt("/session/"+se+"/run", map[string]any{"command": "pwd; x=5; export Y=7; f() { echo f$1; }; mkdir -p sub; cd sub"}, "tok-123")
+	assert.Equal(t, []string{dir}, stdout(evs))
+	assert.Equal(t, "execution_complete", evs[len(evs)-1]["type"])
+	evs = runAt("/session/"+se+"/run", map[string]any{"command": "echo $x $Y $(f 1) $PWD; z=9; exit 3"}, "tok-123")
+	assert.Equal(t, []string{"5 7 f1 " + dir + "/sub"}, stdout(evs))
+	require.Equal(t, "error", evs[len(evs)-1]["type"])
+	assert.Equal(t, "3", evs[len(evs)-1]["error"].(map[string]any)["evalue"])
+	evs = runAt("/session/"+se+"/run", map[string]any{"command": "echo $z"}, "tok-123")
+	assert.Equal(t, []string{"9"}, stdout(evs))
+	code, _, _ = c.do("DELETE", "/sandboxes/"+id+"/proxy/44772/session/"+se, nil, tok)
+	require.Equal(t, 200, code)
+	code, out, _ = c.do("POST", "/sandboxes/"+id+"/proxy/44772/session/"+se+"/run", map[string]any{"command": "true"}, tok)
+	assert.Equal(t, 404, code)
+	assert.Equal(t, "CONTEXT_NOT_FOUND", out["code"])
+
+	// A quiet command's stream carries ping events.
+	defer server.SetOSBPingEvery(20 * time.Millisecond)()
+	evs = run(map[string]any{"command": "sleep 0.3; echo done"}, "tok-123")
+	types = nil
+	for _, ev := range evs {
+		types = append(types, ev["type"].(string))
+	}
+	assert.Contains(t, types, "ping")
+	assert.Equal(t, "execution_complete", types[len(types)-1])
 	code, out, _ = c.do("DELETE", "/sandboxes/"+id+"/proxy/44772/command?id=nope", nil, tok)
 	assert.Equal(t, 404, code)
 	assert.Equal(t, "COMMAND_NOT_FOUND", out["code"])
@@ -518,6 +573,14 @@ func TestOpenSandboxAPIFiles(t *testing.T) {
 	require.Equal(t, 200, code)
 	code, out, _ = c.do("GET", base+"/files/download?path=dir/a.txt", nil, nil)
 	assert.Equal(t, "012-6789", out["raw"])
+	// verbose: how many occurrences each file had (the SDK's
+	// replaceContentsDetailed).
+	require.Equal(t, 200, upload("dir/b.txt", "abc", true))
+	code, out, _ = c.do("POST", base+"/files/replace?verbose=true", map[string]any{"dir/a.txt": map[string]string{"old": "-", "new": "+"}, "dir/b.txt": map[string]string{"old": "zz", "new": "y"}}, nil)
+	require.Equal(t, 200, code)
+	assert.Equal(t, map[string]any{"dir/a.txt": map[string]any{"replacedCount": 1.0}, "dir/b.txt": map[string]any{"replacedCount": 0.0}}, out)
+	code, _, _ = c.do("DELETE", base+"/files?path=dir/b.txt", nil, nil)
+	require.Equal(t, 200, code)
 
 	code, _, _ = c.do("POST", base+"/directories", map[string]any{"dir/sub/deep": map[string]any{"mode": 700}}, nil)
 	require.Equal(t, 200, code)
