@@ -794,6 +794,12 @@ func (s *Server) osbEndpoint(w http.ResponseWriter, r *http.Request, conv string
 		osbError(w, http.StatusBadRequest, "SANDBOX::INVALID_PORT", "Port must be between 1 and 65535.")
 		return
 	}
+	if r.URL.Query().Has("expires") {
+		// What the real server's Docker runtime answers: signed routes
+		// need a gateway that checks them.
+		osbError(w, http.StatusBadRequest, "SANDBOX::API_NOT_SUPPORTED", "Signed routes (expires parameter) are not supported by sandboxkit's server; ask for a plain endpoint")
+		return
+	}
 	id := r.PathValue("id")
 	proxied := r.URL.Query().Get("use_server_proxy")
 	useProxy := proxied == "true" || proxied == "1"

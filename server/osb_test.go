@@ -316,6 +316,10 @@ func TestOpenSandboxAPIWire(t *testing.T) {
 	// server with a per-port route header where the backend does not
 	// publish it. 18080 is the egress sidecar's API, which answers 502 for
 	// a sandbox without a policy, as the real server does.
+	// Signed endpoints are refused as on the real server's Docker runtime.
+	code, out, _ = c.do("GET", "/v1/sandboxes/"+id+"/endpoints/8080?expires=4102444800", nil, nil)
+	assert.Equal(t, 400, code)
+	assert.Equal(t, "SANDBOX::API_NOT_SUPPORTED", out["code"])
 	// (local publishes every port: a sandbox's port is the host's.)
 	code, out, _ = c.do("GET", "/v1/sandboxes/"+id+"/endpoints/8080", nil, nil)
 	require.Equal(t, 200, code)
