@@ -74,7 +74,14 @@ if [ $# -eq 0 ] && [ "${SBX_PODMAN:-1}" != 0 ]; then
 fi
 
 rc=0
-go test -race -count=1 ./... "$@" || rc=$?
+# An explicit timeout per package, with a margin over the slowest (the k8s
+# and native packages, a few minutes each under -race on 2 cores); then
+# each package's time, slowest first, so that growth shows.
+log=$(mktemp)
+go test -race -count=1 -timeout 25m ./... "$@" 2>&1 | tee "$log" || rc=$?
+echo "== package test times (slowest first)"
+awk '$1 == "ok" || $1 == "FAIL" { if ($3 ~ /s$/) print $3, $2 }' "$log" | sort -rn | head -15
+rm -f "$log"
 if [ -n "$podman_host" ]; then
 	echo "== native backend on Podman ($podman_host)"
 	DOCKER_HOST=$podman_host go test -race -count=1 \

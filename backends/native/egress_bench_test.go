@@ -68,7 +68,9 @@ func egressCreate(b *testing.B, nb *native.Backend, settle func()) {
 	withPolicy.Egress = &backend.Egress{Allow: []string{"allowed.test:443", "*.allowed.test:443"}}
 	plain, enforced := egresstest.CreateTimes(b, nb.Create, plainSpec, withPolicy, settle)
 	b.ReportMetric(pct(plain, 0.5), "plain-p50-ms")
+	b.ReportMetric(pct(plain, 0.9), "plain-p90-ms")
 	b.ReportMetric(pct(enforced, 0.5), "egress-p50-ms")
+	b.ReportMetric(pct(enforced, 0.9), "egress-p90-ms")
 	b.ReportMetric(pct(enforced, 0.5)-pct(plain, 0.5), "overhead-p50-ms")
 }
 
