@@ -33,6 +33,8 @@ import (
 //	POST   /v1/sandboxes/{id}/pause|resume        202 (backends that pause)
 //	POST   /v1/sandboxes/{id}/renew-expiration    {"expiresAt"}
 //	GET    /v1/sandboxes/{id}/endpoints/{port}?use_server_proxy=
+//	POST   /v1/sandboxes/{id}/snapshots, GET|DELETE /v1/snapshots[/{id}]
+//	                                              (osb_snapshots.go)
 //	ANY    /sandboxes/{id}/proxy/{port}/{path...} execd (port 44772), the egress
 //	                                              sidecar's API (18080) and, where
 //	                                              the backend publishes it, any port
@@ -118,6 +120,10 @@ func (s *Server) osbRoutes(mux *http.ServeMux) {
 		h("POST /sandboxes/{id}/resume", maxSmallBody, s.osbPause)
 		h("POST /sandboxes/{id}/renew-expiration", maxSmallBody, s.osbRenew)
 		h("GET /sandboxes/{id}/endpoints/{port}", maxSmallBody, s.osbEndpoint)
+		h("POST /sandboxes/{id}/snapshots", maxSmallBody, s.osbCreateSnapshot)
+		h("GET /snapshots", maxSmallBody, s.osbListSnapshots)
+		h("GET /snapshots/{snapshotId}", maxSmallBody, s.osbGetSnapshot)
+		h("DELETE /snapshots/{snapshotId}", maxSmallBody, s.osbDeleteSnapshot)
 		// The proxy streams bodies on (execd's are admitted by osbExecd).
 		mux.Handle(p+"/sandboxes/{id}/proxy/{port}/{path...}", s.osbAuth(s.osbProxy))
 	}
@@ -205,11 +211,12 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request, conv string) 
 		osbValidation(w, []any{"body"}, "JSON decode error: "+err.Error())
 		return
 	}
+	hasImage := req.Image != nil && req.Image.URI != ""
 	switch {
-	case req.SnapshotID != "":
-		osbError(w, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER", "snapshotId: sandboxkit's OpenSandbox API does not restore snapshots; give an image")
+	case hasImage && req.SnapshotID != "":
+		osbValidation(w, []any{"body"}, "give exactly one of image and snapshotId")
 		return
-	case req.Image == nil || req.Image.URI == "":
+	case !hasImage && req.SnapshotID == "":
 		osbValidation(w, []any{"body", "image"}, "image.uri is required")
 		return
 	case len(req.Entrypoint) == 0 || req.Entrypoint[0] == "":
@@ -218,7 +225,7 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request, conv string) 
 	case req.Timeout != nil && (*req.Timeout < 60 || *req.Timeout != math.Trunc(*req.Timeout)):
 		osbValidation(w, []any{"body", "timeout"}, "Input should be an integer greater than or equal to 60")
 		return
-	case present(req.Image.Auth):
+	case hasImage && present(req.Image.Auth):
 		osbError(w, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER", "image.auth: registry credentials are not supported here; log the backend's engine in instead")
 		return
 	case present(req.NetworkPolicy), present(req.CredentialProxy):
@@ -242,12 +249,24 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request, conv string) 
 			return
 		}
 	}
+	// A snapshot's sandbox starts from the image the backend saved.
+	image, shown := "", ""
+	if hasImage {
+		image, shown = req.Image.URI, req.Image.URI
+	} else {
+		snap, err := s.osbSnapshot(r.Context(), conv, req.SnapshotID)
+		if err != nil {
+			s.osbSnapshotFail(w, err, "SANDBOX::CREATE_FAILED")
+			return
+		}
+		image, shown = snap.Ref, "snapshot:"+req.SnapshotID
+	}
 	idle := s.opts.MaxLifetime
 	if req.Timeout != nil {
 		idle = time.Duration(*req.Timeout) * time.Second
 	}
 	entry, _ := json.Marshal(req.Entrypoint)
-	labels := map[string]string{LabelOSBEntrypoint: string(entry), LabelOSBImage: req.Image.URI}
+	labels := map[string]string{LabelOSBEntrypoint: string(entry), LabelOSBImage: shown}
 	for k, v := range req.Metadata {
 		labels[LabelOSBMetadata+k] = v
 	}
@@ -260,7 +279,7 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request, conv string) 
 	}
 	typ := s.opts.Types[0]
 	custom := func(spec *backend.Spec) error {
-		spec.Image = req.Image.URI
+		spec.Image = image
 		spec.Build = nil
 		spec.Command, spec.ImageCommand = slices.Clone(req.Entrypoint), false
 		spec.Env = maps.Clone(spec.Env)
@@ -270,7 +289,7 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request, conv string) 
 		maps.Copy(spec.Env, req.Env)
 		return s.osbLimits(spec, res, false)
 	}
-	if s.osbPoolable(typ, req, res) {
+	if hasImage && s.osbPoolable(typ, req, res) {
 		custom = nil // a ready sandbox of the type's pool is this one
 	}
 	in, err := s.create(r.Context(), conv, typ, idle, custom, labels)

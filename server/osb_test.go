@@ -631,3 +631,68 @@ func (c osbWire) route(id, port string) string {
 	require.Equal(c.t, 200, code)
 	return out["headers"].(map[string]any)["X-Sandboxkit-Execd-Route"].(string)
 }
+
+// sh runs command in sandbox id through execd and returns its stdout.
+func (c osbWire) sh(id, command string) string {
+	c.t.Helper()
+	data, _ := json.Marshal(map[string]any{"command": command})
+	req, _ := http.NewRequest("POST", c.base+"/sandboxes/"+id+"/proxy/44772/command", bytes.NewReader(data))
+	req.Header.Set("OPEN-SANDBOX-API-KEY", osbKey)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	require.Equal(c.t, 200, resp.StatusCode)
+	var out strings.Builder
+	for _, ev := range events(c.t.(*testing.T), resp.Body) {
+		if ev["type"] == "stdout" {
+			out.WriteString(ev["text"].(string) + "\n")
+		}
+	}
+	return out.String()
+}
+
+// TestOpenSandboxAPISnapshots takes a snapshot through the API, lists,
+// fetches and restores it (a create with snapshotId sees the files), and
+// deletes it, over the local backend's snapshots.
+func TestOpenSandboxAPISnapshots(t *testing.T) {
+	c := newOSBWire(t)
+	id := c.create(nil)
+	other := c.create(nil)
+	c.sh(id, "echo kept > snap.txt")
+	code, out, _ := c.do("POST", "/v1/sandboxes/"+id+"/snapshots", map[string]any{"name": "first"}, nil)
+	require.Equal(t, 202, code, "%v", out)
+	snap := out["id"].(string)
+	assert.Equal(t, id, out["sandboxId"])
+	assert.Equal(t, "first", out["name"])
+	assert.Equal(t, "Ready", out["status"].(map[string]any)["state"])
+
+	code, out, _ = c.do("GET", "/v1/snapshots", nil, nil)
+	require.Equal(t, 200, code)
+	require.Len(t, out["items"], 1)
+	assert.Equal(t, snap, out["items"].([]any)[0].(map[string]any)["id"])
+	assert.Equal(t, 1.0, out["pagination"].(map[string]any)["totalItems"])
+	code, out, _ = c.do("GET", "/v1/snapshots?sandboxId="+other, nil, nil)
+	require.Equal(t, 200, code)
+	assert.Empty(t, out["items"])
+	code, out, _ = c.do("GET", "/v1/snapshots/"+snap, nil, nil)
+	require.Equal(t, 200, code)
+	assert.Equal(t, snap, out["id"])
+	code, _, _ = c.do("GET", "/v1/snapshots/"+snap, nil, map[string]string{"X-Conversation-Id": "someone-else"})
+	assert.Equal(t, 404, code, "another conversation's snapshot")
+
+	restored := c.create(map[string]any{"image": nil, "snapshotId": snap})
+	assert.Equal(t, "kept\n", c.sh(restored, "cat snap.txt"))
+	code, out, _ = c.do("GET", "/v1/sandboxes/"+restored, nil, nil)
+	require.Equal(t, 200, code)
+	assert.Equal(t, map[string]any{"uri": "snapshot:" + snap}, out["image"])
+	code, _, _ = c.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": "x"}, "snapshotId": snap, "entrypoint": []string{"sh"}}, nil)
+	assert.Equal(t, 422, code, "both image and snapshotId")
+
+	code, _, _ = c.do("DELETE", "/v1/snapshots/"+snap, nil, nil)
+	assert.Equal(t, 204, code)
+	code, out, _ = c.do("GET", "/v1/snapshots/"+snap, nil, nil)
+	assert.Equal(t, 404, code)
+	assert.Equal(t, "SANDBOX::SNAPSHOT_NOT_FOUND", out["code"])
+	code, _, _ = c.do("POST", "/v1/sandboxes", map[string]any{"snapshotId": snap, "entrypoint": []string{"tail", "-f", "/dev/null"}}, nil)
+	assert.Equal(t, 404, code, "a create from a deleted snapshot")
+}

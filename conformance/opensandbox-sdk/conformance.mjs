@@ -246,6 +246,22 @@ async function run(mode) {
     await refused(() => sbx.files.listDirectory({ path: dir }), 404);
   });
 
+  // --- snapshots ----------------------------------------------------------
+  await check(`${tag} snapshots: create, get, list, restore, delete`, async () => {
+    await sbx.commands.run("echo kept > snap.txt");
+    const snap = await manager.createSnapshot(sbx.id, { name: `sdk-${mode}` });
+    equal(snap.status.state, "Ready", "state");
+    equal((await manager.getSnapshot(snap.id)).name, `sdk-${mode}`, "name");
+    const list = await manager.listSnapshots({ sandboxId: sbx.id });
+    equal(list.items.map((s) => s.id), [snap.id], "listed");
+    const restored = await Sandbox.create({ connectionConfig: config, snapshotId: snap.id, timeoutSeconds: 600 });
+    equal(stdout(await restored.commands.run("cat snap.txt")), "kept", "the snapshot's file");
+    await restored.kill();
+    await restored.close();
+    await manager.deleteSnapshot(snap.id);
+    await refused(() => manager.getSnapshot(snap.id), 404);
+  });
+
   // --- manager, pause and resume ------------------------------------------
   await check(`${tag} SandboxManager.listSandboxInfos and getSandboxInfo`, async () => {
     const list = await manager.listSandboxInfos({ metadata: { suite: "sdk-conformance" } });
