@@ -40,6 +40,15 @@ type ServeConfig struct {
 	// so two servers on one backend need different names. Default
 	// "serve".
 	Instance string `toml:"instance"`
+	// AgentEgress lets a create through the OpenSandbox API carry a
+	// networkPolicy, which becomes the sandbox's egress policy (within
+	// AgentEgressLimit). Default true; false refuses such creates.
+	AgentEgress *bool `toml:"agent_egress"`
+	// AgentEgressLimit bounds the policies agents set (at create and
+	// through the egress API): its deny rules are added to every such
+	// policy, and with default = "deny" an agent may allow only the
+	// targets it allows. Absent: no bound.
+	AgentEgressLimit *EgressConfig `toml:"agent_egress_limit"`
 }
 
 // ParseVolumeSpec parses one "host:sandbox[:ro|rw]" volume spec as the

@@ -104,10 +104,12 @@ type Options struct {
 	// DeleteOnShutdown removes every sandbox the server knows in Close.
 	DeleteOnShutdown bool
 	// OSBEgressBound, when set, bounds the egress policies agents set
-	// through OpenSandbox's egress API: its deny rules are always added,
-	// and with a deny-by-default bound only its allowed targets may be
-	// allowed.
+	// through OpenSandbox's API (a create's networkPolicy, the egress
+	// API): its deny rules are always added, and with a deny-by-default
+	// bound only its allowed targets may be allowed.
 	OSBEgressBound *backend.Egress
+	// OSBNoAgentEgress refuses creates that carry a networkPolicy.
+	OSBNoAgentEgress bool
 
 	// APIKey, when set, is required on every HTTP request but /health. A
 	// key callers could not send in a header (whitespace around it, control
@@ -296,6 +298,10 @@ func ConfigOptions(cfg *sandboxkit.Config) (opts Options, warnings []string, err
 		OutputLimit:      int64(sc.OutputLimit),
 		DeleteOnShutdown: sc.DeleteOnShutdown,
 		Instance:         sc.Instance,
+		OSBNoAgentEgress: sc.AgentEgress != nil && !*sc.AgentEgress,
+	}
+	if l := sc.AgentEgressLimit; l != nil {
+		opts.OSBEgressBound = &backend.Egress{Default: cmp.Or(l.Default, "deny"), Allow: slices.Clone(l.Allow), Deny: slices.Clone(l.Deny)}
 	}
 	key, source := os.Getenv(EnvAPIKey), "$"+EnvAPIKey
 	if key == "" {

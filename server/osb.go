@@ -228,8 +228,11 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request, conv string) 
 	case hasImage && present(req.Image.Auth):
 		osbError(w, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER", "image.auth: registry credentials are not supported here; log the backend's engine in instead")
 		return
-	case present(req.NetworkPolicy), present(req.CredentialProxy):
-		osbError(w, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER", "networkPolicy and credentialProxy are not supported by sandboxkit's OpenSandbox API")
+	case present(req.CredentialProxy):
+		osbError(w, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER", "credentialProxy: sandboxkit brokers credentials in its egress enforcer, configured by the operator, not through this API")
+		return
+	case present(req.NetworkPolicy) && s.opts.OSBNoAgentEgress:
+		osbError(w, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER", "networkPolicy: this server's operator does not let agents set egress policies ([sandbox.serve] agent_egress = false)")
 		return
 	case present(req.Volumes):
 		osbError(w, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER", "volumes: use the server's volume mounts (SBX_VOLUME_MOUNTS) instead")
@@ -237,6 +240,25 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request, conv string) 
 	case present(req.Platform):
 		osbError(w, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER", "platform: set it in the server's config entry instead")
 		return
+	}
+	var policy *backend.Egress
+	if present(req.NetworkPolicy) {
+		var np osbPolicy
+		dec := json.NewDecoder(strings.NewReader(string(req.NetworkPolicy)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&np); err != nil {
+			osbValidation(w, []any{"body", "networkPolicy"}, "networkPolicy: "+err.Error())
+			return
+		}
+		e, err := np.egress()
+		if err == nil {
+			e, err = s.osbWithinOperator(e)
+		}
+		if err != nil {
+			osbError(w, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER", "networkPolicy: %v", err)
+			return
+		}
+		policy = &e
 	}
 	res, err := osbResources(req.ResourceLimits)
 	if err != nil {
@@ -287,9 +309,21 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request, conv string) 
 			spec.Env = map[string]string{}
 		}
 		maps.Copy(spec.Env, req.Env)
+		if policy != nil {
+			// The entry's own policy bounds the agent's as the
+			// operator's does.
+			p := *policy
+			if spec.Egress != nil {
+				var err error
+				if p, err = withinBound(p, *spec.Egress); err != nil {
+					return fmt.Errorf("%w: networkPolicy: %v (the server's config entry's egress policy)", backend.ErrInvalidConfig, err)
+				}
+			}
+			spec.Egress = &p
+		}
 		return s.osbLimits(spec, res, false)
 	}
-	if hasImage && s.osbPoolable(typ, req, res) {
+	if hasImage && policy == nil && s.osbPoolable(typ, req, res) {
 		custom = nil // a ready sandbox of the type's pool is this one
 	}
 	in, err := s.create(r.Context(), conv, typ, idle, custom, labels)

@@ -149,6 +149,9 @@ func (s *Server) osbEgress(w http.ResponseWriter, r *http.Request, conv, id, p s
 			if err == nil {
 				next, err = s.osbWithinOperator(next)
 			}
+			if spec, serr := s.typeSpec(b.typ); err == nil && serr == nil && spec.Egress != nil {
+				next, err = withinBound(next, *spec.Egress)
+			}
 			if err != nil {
 				osbError(w, http.StatusBadRequest, "INVALID_REQUEST_BODY", "%v", err)
 				return nil
@@ -170,26 +173,31 @@ func (s *Server) osbEgress(w http.ResponseWriter, r *http.Request, conv, id, p s
 	}
 }
 
-// osbWithinOperator returns the agent's policy p inside the operator's
-// bounds: the operator's deny rules are added to it, and with a
-// deny-by-default operator policy only the targets the operator allows may
-// be allowed (any other allow rule is refused).
+// osbWithinOperator returns the agent's policy p within the operator's
+// bound (Options.OSBEgressBound), if any.
 func (s *Server) osbWithinOperator(p backend.Egress) (backend.Egress, error) {
-	op := s.opts.OSBEgressBound
-	if op == nil {
+	if s.opts.OSBEgressBound == nil {
 		return p, nil
 	}
-	if op.Default != "allow" {
+	return withinBound(p, *s.opts.OSBEgressBound)
+}
+
+// withinBound returns policy p inside bound: bound's deny rules are added
+// to p, and with a deny-by-default bound p must deny by default and allow
+// only targets bound allows (any other allow rule is refused).
+func withinBound(p, bound backend.Egress) (backend.Egress, error) {
+	p.Allow, p.Deny = slices.Clone(p.Allow), slices.Clone(p.Deny)
+	if bound.Default != "allow" {
 		if p.Default == "allow" {
-			return p, fmt.Errorf("defaultAction allow: the operator's policy denies by default; allow targets one by one (the operator allows %v)", op.Allow)
+			return p, fmt.Errorf("defaultAction allow: the operator's policy denies by default; allow targets one by one (the operator allows %v)", bound.Allow)
 		}
 		for _, t := range p.Allow {
-			if !slices.Contains(op.Allow, t) {
-				return p, fmt.Errorf("allow %s: the operator's policy does not allow it (the operator allows %v)", t, op.Allow)
+			if !slices.Contains(bound.Allow, t) {
+				return p, fmt.Errorf("allow %s: the operator's policy does not allow it (the operator allows %v)", t, bound.Allow)
 			}
 		}
 	}
-	for _, t := range op.Deny {
+	for _, t := range bound.Deny {
 		if !slices.Contains(p.Deny, t) {
 			p.Deny = append(p.Deny, t)
 		}

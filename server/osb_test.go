@@ -696,3 +696,82 @@ func TestOpenSandboxAPISnapshots(t *testing.T) {
 	code, _, _ = c.do("POST", "/v1/sandboxes", map[string]any{"snapshotId": snap, "entrypoint": []string{"tail", "-f", "/dev/null"}}, nil)
 	assert.Equal(t, 404, code, "a create from a deleted snapshot")
 }
+
+// TestOpenSandboxAPIEgressNative: a create's networkPolicy becomes the
+// native sandbox's egress policy within the operator's bound, and the
+// egress sidecar's API on port 18080 reads, patches and deletes its rules.
+func TestOpenSandboxAPIEgressNative(t *testing.T) {
+	s, _, _ := nativeServer(t, func(o *server.Options) {
+		o.APIKey = osbKey
+		o.OSBEgressBound = &backend.Egress{Default: "allow", Deny: []string{"169.254.169.254"}}
+	})
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	c := osbWire{t: t, base: hs.URL, image: dockertest.BusyboxImage}
+	id := c.create(map[string]any{"networkPolicy": map[string]any{
+		"defaultAction": "deny", "egress": []map[string]string{{"action": "allow", "target": "example.com"}},
+	}})
+	policy := func(out map[string]any) map[string]any { return out["policy"].(map[string]any) }
+	code, out, _ := c.do("GET", "/sandboxes/"+id+"/proxy/18080/policy", nil, nil)
+	require.Equal(t, 200, code, "%v", out)
+	assert.Equal(t, "deny_all", out["mode"])
+	assert.Equal(t, map[string]any{"defaultAction": "deny", "egress": []any{
+		map[string]any{"action": "deny", "target": "169.254.169.254"},
+		map[string]any{"action": "allow", "target": "example.com"},
+	}}, policy(out), "the agent's policy with the operator's deny rule")
+
+	// The endpoint the SDK uses in its default mode answers the same.
+	code, out, _ = c.do("GET", "/v1/sandboxes/"+id+"/endpoints/18080", nil, nil)
+	require.Equal(t, 200, code)
+	direct := "/" + strings.SplitN(out["endpoint"].(string), "/", 2)[1]
+	route := map[string]string{"OPEN-SANDBOX-API-KEY": "", "X-Sandboxkit-Execd-Route": out["headers"].(map[string]any)["X-Sandboxkit-Execd-Route"].(string)}
+	code, out, _ = c.do("PATCH", direct+"/policy", []map[string]string{{"action": "allow", "target": "pypi.org"}, {"action": "deny", "target": "pypi.org"}}, route)
+	require.Equal(t, 200, code, "%v", out)
+	assert.Contains(t, policy(out)["egress"], map[string]any{"action": "allow", "target": "pypi.org"}, "the first rule of a target wins")
+	assert.NotContains(t, policy(out)["egress"], map[string]any{"action": "deny", "target": "pypi.org"})
+	code, out, _ = c.do("DELETE", direct+"/policy", []string{"example.com"}, route)
+	require.Equal(t, 200, code, "%v", out)
+	assert.NotContains(t, policy(out)["egress"], map[string]any{"action": "allow", "target": "example.com"})
+	code, out, _ = c.do("GET", direct+"/policy", nil, route)
+	require.Equal(t, 200, code)
+	assert.Equal(t, []any{
+		map[string]any{"action": "deny", "target": "169.254.169.254"},
+		map[string]any{"action": "allow", "target": "pypi.org"},
+	}, policy(out)["egress"], "the enforcer's policy after the patch and the delete")
+	// The operator's deny rule cannot be taken away.
+	code, out, _ = c.do("DELETE", direct+"/policy", []string{"169.254.169.254"}, route)
+	require.Equal(t, 200, code, "%v", out)
+	assert.Contains(t, policy(out)["egress"], map[string]any{"action": "deny", "target": "169.254.169.254"})
+
+	// A sandbox without a policy has no sidecar: 502, as on the real server.
+	plain := c.create(nil)
+	code, _, _ = c.do("GET", "/sandboxes/"+plain+"/proxy/18080/policy", nil, nil)
+	assert.Equal(t, 502, code)
+}
+
+// TestOpenSandboxAPIEgressRefusals: what the operator does not allow, and a
+// backend that enforces no egress, refuse a networkPolicy at create.
+func TestOpenSandboxAPIEgressRefusals(t *testing.T) {
+	policy := map[string]any{"defaultAction": "deny", "egress": []map[string]string{{"action": "allow", "target": "example.com"}}}
+	for _, tc := range []struct {
+		name, want string
+		status     int
+		edit       func(*server.Options)
+	}{
+		{"agent_egress = false", "agent_egress", 400, func(o *server.Options) { o.OSBNoAgentEgress = true }},
+		{"outside the bound", "the operator's policy does not allow it", 400, func(o *server.Options) {
+			o.OSBEgressBound = &backend.Egress{Default: "deny", Allow: []string{"pypi.org"}}
+		}},
+		{"local enforces none", "cannot honour egress", 501, func(*server.Options) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newServer(t, localBackend(t), func(o *server.Options) { o.APIKey = osbKey; tc.edit(o) })
+			hs := httptest.NewServer(s.Handler())
+			t.Cleanup(hs.Close)
+			c := osbWire{t: t, base: hs.URL}
+			code, out, _ := c.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": "x"}, "entrypoint": []string{"sh"}, "networkPolicy": policy}, nil)
+			assert.Equal(t, tc.status, code, "%v", out)
+			assert.Contains(t, out["message"], tc.want)
+		})
+	}
+}

@@ -8,7 +8,7 @@
 //   SBX_IMAGE=sandboxkit-test/debian:1 SBX_BACKEND=native node conformance.mjs
 //
 // SBX_BACKEND says what to expect where backends differ: local cannot pause
-// (the server answers 501 SANDBOX::NOT_SUPPORTED).
+// (the server answers 501 SANDBOX::NOT_SUPPORTED) nor enforce egress.
 import { ConnectionConfig, Sandbox, SandboxManager } from "@alibaba-group/opensandbox";
 
 const domain = process.env.OPEN_SANDBOX_DOMAIN;
@@ -17,6 +17,7 @@ const image = process.env.SBX_IMAGE ?? "sandboxkit-test/debian:1";
 const backend = process.env.SBX_BACKEND ?? "native";
 const modes = (process.env.SBX_MODES ?? "default,proxy").split(",");
 const canPause = backend !== "local";
+const canEgress = backend !== "local"; // local's host processes have no network of their own
 
 let failures = 0;
 let checks = 0;
@@ -124,6 +125,27 @@ async function run(mode) {
   await check(`${tag} patchEgressRules without a policy`, async () => {
     await refused(() => sbx.patchEgressRules([{ action: "allow", target: "example.com" }]), 502);
   });
+
+  if (canEgress) {
+    await check(`${tag} networkPolicy at create, getEgressPolicy, patchEgressRules, deleteEgressRules`, async () => {
+      const guarded = await Sandbox.create({
+        connectionConfig: config, image, timeoutSeconds: 600,
+        networkPolicy: { defaultAction: "deny", egress: [{ action: "allow", target: "example.com" }] },
+      });
+      try {
+        const targets = async () => (await guarded.getEgressPolicy()).egress.map((r) => `${r.action} ${r.target}`).sort();
+        equal((await guarded.getEgressPolicy()).defaultAction, "deny", "default");
+        equal(await targets(), ["allow example.com"], "rules at create");
+        await guarded.patchEgressRules([{ action: "allow", target: "pypi.org" }]);
+        equal(await targets(), ["allow example.com", "allow pypi.org"], "rules after the patch");
+        await guarded.deleteEgressRules(["example.com"]);
+        equal(await targets(), ["allow pypi.org"], "rules after the delete");
+      } finally {
+        await guarded.kill();
+        await guarded.close();
+      }
+    });
+  }
 
   // --- commands ---------------------------------------------------------
   await check(`${tag} commands.run`, async () => {
