@@ -49,6 +49,10 @@ type ServeConfig struct {
 	// policy, and with default = "deny" an agent may allow only the
 	// targets it allows. Absent: no bound.
 	AgentEgressLimit *EgressConfig `toml:"agent_egress_limit"`
+	// AllowedHostPaths are the host folders under which a create through
+	// the OpenSandbox API may mount host paths (its volumes' host.path),
+	// as the real server's allowed_host_paths. Empty: none.
+	AllowedHostPaths []string `toml:"allowed_host_paths"`
 }
 
 // ParseVolumeSpec parses one "host:sandbox[:ro|rw]" volume spec as the

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -110,6 +111,9 @@ type Options struct {
 	OSBEgressBound *backend.Egress
 	// OSBNoAgentEgress refuses creates that carry a networkPolicy.
 	OSBNoAgentEgress bool
+	// OSBAllowedHostPaths are the host folders under which a create's
+	// host volumes may lie (none: host volumes are refused).
+	OSBAllowedHostPaths []string
 
 	// APIKey, when set, is required on every HTTP request but /health. A
 	// key callers could not send in a header (whitespace around it, control
@@ -299,6 +303,12 @@ func ConfigOptions(cfg *sandboxkit.Config) (opts Options, warnings []string, err
 		DeleteOnShutdown: sc.DeleteOnShutdown,
 		Instance:         sc.Instance,
 		OSBNoAgentEgress: sc.AgentEgress != nil && !*sc.AgentEgress,
+	}
+	for _, p := range sc.AllowedHostPaths {
+		if !filepath.IsAbs(p) {
+			return opts, warnings, fmt.Errorf("[sandbox.serve] allowed_host_paths: %q is not an absolute path", p)
+		}
+		opts.OSBAllowedHostPaths = append(opts.OSBAllowedHostPaths, filepath.Clean(p))
 	}
 	if l := sc.AgentEgressLimit; l != nil {
 		opts.OSBEgressBound = &backend.Egress{Default: cmp.Or(l.Default, "deny"), Allow: slices.Clone(l.Allow), Deny: slices.Clone(l.Deny)}

@@ -234,12 +234,17 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request, conv string) 
 	case present(req.NetworkPolicy) && s.opts.OSBNoAgentEgress:
 		osbError(w, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER", "networkPolicy: this server's operator does not let agents set egress policies ([sandbox.serve] agent_egress = false)")
 		return
-	case present(req.Volumes):
-		osbError(w, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER", "volumes: use the server's volume mounts (SBX_VOLUME_MOUNTS) instead")
-		return
 	case present(req.Platform):
 		osbError(w, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER", "platform: set it in the server's config entry instead")
 		return
+	}
+	var vols []backend.Volume
+	if present(req.Volumes) {
+		var err error
+		if vols, err = s.osbVolumes(req.Volumes); err != nil {
+			osbError(w, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER", "%v", err)
+			return
+		}
 	}
 	var policy *backend.Egress
 	if present(req.NetworkPolicy) {
@@ -309,6 +314,7 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request, conv string) 
 			spec.Env = map[string]string{}
 		}
 		maps.Copy(spec.Env, req.Env)
+		spec.Volumes = append(slices.Clone(spec.Volumes), vols...)
 		if policy != nil {
 			// The entry's own policy bounds the agent's as the
 			// operator's does.
@@ -323,7 +329,7 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request, conv string) 
 		}
 		return s.osbLimits(spec, res, false)
 	}
-	if hasImage && policy == nil && s.osbPoolable(typ, req, res) {
+	if hasImage && policy == nil && vols == nil && s.osbPoolable(typ, req, res) {
 		custom = nil // a ready sandbox of the type's pool is this one
 	}
 	in, err := s.create(r.Context(), conv, typ, idle, custom, labels)

@@ -239,6 +239,10 @@ func TestOpenSandboxAPIWire(t *testing.T) {
 	assert.Equal(t, 400, code)
 	assert.Equal(t, "SANDBOX::INVALID_METADATA_LABEL", out["code"])
 	code, out, _ = c.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": "x"}, "entrypoint": []string{"sh"},
+		"volumes": []any{map[string]any{"name": "v", "host": map[string]string{"path": "/etc"}, "mountPath": "/v"}}}, nil)
+	assert.Equal(t, 400, code)
+	assert.Contains(t, out["message"], "allows no host paths", "host volumes without allowed_host_paths")
+	code, out, _ = c.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": "x"}, "entrypoint": []string{"sh"},
 		"resourceLimits": map[string]string{"cpu": "lots"}}, nil)
 	assert.Equal(t, 400, code)
 	assert.Contains(t, out["message"], "cpu")
@@ -773,5 +777,52 @@ func TestOpenSandboxAPIEgressRefusals(t *testing.T) {
 			assert.Equal(t, tc.status, code, "%v", out)
 			assert.Contains(t, out["message"], tc.want)
 		})
+	}
+}
+
+// TestOpenSandboxAPIVolumesNative: a create's host volumes mount paths
+// under the operator's allowed_host_paths only (symlinks resolved first),
+// and pvc volumes are named volumes of this server's API, shared by the
+// sandboxes that name them.
+func TestOpenSandboxAPIVolumesNative(t *testing.T) {
+	allowed, outside := t.TempDir(), t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(allowed, "in.txt"), []byte("inside\n"), 0o644))
+	require.NoError(t, os.Symlink(outside, filepath.Join(allowed, "escape")))
+	s, _, run := nativeServer(t, func(o *server.Options) {
+		o.APIKey = osbKey
+		o.OSBAllowedHostPaths = []string{allowed}
+		o.Instance = "osbvol"
+	})
+	cli := dockertest.Client(t)
+	claim := "data-" + run[:8]
+	t.Cleanup(func() { cli.VolumeRemove(context.Background(), "osb-osbvol-"+claim, true) })
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	c := osbWire{t: t, base: hs.URL, image: dockertest.BusyboxImage}
+
+	id := c.create(map[string]any{"volumes": []map[string]any{
+		{"name": "src", "host": map[string]string{"path": allowed}, "mountPath": "/src", "readOnly": true},
+		{"name": "shared", "pvc": map[string]any{"claimName": claim}, "mountPath": "/shared"},
+	}})
+	assert.Equal(t, "inside\n", c.sh(id, "cat /src/in.txt"))
+	assert.Equal(t, "read-only\n", c.sh(id, "touch /src/x 2>/dev/null || echo read-only"))
+	c.sh(id, "echo from-first > /shared/f")
+	other := c.create(map[string]any{"volumes": []map[string]any{
+		{"name": "shared", "pvc": map[string]any{"claimName": claim}, "mountPath": "/data"},
+	}})
+	assert.Equal(t, "from-first\n", c.sh(other, "cat /data/f"), "the named volume is shared")
+
+	for name, vol := range map[string]map[string]any{
+		"outside the allowed paths": {"name": "v", "host": map[string]string{"path": outside}, "mountPath": "/v"},
+		"through a symlink":         {"name": "v", "host": map[string]string{"path": filepath.Join(allowed, "escape")}, "mountPath": "/v"},
+		"a subPath out":             {"name": "v", "host": map[string]string{"path": allowed}, "subPath": "../x", "mountPath": "/v"},
+		"ossfs":                     {"name": "v", "ossfs": map[string]string{"bucket": "b"}, "mountPath": "/v"},
+		"two kinds":                 {"name": "v", "host": map[string]string{"path": allowed}, "pvc": map[string]any{"claimName": "x"}, "mountPath": "/v"},
+		"a relative mountPath":      {"name": "v", "pvc": map[string]any{"claimName": "x"}, "mountPath": "v"},
+	} {
+		code, out, _ := c.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]any{"uri": dockertest.BusyboxImage},
+			"entrypoint": []string{"tail", "-f", "/dev/null"}, "volumes": []any{vol}}, nil)
+		assert.Equal(t, 400, code, "%s: %v", name, out)
+		assert.Equal(t, "SANDBOX::INVALID_PARAMETER", out["code"], name)
 	}
 }

@@ -18,6 +18,7 @@ const backend = process.env.SBX_BACKEND ?? "native";
 const modes = (process.env.SBX_MODES ?? "default,proxy").split(",");
 const canPause = backend !== "local";
 const canEgress = backend !== "local"; // local's host processes have no network of their own
+const hostDir = process.env.SBX_HOST_DIR; // in serve's allowed_host_paths, holding hello.txt
 
 let failures = 0;
 let checks = 0;
@@ -143,6 +144,27 @@ async function run(mode) {
       } finally {
         await guarded.kill();
         await guarded.close();
+      }
+    });
+  }
+
+  if (hostDir && backend !== "local") {
+    await check(`${tag} volumes: a host path the operator allows, a named volume`, async () => {
+      const vols = await Sandbox.create({
+        connectionConfig: config, image, timeoutSeconds: 600,
+        volumes: [
+          { name: "src", host: { path: hostDir }, mountPath: "/src", readOnly: true },
+          ...(backend === "native" ? [{ name: "cache", pvc: { claimName: `sdk-${mode}` }, mountPath: "/cache" }] : []),
+        ],
+      });
+      try {
+        equal(stdout(await vols.commands.run("cat /src/hello.txt")), "from the host", "the host file");
+        if (backend === "native") {
+          equal((await vols.commands.run("echo x > /cache/f && cat /cache/f")).exitCode, 0, "the named volume is writable");
+        }
+      } finally {
+        await vols.kill();
+        await vols.close();
       }
     });
   }

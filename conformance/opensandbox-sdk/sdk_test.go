@@ -107,10 +107,15 @@ func runSDK(t *testing.T, node, sbx, backend, config string) {
 	const key = "sdk-conformance-key"
 	instance := fmt.Sprintf("sdk-conformance-%s-%d", backend, os.Getpid())
 	cfg := filepath.Join(t.TempDir(), "sbx.toml")
+	hostDir := t.TempDir() // a host path the SDK mounts
+	if err := os.WriteFile(filepath.Join(hostDir, "hello.txt"), []byte("from the host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	config += `
 [sandbox.serve]
 instance = "` + instance + `"
 delete_on_shutdown = true
+allowed_host_paths = ["` + hostDir + `"]
 [sandbox.sandboxes.main]
 image = "` + image + `"
 `
@@ -142,6 +147,14 @@ image = "` + image + `"
 		exited <- serve.Wait()
 	}()
 	t.Cleanup(func() {
+		// The SDK's named volumes (native).
+		if backend == "native" {
+			for _, mode := range []string{"default", "proxy"} {
+				exec.Command("docker", "volume", "rm", "-f", "osb-"+instance+"-sdk-"+mode).Run()
+			}
+		}
+	})
+	t.Cleanup(func() {
 		// SIGTERM: serve removes its sandboxes (delete_on_shutdown).
 		serve.Process.Signal(syscall.SIGTERM)
 		select {
@@ -167,7 +180,7 @@ image = "` + image + `"
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "conformance.mjs")
 	cmd.Env = append(os.Environ(), "OPEN_SANDBOX_DOMAIN="+domain, "OPEN_SANDBOX_API_KEY="+key,
-		"SBX_IMAGE="+image, "SBX_BACKEND="+backend)
+		"SBX_IMAGE="+image, "SBX_BACKEND="+backend, "SBX_HOST_DIR="+hostDir)
 	out, err := cmd.CombinedOutput()
 	t.Logf("conformance.mjs on %s:\n%s", backend, out)
 	if err != nil {
