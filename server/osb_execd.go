@@ -111,6 +111,10 @@ func (s *Server) osbExecd(w http.ResponseWriter, r *http.Request, conv, id, p st
 			x.sessionSocket(ctx, w, r, strings.TrimPrefix(p, "/ws/session/"))
 		case route == "GET /metrics":
 			x.metrics(ctx, w)
+		case route == "GET /metrics/watch":
+			x.watchMetrics(ctx, w)
+		case p == "/code" || strings.HasPrefix(p, "/code/"):
+			osbExecdError(w, http.StatusNotImplemented, "NOT_SUPPORTED", "sandboxkit's execd has no code interpreter (Jupyter contexts): run code with POST /command (python3 -c ...) or a session")
 		default:
 			osbExecdError(w, http.StatusNotFound, "NOT_FOUND", "execd has no %s", route)
 		}
@@ -458,10 +462,47 @@ func (x *osbExecd) logs(w http.ResponseWriter, r *http.Request, id string) {
 
 // metrics reports what the sandbox's /proc says (execd's Metrics).
 func (x *osbExecd) metrics(ctx context.Context, w http.ResponseWriter) {
-	res, err := x.sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"sh", "-c", `n=$(nproc 2>/dev/null || echo 1); echo "$n"; cat /proc/meminfo 2>/dev/null | head -3; cat /proc/loadavg 2>/dev/null`}, Timeout: 10 * time.Second})
+	m, err := x.readMetrics(ctx)
 	if err != nil {
 		osbExecdError(w, http.StatusInternalServerError, "RUNTIME_ERROR", "reading metrics: %v", err)
 		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+// watchMetrics streams the metrics every second, one JSON object and a
+// blank line each (as the command events), until the client goes.
+func (x *osbExecd) watchMetrics(ctx context.Context, w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		m, err := x.readMetrics(ctx)
+		if err != nil {
+			m = map[string]any{"error": err.Error(), "timestamp": time.Now().UnixMilli()}
+		}
+		data, _ := json.Marshal(m)
+		if _, err := w.Write(append(data, '\n', '\n')); err != nil {
+			return
+		}
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// readMetrics reads the sandbox's CPU count and memory.
+func (x *osbExecd) readMetrics(ctx context.Context) (map[string]any, error) {
+	res, err := x.sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"sh", "-c", `n=$(nproc 2>/dev/null || echo 1); echo "$n"; cat /proc/meminfo 2>/dev/null | head -3; cat /proc/loadavg 2>/dev/null`}, Timeout: 10 * time.Second})
+	if err != nil {
+		return nil, err
 	}
 	m := map[string]any{"timestamp": time.Now().UnixMilli()}
 	lines := strings.Split(string(res.Stdout), "\n")
@@ -486,7 +527,7 @@ func (x *osbExecd) metrics(ctx context.Context, w http.ResponseWriter) {
 	if total > 0 {
 		m["mem_total_mib"], m["mem_used_mib"] = total, total-avail
 	}
-	writeJSON(w, http.StatusOK, m)
+	return m, nil
 }
 
 var _ io.Writer = (*lineEvents)(nil)

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backend/backendtest"
 	"github.com/sandboxkit/sandboxkit/backends/lite"
@@ -480,6 +481,28 @@ func TestOpenSandboxAPIExecd(t *testing.T) {
 	assert.Equal(t, 404, code)
 	assert.Equal(t, "CONTEXT_NOT_FOUND", out["code"])
 
+	// Metrics, once and watched (an object a second); no code interpreter.
+	code, out, _ = c.do("GET", "/sandboxes/"+id+"/proxy/44772/metrics", nil, tok)
+	require.Equal(t, 200, code)
+	assert.Greater(t, out["cpu_count"], 0.0)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", c.base+"/sandboxes/"+id+"/proxy/44772/metrics/watch", nil)
+	req.Header.Set("OPEN-SANDBOX-API-KEY", osbKey)
+	req.Header.Set("X-EXECD-ACCESS-TOKEN", "tok-123")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	dec := json.NewDecoder(resp.Body)
+	for range 2 {
+		var m map[string]any
+		require.NoError(t, dec.Decode(&m))
+		assert.Greater(t, m["mem_total_mib"], 0.0)
+	}
+	cancel()
+	resp.Body.Close()
+	code, out, _ = c.do("POST", "/sandboxes/"+id+"/proxy/44772/code", map[string]any{"code": "print(1)"}, tok)
+	assert.Equal(t, 501, code)
+	assert.Equal(t, "NOT_SUPPORTED", out["code"])
+
 	// A quiet command's stream carries ping events.
 	defer server.SetOSBPingEvery(20 * time.Millisecond)()
 	evs = run(map[string]any{"command": "sleep 0.3; echo done"}, "tok-123")
@@ -825,4 +848,35 @@ func TestOpenSandboxAPIVolumesNative(t *testing.T) {
 		assert.Equal(t, 400, code, "%s: %v", name, out)
 		assert.Equal(t, "SANDBOX::INVALID_PARAMETER", out["code"], name)
 	}
+}
+
+// TestOpenSandboxConfigKeys: [sandbox.serve]'s keys for the OpenSandbox API
+// reach the server's options.
+func TestOpenSandboxConfigKeys(t *testing.T) {
+	cfg, err := sandboxkit.ParseConfig([]byte(`
+[sandbox]
+backend = "local"
+[sandbox.serve]
+agent_egress = false
+agent_egress_limit = { deny = ["169.254.169.254"] }
+allowed_host_paths = ["/srv/data/"]
+`), "")
+	require.NoError(t, err)
+	opts, _, err := server.ConfigOptions(cfg)
+	require.NoError(t, err)
+	assert.True(t, opts.OSBNoAgentEgress)
+	assert.Equal(t, &backend.Egress{Default: "deny", Deny: []string{"169.254.169.254"}}, opts.OSBEgressBound)
+	assert.Equal(t, []string{"/srv/data"}, opts.OSBAllowedHostPaths)
+
+	cfg, err = sandboxkit.ParseConfig([]byte("[sandbox]\nbackend = \"local\"\n[sandbox.serve]\nallowed_host_paths = [\"data\"]\n"), "")
+	require.NoError(t, err)
+	_, _, err = server.ConfigOptions(cfg)
+	assert.ErrorContains(t, err, "allowed_host_paths")
+
+	cfg, err = sandboxkit.ParseConfig([]byte("[sandbox]\nbackend = \"local\"\n"), "")
+	require.NoError(t, err)
+	opts, _, err = server.ConfigOptions(cfg)
+	require.NoError(t, err)
+	assert.False(t, opts.OSBNoAgentEgress, "agents may set egress policies by default")
+	assert.Nil(t, opts.OSBEgressBound)
 }
