@@ -135,7 +135,7 @@ func TestNewPodName(t *testing.T) {
 
 // fakeStart runs Create on a fake cluster while stage moves the pod to a
 // state once it exists; it returns Create's error.
-func fakeStart(t *testing.T, timeoutSec int, stage func(p *corev1.Pod)) (error, *fake.Clientset) {
+func fakeStart(t *testing.T, timeoutSec int, stage func(p *corev1.Pod)) (*fake.Clientset, error) {
 	t.Helper()
 	cs := fake.NewClientset()
 	b := newBackend(Config{StartTimeoutSec: timeoutSec}, nil, nil, cs, "ns")
@@ -161,11 +161,11 @@ func fakeStart(t *testing.T, timeoutSec int, stage func(p *corev1.Pod)) (error, 
 		}
 	}()
 	_, err := b.Create(ctx, backend.Spec{Name: "staged", Image: "example.invalid/img:1"})
-	return err, cs
+	return cs, err
 }
 
 func TestFakeClusterImagePullBackOff(t *testing.T) {
-	err, cs := fakeStart(t, 60, func(p *corev1.Pod) {
+	cs, err := fakeStart(t, 60, func(p *corev1.Pod) {
 		p.Status.Phase = corev1.PodPending
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, State: corev1.ContainerState{
 			Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "example.invalid/img:1"`}}}}
@@ -180,7 +180,7 @@ func TestFakeClusterImagePullBackOff(t *testing.T) {
 }
 
 func TestFakeClusterOOMKilled(t *testing.T) {
-	err, _ := fakeStart(t, 60, func(p *corev1.Pod) {
+	_, err := fakeStart(t, 60, func(p *corev1.Pod) {
 		p.Status.Phase = corev1.PodFailed
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, State: corev1.ContainerState{
 			Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}
@@ -191,7 +191,7 @@ func TestFakeClusterOOMKilled(t *testing.T) {
 }
 
 func TestFakeClusterUnschedulable(t *testing.T) {
-	err, _ := fakeStart(t, 1, func(p *corev1.Pod) {
+	_, err := fakeStart(t, 1, func(p *corev1.Pod) {
 		p.Status.Phase = corev1.PodPending
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
 			Reason: "Unschedulable", Message: "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}}

@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 client-go's dialers (portforward, remotecommand) still take and give apimachinery's httpstream types
+
 package k8s
 
 import (

@@ -3,7 +3,6 @@ package lite
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -222,25 +221,6 @@ func (r *ociRuntime) remove(ctx context.Context, id string) error {
 		return err
 	}
 	return nil
-}
-
-// state returns the runtime's status of container id ("created",
-// "running", "paused", "stopped"), or "" when it does not exist.
-func (r *ociRuntime) state(ctx context.Context, id string) (string, error) {
-	out, err := r.run(ctx, "state", id)
-	if notExist(err) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	var st struct {
-		Status string `json:"status"`
-	}
-	if err := json.Unmarshal(out, &st); err != nil {
-		return "", fmt.Errorf("%s state: %w", r.name, err)
-	}
-	return st.Status, nil
 }
 
 // list returns the IDs of the containers the runtime knows under its root.

@@ -214,16 +214,6 @@ func (s *Sandbox) execd(ctx context.Context) (*execd, error) {
 	return x, nil
 }
 
-// forgetExecd drops the cached execd address (after a connection failure:
-// it may have moved, e.g. after a resume).
-func (s *Sandbox) forgetExecd(x *execd) {
-	s.mu.Lock()
-	if s.conn == x {
-		s.conn = nil
-	}
-	s.mu.Unlock()
-}
-
 func (s *Sandbox) endpoint(ctx context.Context, port int, proxied bool) (endpointJSON, error) {
 	var ep endpointJSON
 	q := url.Values{"use_server_proxy": {strconv.FormatBool(proxied)}}

@@ -95,10 +95,7 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 	}
 	t := &sessionTerm{conn: conn, marker: termMarkerPrefix + id}
 	size := req.SizeOrDefault()
-	if err := t.send(map[string]any{"type": "resize", "rows": size.Rows, "cols": size.Cols}); err == nil {
-		err = t.send(map[string]any{"type": "stdin", "data": typedLine(id, wd, env, req.Cmd)})
-	}
-	if err != nil {
+	if err := t.begin(size, typedLine(id, wd, env, req.Cmd)); err != nil {
 		conn.Close()
 		s.deleteSession(x, id)
 		return nil, s.opErr("terminal", err)
@@ -211,6 +208,16 @@ type sessionTerm struct {
 	conn    *websocket.Conn
 	marker  string // what the typed line prints before the program runs
 	writeMu sync.Mutex
+}
+
+// begin sends the terminal's size and the line that starts its program;
+// either failing fails the terminal (the caller once checked a shadowed
+// err and let both failures pass).
+func (t *sessionTerm) begin(size backend.TermSize, line string) error {
+	if err := t.send(map[string]any{"type": "resize", "rows": size.Rows, "cols": size.Cols}); err != nil {
+		return err
+	}
+	return t.send(map[string]any{"type": "stdin", "data": line})
 }
 
 func (t *sessionTerm) send(frame map[string]any) error {

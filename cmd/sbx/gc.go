@@ -206,7 +206,7 @@ func (a *app) gcShared(ctx context.Context, b backend.Backend, infos []backend.I
 			return nil, false, err
 		}
 		for _, n := range nets {
-			v := backend.VolumeInfo{Name: n.Name, Session: n.Session, Labels: n.Labels, CreatedAt: n.CreatedAt, ExpiresAt: n.ExpiresAt}
+			v := backend.VolumeInfo(n)
 			res = append(res, sharedResource{"network", v, nm.RemoveNetwork})
 		}
 	}

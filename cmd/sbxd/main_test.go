@@ -82,18 +82,18 @@ func TestExecExitCodes(t *testing.T) {
 // --user switches to a user from /etc/passwd (needs root); a user that
 // cannot be had exits 125 with a message naming it.
 func TestExecUser(t *testing.T) {
-	out, errOut, code := run(t, "exec", "--user", "no-such-user-xyz", "--", "true")
+	_, errOut, code := run(t, "exec", "--user", "no-such-user-xyz", "--", "true")
 	if code != 125 || !strings.Contains(errOut, "no-such-user-xyz") {
 		t.Errorf("unknown user: code %d, stderr %q; want 125 naming the user", code, errOut)
 	}
 	if os.Getuid() != 0 {
-		out, errOut, code = run(t, "exec", "--user", "0", "--", "id", "-u")
+		_, errOut, code = run(t, "exec", "--user", "0", "--", "id", "-u")
 		if code != 125 || !strings.Contains(errOut, "root") {
 			t.Errorf("switching to root as uid %d: code %d, stderr %q; want 125 saying it needs root", os.Getuid(), code, errOut)
 		}
 		return
 	}
-	out, errOut, code = run(t, "exec", "--user", "65534:65534", "--", "sh", "-c", "id -u; id -g")
+	out, errOut, code := run(t, "exec", "--user", "65534:65534", "--", "sh", "-c", "id -u; id -g")
 	if code != 0 || out != "65534\n65534\n" {
 		t.Errorf("--user 65534:65534: code %d, out %q, stderr %q", code, out, errOut)
 	}

@@ -83,6 +83,7 @@ var (
 	startErr error
 	// blockLock holds the flock on the block for the process's life; it
 	// must stay referenced, or the finalizer of *os.File closes it.
+	//lint:ignore U1000 written only: holding it is its use
 	blockLock *os.File
 )
 

@@ -47,7 +47,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(fmt.Errorf("usage: netprobe get|tls|lookup|txt|udp|route-del|route-add|raw-udp|nft-flush|mark-udp|download|stream|wait ..."))
+		fail(fmt.Errorf("usage: netprobe get|tls|lookup|txt|udp|route-del|route-add|raw-udp|nft-flush|mark-udp|download|stream|wait ARGS"))
 	}
 	var err error
 	a := os.Args[2:]
