@@ -33,14 +33,9 @@ import (
 
 const osbKey = "osb-roundtrip-key-1b2c3d"
 
-// osbClient is the project's opensandbox backend pointed at an sbx serve
-// handler over b: client -> OpenSandbox API -> sandboxkit backend.
-func osbClient(t *testing.T, b backend.Backend, proxied bool) *opensandbox.Backend {
-	return osbClientOf(t, newServer(t, b, func(o *server.Options) { o.APIKey = osbKey }), proxied)
-}
-
-// osbClientOf is osbClient for a server of the caller's (with APIKey
-// osbKey).
+// osbClientOf is the project's opensandbox backend pointed at s (a
+// server of the caller's, with APIKey osbKey): client -> OpenSandbox API
+// -> sandboxkit backend.
 func osbClientOf(t *testing.T, s *server.Server, proxied bool) *opensandbox.Backend {
 	t.Helper()
 	hs := httptest.NewServer(s.Handler())
@@ -603,6 +598,7 @@ func TestOpenSandboxAPIFiles(t *testing.T) {
 	code, _, _ = c.do("POST", base+"/files/replace", map[string]any{"dir/a.txt": map[string]string{"old": "345", "new": "-"}}, nil)
 	require.Equal(t, 200, code)
 	code, out, _ = c.do("GET", base+"/files/download?path=dir/a.txt", nil, nil)
+	require.Equal(t, 200, code)
 	assert.Equal(t, "012-6789", out["raw"])
 	// verbose: how many occurrences each file had (the SDK's
 	// replaceContentsDetailed).
@@ -625,7 +621,7 @@ func TestOpenSandboxAPIFiles(t *testing.T) {
 	}
 	assert.Equal(t, []string{"dir/a.txt:file", "dir/sub:directory", "dir/sub/deep:directory"}, paths)
 	assert.Equal(t, 700.0, list[2]["mode"])
-	code, out, _ = c.do("GET", base+"/directories/list?path=dir/a.txt", nil, nil)
+	code, _, _ = c.do("GET", base+"/directories/list?path=dir/a.txt", nil, nil)
 	assert.Equal(t, 400, code, "listing a file")
 	code, raw, _ = c.do("GET", base+"/files/search?path=dir&pattern=*.txt", nil, nil)
 	require.Equal(t, 200, code)
@@ -633,15 +629,16 @@ func TestOpenSandboxAPIFiles(t *testing.T) {
 
 	code, _, _ = c.do("POST", base+"/files/mv", []map[string]string{{"src": "dir/a.txt", "dest": "dir/sub/a.txt"}}, nil)
 	require.Equal(t, 200, code)
-	code, out, _ = c.do("POST", base+"/files/mv", []map[string]string{{"src": "dir/a.txt", "dest": "dir/x.txt"}}, nil)
+	code, _, _ = c.do("POST", base+"/files/mv", []map[string]string{{"src": "dir/a.txt", "dest": "dir/x.txt"}}, nil)
 	assert.Equal(t, 404, code, "moving what is gone")
 	code, _, _ = c.do("POST", base+"/files/permissions", map[string]any{"dir/sub/a.txt": map[string]any{"mode": 600}}, nil)
 	require.Equal(t, 200, code)
 	code, out, _ = c.do("GET", base+"/files/info?path=dir/sub/a.txt", nil, nil)
+	require.Equal(t, 200, code)
 	assert.Equal(t, 600.0, out["dir/sub/a.txt"].(map[string]any)["mode"])
 	code, _, _ = c.do("DELETE", base+"/files?path=dir/sub/a.txt&path=dir/never", nil, nil)
 	assert.Equal(t, 200, code, "removing a missing file is fine")
-	code, out, _ = c.do("DELETE", base+"/files?path=dir/sub", nil, nil)
+	code, _, _ = c.do("DELETE", base+"/files?path=dir/sub", nil, nil)
 	assert.Equal(t, 500, code, "files/remove of a directory")
 	code, _, _ = c.do("DELETE", base+"/directories?path=dir", nil, nil)
 	assert.Equal(t, 200, code)
