@@ -152,16 +152,20 @@ func (e *killedEngine) run(t *testing.T, bin string, at func(*http.Request) bool
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = &out
 	exited := make(chan struct{})
+	// The process reaches the proxy's goroutine through a channel: cmd's
+	// own field is written by Start in this one.
+	started := make(chan *os.Process, 1)
 	e.mu.Lock()
 	e.at = at
 	e.kill = func() {
-		cmd.Process.Signal(syscall.SIGKILL)
+		(<-started).Signal(syscall.SIGKILL)
 		<-exited // before the answer goes on
 	}
 	e.mu.Unlock()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	started <- cmd.Process
 	err := cmd.Wait()
 	close(exited)
 	if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
