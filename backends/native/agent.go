@@ -150,5 +150,6 @@ func (s *Sandbox) dialAgent(ctx context.Context) (net.Conn, error) {
 	if err != nil {
 		return nil, s.opErr("dial agent", fmt.Errorf("%s: %w", p, err))
 	}
+	s.agentUp.Store(true)
 	return conn, nil
 }

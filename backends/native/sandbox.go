@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types"
@@ -45,6 +46,9 @@ type Sandbox struct {
 	// (Spec.AutoRemove; see Discard). bareInit: its first process is sbxd
 	// init keeping it alive, with no command of the entry's.
 	autoRemove, bareInit bool
+	// agentUp: its agent answered a dial, so its init runs and ends on
+	// SIGTERM (see Discard).
+	agentUp atomic.Bool
 	// egress: the container name of its egress enforcer, which owns its
 	// network ("": none; egress.go).
 	egress string
@@ -345,8 +349,12 @@ func (s *Sandbox) Discard(ctx context.Context) error {
 	if !s.autoRemove || s.adopted || s.pool || s.egress != "" {
 		return s.Destroy(ctx)
 	}
+	// A bare sbxd init ends on SIGTERM, which the engine sends without
+	// waiting; but only once it has set its handlers, and a PID 1 without
+	// one ignores SIGTERM (a Discard right after Create left the
+	// container running). Its agent having answered says it has.
 	sig := "KILL"
-	if s.bareInit {
+	if s.bareInit && s.agentUp.Load() {
 		sig = "TERM"
 	}
 	err := s.b.translate(s.b.cli.ContainerKill(ctx, s.cid, sig))
