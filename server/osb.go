@@ -920,20 +920,37 @@ func (s *Server) osbProxy(w http.ResponseWriter, r *http.Request, conv string) {
 func (s *Server) osbDirectPort(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	port, err := strconv.Atoi(r.PathValue("port"))
-	got := r.Header.Get(osbHeaderRoute)
-	if err != nil || got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.osbRoute(id+":"+r.PathValue("port")))) != 1 {
+	if err != nil {
 		dropBody(w, r)
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized: missing or wrong " + osbHeaderRoute + " (ask the endpoints API for this port's endpoint)"})
 		return
+	}
+	conv, ok := s.osbRouted(w, r, id+":"+r.PathValue("port"), "this port's")
+	if !ok {
+		return
+	}
+	r.Header.Del(osbHeaderRoute)
+	s.osbPort(w, r, conv, id, port, "/"+r.PathValue("path"))
+}
+
+// osbRouted checks a direct endpoint's route header against the one
+// handed out for key (the sandbox, or sandbox:port), and returns the
+// request's conversation; false when it answered the request (401, or
+// 400 for a bad conversation) with the body unread.
+func (s *Server) osbRouted(w http.ResponseWriter, r *http.Request, key, whose string) (string, bool) {
+	got := r.Header.Get(osbHeaderRoute)
+	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.osbRoute(key))) != 1 {
+		dropBody(w, r)
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized: missing or wrong " + osbHeaderRoute + " (ask the endpoints API for " + whose + " endpoint)"})
+		return "", false
 	}
 	conv, err := osbConv(r)
 	if err != nil {
 		dropBody(w, r)
 		osbError(w, http.StatusBadRequest, "INVALID_REQUEST_BODY", "%v", err)
-		return
+		return "", false
 	}
-	r.Header.Del(osbHeaderRoute)
-	s.osbPort(w, r, conv, id, port, "/"+r.PathValue("path"))
+	return conv, true
 }
 
 // osbPort serves path p of port on conv's sandbox id.
@@ -984,16 +1001,8 @@ func (s *Server) osbPort(w http.ResponseWriter, r *http.Request, conv, id string
 // route header stands for the API key, which never comes here.
 func (s *Server) osbDirectExecd(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	got := r.Header.Get(osbHeaderRoute)
-	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.osbRoute(id))) != 1 {
-		dropBody(w, r)
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized: missing or wrong " + osbHeaderRoute + " (ask the endpoints API for execd's endpoint)"})
-		return
-	}
-	conv, err := osbConv(r)
-	if err != nil {
-		dropBody(w, r)
-		osbError(w, http.StatusBadRequest, "INVALID_REQUEST_BODY", "%v", err)
+	conv, ok := s.osbRouted(w, r, id, "execd's")
+	if !ok {
 		return
 	}
 	s.osbExecd(w, r, conv, id, "/"+r.PathValue("path"))
