@@ -2,45 +2,13 @@ package lite
 
 import (
 	"context"
-	"os/exec"
 	"testing"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
+	"github.com/sandboxkit/sandboxkit/internal/ownertest"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 )
-
-// infoOf is sandbox id's entry in List.
-func infoOf(t *testing.T, b *Backend, id string) backend.Info {
-	t.Helper()
-	infos, err := b.List(t.Context(), backend.Filter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, i := range infos {
-		if i.ID == id {
-			return i
-		}
-	}
-	t.Fatalf("sandbox %s is not listed", id)
-	return backend.Info{}
-}
-
-// deadOwner is the owner string of a process that has ended.
-func deadOwner(t *testing.T) string {
-	t.Helper()
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	o, err := owner.Of(cmd.Process.Pid)
-	cmd.Process.Kill()
-	cmd.Wait()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o
-}
 
 // Forks are their maker's until Fork hands them over: made and running
 // but not handed over, each is listed as being created by this process
@@ -58,19 +26,19 @@ func TestForkHandOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := deadOwner(t)
+	dead := ownertest.Gone(t)
 	for _, p := range plans {
 		if !procfs.Alive(p.m.InitPID, p.m.InitStart) {
 			t.Errorf("fork %s made but not handed over does not run", p.sb.id)
 		}
-		if i := infoOf(t, b, p.sb.id); i.State != backend.StateCreating || i.Labels[backend.LabelCreator] != owner.Self() {
+		if i := ownertest.Listed(t, b, p.sb.id); i.State != backend.StateCreating || i.Labels[backend.LabelCreator] != owner.Self() {
 			t.Errorf("fork %s made but not handed over: state %s, creator %q; want creating, by this process", p.sb.id, i.State, i.Labels[backend.LabelCreator])
 		}
 		// This process stands for one killed before the handover.
 		if err := b.update(p.m, func(m *meta) { m.Creator = dead }); err != nil {
 			t.Fatal(err)
 		}
-		if i := infoOf(t, b, p.sb.id); i.State != backend.StateCreating || i.Labels[backend.LabelCreator] != dead {
+		if i := ownertest.Listed(t, b, p.sb.id); i.State != backend.StateCreating || i.Labels[backend.LabelCreator] != dead {
 			t.Errorf("fork %s of a dead maker: state %s, creator %q; want creating, by %s", p.sb.id, i.State, i.Labels[backend.LabelCreator], dead)
 		}
 		if err := p.sb.Destroy(ctx); err != nil {
@@ -85,7 +53,7 @@ func TestForkHandOver(t *testing.T) {
 	}
 	for _, f := range forks {
 		t.Cleanup(func() { f.Destroy(context.Background()) })
-		if i := infoOf(t, b, f.ID()); i.State != backend.StateRunning || i.Labels[backend.LabelCreator] != "" {
+		if i := ownertest.Listed(t, b, f.ID()); i.State != backend.StateRunning || i.Labels[backend.LabelCreator] != "" {
 			t.Errorf("fork %s handed over: state %s, creator %q; want running, none", f.ID(), i.State, i.Labels[backend.LabelCreator])
 		}
 	}

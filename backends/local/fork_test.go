@@ -3,47 +3,15 @@ package local
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
+	"github.com/sandboxkit/sandboxkit/internal/ownertest"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
-
-// infoOf is sandbox id's entry in List.
-func infoOf(t *testing.T, b *Backend, id string) backend.Info {
-	t.Helper()
-	infos, err := b.List(t.Context(), backend.Filter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, i := range infos {
-		if i.ID == id {
-			return i
-		}
-	}
-	t.Fatalf("sandbox %s is not listed", id)
-	return backend.Info{}
-}
-
-// deadOwner is the owner string of a process that has ended.
-func deadOwner(t *testing.T) string {
-	t.Helper()
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	o, err := owner.Of(cmd.Process.Pid)
-	cmd.Process.Kill()
-	cmd.Wait()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o
-}
 
 // Forks are their maker's until Fork hands them over: made, their files
 // copied and their command running, but not handed over, each is listed
@@ -70,7 +38,7 @@ func TestForkHandOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := deadOwner(t)
+	dead := ownertest.Gone(t)
 	for _, f := range forks {
 		m, err := f.meta()
 		if err != nil {
@@ -79,7 +47,7 @@ func TestForkHandOver(t *testing.T) {
 		if data, err := os.ReadFile(filepath.Join(f.dir, "work", "f")); err != nil || string(data) != "parent" || !procfs.Alive(m.MainPID, m.MainStart) {
 			t.Errorf("fork %s made but not handed over is not complete: f %q (%v), command running %v", f.id, data, err, procfs.Alive(m.MainPID, m.MainStart))
 		}
-		if i := infoOf(t, b, f.id); i.State != backend.StateCreating || i.Labels[backend.LabelCreator] != owner.Self() {
+		if i := ownertest.Listed(t, b, f.id); i.State != backend.StateCreating || i.Labels[backend.LabelCreator] != owner.Self() {
 			t.Errorf("fork %s made but not handed over: state %s, creator %q; want creating, by this process", f.id, i.State, i.Labels[backend.LabelCreator])
 		}
 		// This process stands for one killed before the handover.
@@ -90,7 +58,7 @@ func TestForkHandOver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i := infoOf(t, b, f.id); i.State != backend.StateCreating || i.Labels[backend.LabelCreator] != dead {
+		if i := ownertest.Listed(t, b, f.id); i.State != backend.StateCreating || i.Labels[backend.LabelCreator] != dead {
 			t.Errorf("fork %s of a dead maker: state %s, creator %q; want creating, by %s", f.id, i.State, i.Labels[backend.LabelCreator], dead)
 		}
 		if err := f.Destroy(ctx); err != nil {
@@ -107,7 +75,7 @@ func TestForkHandOver(t *testing.T) {
 	}
 	for _, f := range handed {
 		t.Cleanup(func() { f.Destroy(context.Background()) })
-		if i := infoOf(t, b, f.ID()); i.State != backend.StateRunning || i.Labels[backend.LabelCreator] != "" {
+		if i := ownertest.Listed(t, b, f.ID()); i.State != backend.StateRunning || i.Labels[backend.LabelCreator] != "" {
 			t.Errorf("fork %s handed over: state %s, creator %q; want running, none", f.ID(), i.State, i.Labels[backend.LabelCreator])
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -24,6 +23,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/internal/egresstest"
 	"github.com/sandboxkit/sandboxkit/internal/fakenet"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
+	"github.com/sandboxkit/sandboxkit/internal/ownertest"
 )
 
 // egressBackend is a native backend whose enforcers ask fn's DNS server.
@@ -291,7 +291,7 @@ func TestEgressSpares(t *testing.T) {
 		require.NotContains(t, names, "egress enforcer "+n)
 	}
 	// A dead process's are.
-	dead := deadOwner(t)
+	dead := ownertest.Gone(t)
 	dc, err := cli.ContainerCreate(t.Context(), &container.Config{Image: dockertest.BusyboxImage, Cmd: []string{"sleep", "600"},
 		Labels: map[string]string{backend.LabelBackend: native.Name, "sandboxkit.native.egress-for": "",
 			"sandboxkit.native.egress-spare": "0123", backend.LabelCreator: dead}}, nil, nil, nil, "sbxe-spare-dead"+sb.ID())
@@ -311,16 +311,4 @@ func TestEgressSpares(t *testing.T) {
 	require.Empty(t, spares(), "Close left spares")
 	_, err = cli.ContainerInspect(t.Context(), "sbxe-"+sb.ID())
 	require.NoError(t, err, "Close removed a claimed enforcer")
-}
-
-// deadOwner is the owner string of a process that has ended.
-func deadOwner(t *testing.T) string {
-	t.Helper()
-	cmd := exec.Command("sleep", "60")
-	require.NoError(t, cmd.Start())
-	o, err := owner.Of(cmd.Process.Pid)
-	require.NoError(t, err)
-	cmd.Process.Kill()
-	cmd.Wait()
-	return o
 }

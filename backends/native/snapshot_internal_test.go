@@ -2,31 +2,14 @@ package native
 
 import (
 	"context"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
-	"github.com/sandboxkit/sandboxkit/internal/owner"
+	"github.com/sandboxkit/sandboxkit/internal/ownertest"
 )
-
-// goneMaker is the owner string of a process that has ended.
-func goneMaker(t *testing.T) string {
-	t.Helper()
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	o, err := owner.Of(cmd.Process.Pid)
-	cmd.Process.Kill()
-	cmd.Wait()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o
-}
 
 // handOverBackend is a backend and a running busybox sandbox of it,
 // removed at the end of t.
@@ -72,7 +55,7 @@ func listedInfo(t *testing.T, b *Backend, id string) (backend.Info, bool) {
 func TestForkHandOver(t *testing.T) {
 	b, parent := handOverBackend(t)
 	ctx := t.Context()
-	dead := goneMaker(t)
+	dead := ownertest.Gone(t)
 	forks, _, err := parent.makeForks(ctx, backend.ForkRequest{N: 2}, dead)
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +117,7 @@ func TestSnapshotHandOver(t *testing.T) {
 	ctx := t.Context()
 	cli := dockertest.Client(t)
 	ref := "sandboxkit-test/handover:" + newID()
-	dead := goneMaker(t)
+	dead := ownertest.Gone(t)
 	sn, making, err := parent.makeSnapshot(ctx, backend.SnapshotRequest{Ref: ref}, dead)
 	if err != nil {
 		t.Fatal(err)
