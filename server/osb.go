@@ -628,24 +628,39 @@ func (s *Server) osbDelete(w http.ResponseWriter, r *http.Request, conv string) 
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// osbPage reads a list's page and pageSize (1 and 20 when absent;
+// pageSize at most maxSize, 0: no bound), answering FastAPI's 422 for a
+// bad one; false when it answered.
+func osbPage(w http.ResponseWriter, q url.Values, maxSize int) (page, pageSize int, ok bool) {
+	page, pageSize = 1, 20
+	for _, p := range []struct {
+		name string
+		v    *int
+		max  int
+	}{{"page", &page, 0}, {"pageSize", &pageSize, maxSize}} {
+		v := q.Get(p.name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		switch {
+		case p.max > 0 && (err != nil || n < 1 || n > p.max):
+			osbValidation(w, []any{"query", p.name}, fmt.Sprintf("Input should be between 1 and %d", p.max))
+			return 0, 0, false
+		case err != nil || n < 1:
+			osbValidation(w, []any{"query", p.name}, "Input should be greater than or equal to 1")
+			return 0, 0, false
+		}
+		*p.v = n
+	}
+	return page, pageSize, true
+}
+
 func (s *Server) osbList(w http.ResponseWriter, r *http.Request, conv string) {
 	q := r.URL.Query()
-	page, pageSize := 1, 20
-	if v := q.Get("page"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			osbValidation(w, []any{"query", "page"}, "Input should be greater than or equal to 1")
-			return
-		}
-		page = n
-	}
-	if v := q.Get("pageSize"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 200 {
-			osbValidation(w, []any{"query", "pageSize"}, "Input should be between 1 and 200")
-			return
-		}
-		pageSize = n
+	page, pageSize, ok := osbPage(w, q, 200)
+	if !ok {
+		return
 	}
 	var want url.Values
 	if md := q.Get("metadata"); md != "" {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/sandboxkit/sandboxkit/backend"
@@ -175,19 +174,9 @@ func (s *Server) osbDeleteSnapshot(w http.ResponseWriter, r *http.Request, conv 
 
 func (s *Server) osbListSnapshots(w http.ResponseWriter, r *http.Request, conv string) {
 	q := r.URL.Query()
-	page, pageSize := 1, 20
-	for _, p := range []struct {
-		name string
-		v    *int
-	}{{"page", &page}, {"pageSize", &pageSize}} {
-		if v := q.Get(p.name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				osbValidation(w, []any{"query", p.name}, "Input should be greater than or equal to 1")
-				return
-			}
-			*p.v = n
-		}
+	page, pageSize, ok := osbPage(w, q, 0)
+	if !ok {
+		return
 	}
 	snaps, err := s.osbSnapshots(r.Context(), conv, "")
 	if err != nil {
