@@ -4,13 +4,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -42,26 +39,18 @@ func gdbMCPStandinImage(t *testing.T, cli *client.Client) string {
 	t.Helper()
 	dockertest.RequireImage(t, cli, dockertest.BusyboxImage)
 	standinOnce.Do(func() {
-		src, err := os.ReadFile("../initializers/internal/fakeservice/main.go")
+		tag, err := fakeserviceTag()
 		if err != nil {
 			standinErr = err
 			return
 		}
-		sum := sha256.Sum256(src)
-		ref := "sandboxkit-test/gdb-mcp-standin:" + hex.EncodeToString(sum[:6])
+		ref := "sandboxkit-test/gdb-mcp-standin:" + tag
 		ctx := context.Background()
 		if _, err := cli.ImageInspect(ctx, ref); err == nil {
 			standinImage = ref
 			return
 		}
-		bin := filepath.Join(t.TempDir(), "fakeservice")
-		cmd := exec.Command("go", "build", "-o", bin, "../initializers/internal/fakeservice")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			standinErr = fmt.Errorf("building fakeservice: %v\n%s", err, out)
-			return
-		}
-		data, err := os.ReadFile(bin)
+		data, err := buildFakeservice()
 		if err != nil {
 			standinErr = err
 			return

@@ -266,33 +266,53 @@ var (
 	fakeErr   error
 )
 
+// fakeserviceTag names a build of initializers/internal/fakeservice by
+// its source, so that an image of it is reused while the source is the
+// same.
+func fakeserviceTag() (string, error) {
+	src, err := os.ReadFile("../initializers/internal/fakeservice/main.go")
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(src)
+	return hex.EncodeToString(sum[:6]), nil
+}
+
+// buildFakeservice builds initializers/internal/fakeservice for Linux,
+// static, and returns the binary.
+func buildFakeservice() ([]byte, error) {
+	dir, err := os.MkdirTemp("", "sandboxkit-fakeservice-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "fakeservice")
+	cmd := exec.Command("go", "build", "-o", bin, "../initializers/internal/fakeservice")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building fakeservice: %v\n%s", err, out)
+	}
+	return os.ReadFile(bin)
+}
+
 // fakeServiceImage builds initializers/internal/fakeservice into a
 // throwaway image (reused while the source is unchanged): the stand-in
 // for Neo4j and Joern, whose images cannot be pulled here.
 func fakeServiceImage(t *testing.T, cli *client.Client) string {
 	t.Helper()
 	fakeOnce.Do(func() {
-		src, err := os.ReadFile("../initializers/internal/fakeservice/main.go")
+		tag, err := fakeserviceTag()
 		if err != nil {
 			fakeErr = err
 			return
 		}
-		sum := sha256.Sum256(src)
-		ref := "sandboxkit-test/fakeservice:" + hex.EncodeToString(sum[:6])
+		ref := "sandboxkit-test/fakeservice:" + tag
 		ctx := context.Background()
 		if _, err := cli.ImageInspect(ctx, ref); err == nil {
 			fakeImage = ref
 			return
 		}
-		bin := filepath.Join(os.TempDir(), "sandboxkit-fakeservice-"+hex.EncodeToString(sum[:6]))
-		cmd := exec.Command("go", "build", "-o", bin, "../initializers/internal/fakeservice")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fakeErr = fmt.Errorf("building fakeservice: %v\n%s", err, out)
-			return
-		}
-		defer os.Remove(bin)
-		data, err := os.ReadFile(bin)
+		data, err := buildFakeservice()
 		if err != nil {
 			fakeErr = err
 			return
