@@ -2,23 +2,12 @@ package lite
 
 import (
 	"context"
-	"slices"
+	"github.com/sandboxkit/sandboxkit/internal/agentbench"
 	"testing"
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 )
-
-// reportPercentiles reports the p50 and p90 of durations in milliseconds.
-func reportPercentiles(b *testing.B, prefix string, d []time.Duration) {
-	if len(d) == 0 {
-		return
-	}
-	slices.Sort(d)
-	ms := func(q float64) float64 { return float64(d[int(q*float64(len(d)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(ms(0.5), prefix+"-p50-ms")
-	b.ReportMetric(ms(0.9), prefix+"-p90-ms")
-}
 
 // benchEnv opens a backend for a benchmark, with the busybox image.
 func benchEnv(b *testing.B) (*Backend, backend.Spec) {
@@ -30,6 +19,19 @@ func benchEnv(b *testing.B) (*Backend, backend.Spec) {
 		b.Fatal(err)
 	}
 	return bk, backend.Spec{Name: "bench", Image: "dir:" + busyboxRootfs(b)}
+}
+
+// BenchmarkAgentExec: a command through the sandbox's agent against a
+// host spawn of the same program plus a local socket round trip (the
+// performance gate's lite-agent-exec).
+func BenchmarkAgentExec(b *testing.B) {
+	bk, spec := benchEnv(b)
+	sb, err := bk.Create(context.Background(), spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Destroy(context.Background())
+	agentbench.ExecAgainstSpawn(b, sb)
 }
 
 // BenchmarkCreateToFirstExec: Create, then the first Exec returns (the
@@ -56,8 +58,8 @@ func BenchmarkCreateToFirstExec(b *testing.B) {
 		destroy = append(destroy, time.Since(start))
 		b.StartTimer()
 	}
-	reportPercentiles(b, "create+exec", create)
-	reportPercentiles(b, "destroy", destroy)
+	agentbench.Report(b, "create+exec", create)
+	agentbench.Report(b, "destroy", destroy)
 }
 
 // BenchmarkExec: one `true` through runtime exec and sbxd exec.
@@ -77,7 +79,7 @@ func BenchmarkExec(b *testing.B) {
 		}
 		d = append(d, time.Since(start))
 	}
-	reportPercentiles(b, "exec", d)
+	agentbench.Report(b, "exec", d)
 }
 
 // BenchmarkReset: Reset of a sandbox with a few changed files. The
@@ -107,5 +109,5 @@ func BenchmarkReset(b *testing.B) {
 		}
 		d = append(d, time.Since(start))
 	}
-	reportPercentiles(b, "reset", d)
+	agentbench.Report(b, "reset", d)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/sandboxkit/sandboxkit/internal/agentbench"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,8 +27,8 @@ func BenchmarkEgressCreate(b *testing.B) {
 	withPolicy := spec
 	withPolicy.Egress = &backend.Egress{Allow: []string{"allowed.test:443", "*.allowed.test:443"}}
 	plain, enforced := egresstest.CreateTimes(b, bk.Create, spec, withPolicy, nil)
-	reportPercentiles(b, "plain", plain)
-	reportPercentiles(b, "egress", enforced)
+	agentbench.Report(b, "plain", plain)
+	agentbench.Report(b, "egress", enforced)
 	b.ReportMetric(float64((median(enforced)-median(plain)).Microseconds())/1000, "overhead-p50-ms")
 }
 

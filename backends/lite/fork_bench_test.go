@@ -2,6 +2,7 @@ package lite
 
 import (
 	"context"
+	"github.com/sandboxkit/sandboxkit/internal/agentbench"
 	"path/filepath"
 	"testing"
 	"time"
@@ -99,9 +100,9 @@ i=0; while [ $i -lt 256 ]; do dd if=/dev/urandom of=/data/small/f$i bs=8k count=
 		copies = append(copies, time.Since(start))
 		b.StartTimer()
 	}
-	reportPercentiles(b, "fork", forks)
-	reportPercentiles(b, "create-baseline", baseline)
-	reportPercentiles(b, "copy", copies)
+	agentbench.Report(b, "fork", forks)
+	agentbench.Report(b, "create-baseline", baseline)
+	agentbench.Report(b, "copy", copies)
 	b.ReportMetric(float64(median(forks))/float64(median(baseline)), "fork/create-p50")
 	b.ReportMetric(float64(used), "standby-used")
 }
@@ -133,7 +134,7 @@ func BenchmarkFork8(b *testing.B) {
 		}
 		b.StartTimer()
 	}
-	reportPercentiles(b, "per-fork", per)
+	agentbench.Report(b, "per-fork", per)
 }
 
 func median(d []time.Duration) time.Duration {

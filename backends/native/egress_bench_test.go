@@ -3,6 +3,7 @@ package native_test
 import (
 	"context"
 	"fmt"
+	"github.com/sandboxkit/sandboxkit/internal/agentbench"
 	"strings"
 	"testing"
 	"time"
@@ -143,4 +144,23 @@ func BenchmarkEgressExec(b *testing.B) {
 	}
 	b.ReportMetric(pct(lat[0], 0.5), "plain-p50-ms")
 	b.ReportMetric(pct(lat[1], 0.5), "egress-p50-ms")
+}
+
+// BenchmarkAgentExec: a command through the sandbox's agent (its socket,
+// reached through /proc/PID/root) against a host spawn of the same
+// program plus a local socket round trip (the performance gate's
+// native-agent-exec).
+func BenchmarkAgentExec(b *testing.B) {
+	dockertest.RequireImage(b, dockertest.Client(b), dockertest.BusyboxImage)
+	nb, err := native.New(native.Config{PullPolicy: native.PullNever})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nb.Close()
+	sb, err := nb.Create(context.Background(), spec("bench-agent", dockertest.BusyboxImage))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Destroy(context.Background())
+	agentbench.ExecAgainstSpawn(b, sb)
 }

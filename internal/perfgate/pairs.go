@@ -108,6 +108,10 @@ var pairs = []pair{
 				stats{N: rep.BaselineN, Min: rep.BaseP50, P50: rep.BaseP50, P90: rep.BaseP50, Max: rep.BaseMax}.samples(), "p50 and max only", nil
 		},
 	},
+	benchPair("lite-agent-exec", "exec of true through the sandbox's agent (lite, in process)", "a host spawn of true plus a local socket round trip",
+		"./backends/lite/", "BenchmarkAgentExec", "agent", "spawn", needRoot("runc")),
+	benchPair("native-agent-exec", "exec of true through the sandbox's agent (native, in process)", "a host spawn of true plus a local socket round trip",
+		"./backends/native/", "BenchmarkAgentExec", "agent", "spawn", needDocker),
 	benchPair("lite-egress", "create to first exec with an egress policy (lite)", "the same without a policy",
 		"./backends/lite/", "BenchmarkEgressCreate", "egress", "plain", needRoot("runc")),
 	benchPair("native-egress", "create to first exec with an egress policy (native)", "the same without a policy",
