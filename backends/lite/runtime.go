@@ -3,6 +3,7 @@ package lite
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -221,6 +222,36 @@ func (r *ociRuntime) remove(ctx context.Context, id string) error {
 		return err
 	}
 	return nil
+}
+
+// removeEnded deletes container id whose first process the caller has
+// killed and waited for. For runc it does what `runc delete` does for a
+// stopped container, without starting the runtime's binary (about 8 ms of
+// each Destroy here): runc destroys the container's cgroups, which the
+// caller removes itself (removeCgroups), runs poststop hooks, which lite's
+// configs have none of, and removes the container's state folder. Other
+// runtimes, a runtime at its default root, and a state folder whose first
+// process has not ended (a standby waiting to start, a paused container
+// the kill has not reached) go to remove.
+func (r *ociRuntime) removeEnded(ctx context.Context, id string) error {
+	if r.name != "runc" || r.root == "" {
+		return r.remove(ctx, id)
+	}
+	dir := filepath.Join(r.root, id)
+	data, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+			return nil // already deleted
+		}
+	}
+	var st struct {
+		Pid   int    `json:"init_process_pid"`
+		Start uint64 `json:"init_process_start"`
+	}
+	if err != nil || json.Unmarshal(data, &st) != nil || st.Pid <= 0 || !nsEnded(st.Pid, st.Start) {
+		return r.remove(ctx, id)
+	}
+	return os.RemoveAll(dir)
 }
 
 // list returns the IDs of the containers the runtime knows under its root.

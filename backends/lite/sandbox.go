@@ -135,11 +135,11 @@ func (s *Sandbox) stop(ctx context.Context, m *meta) error {
 // removeGen removes the container of generation gen, its cgroup and its
 // root file system's mount. Its folders are left.
 func (s *Sandbox) removeGen(ctx context.Context, m *meta, gen int) error {
-	if err := m.runtime().remove(ctx, containerID(s.id, gen)); err != nil {
-		return err
-	}
 	if m.Rootless { // no cgroup; mounted only in the sandbox's namespaces
-		return nil
+		return m.runtime().remove(ctx, containerID(s.id, gen))
+	}
+	if err := m.runtime().removeEnded(ctx, containerID(s.id, gen)); err != nil {
+		return err
 	}
 	if err := removeCgroups(cgroupName(s.id, gen)); err != nil {
 		return err
