@@ -163,7 +163,7 @@ func (b *Backend) containerLog(ctx context.Context, pod, container string) (stri
 	ctx, cancel := b.reqCtx(ctx)
 	defer cancel()
 	tail := int64(20)
-	rc, err := b.cs.CoreV1().Pods(b.ns).GetLogs(pod, &corev1.PodLogOptions{Container: container, TailLines: &tail}).Stream(ctx)
+	rc, err := b.kube.Pods(b.ns).GetLogs(pod, &corev1.PodLogOptions{Container: container, TailLines: &tail}).Stream(ctx)
 	if err != nil {
 		return "", err
 	}

@@ -15,14 +15,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 
 	"github.com/sandboxkit/sandboxkit/internal/execframe"
 )
-
-var parameterCodec = scheme.ParameterCodec
 
 // stream runs argv in a pod's container through the API server's
 // exec subresource (WebSocket, falling back to SPDY for servers before

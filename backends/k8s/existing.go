@@ -109,7 +109,7 @@ func (b *Backend) adopt(ctx context.Context, ref, what string) (*Sandbox, error)
 func (b *Backend) getAnyPod(ctx context.Context, name string) (*corev1.Pod, error) {
 	rctx, cancel := b.reqCtx(ctx)
 	defer cancel()
-	pod, err := b.cs.CoreV1().Pods(b.ns).Get(rctx, name, metav1.GetOptions{})
+	pod, err := b.kube.Pods(b.ns).Get(rctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, b.translate(err)
 	}

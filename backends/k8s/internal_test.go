@@ -63,7 +63,7 @@ func TestNewMissingKubeconfig(t *testing.T) {
 }
 
 func TestPodFor(t *testing.T) {
-	b := newBackend(Config{ImagePullPolicy: "IfNotPresent", RuntimeClass: "gvisor", ServiceAccount: ""}, nil, nil, fake.NewClientset(), "ns")
+	b := newBackend(Config{ImagePullPolicy: "IfNotPresent", RuntimeClass: "gvisor", ServiceAccount: ""}, nil, nil, clientsetKube{fake.NewClientset()}, "ns")
 	spec := backend.Spec{
 		Name: "main", Session: "s1", Image: "img:1", Owner: "host:1:2",
 		Env:        map[string]string{"B": "2", "A": "1"},
@@ -138,7 +138,7 @@ func TestNewPodName(t *testing.T) {
 func fakeStart(t *testing.T, timeoutSec int, stage func(p *corev1.Pod)) (*fake.Clientset, error) {
 	t.Helper()
 	cs := fake.NewClientset()
-	b := newBackend(Config{StartTimeoutSec: timeoutSec}, nil, nil, cs, "ns")
+	b := newBackend(Config{StartTimeoutSec: timeoutSec}, nil, nil, clientsetKube{cs}, "ns")
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	go func() {
@@ -220,7 +220,7 @@ func TestTolerationsFromMaps(t *testing.T) {
 // How Spec options that map to pod fields land in the pod (the real
 // cluster tests check the behaviour; this checks each mapping).
 func TestPodForOptions(t *testing.T) {
-	b := newBackend(Config{RunAsUser: 1000}, nil, nil, fake.NewClientset(), "ns")
+	b := newBackend(Config{RunAsUser: 1000}, nil, nil, clientsetKube{fake.NewClientset()}, "ns")
 	pod, err := b.podFor("x", backend.Spec{Image: "i", User: "65534:100", Network: "host",
 		SecurityOpt: []string{"seccomp:unconfined", "apparmor=unconfined", "no-new-privileges"},
 		Ports:       []backend.Port{{Port: 80}, {Port: 8080, HostPort: 18080}, {Port: 9090, HostIP: "0.0.0.0", HostPort: 19090}}})
@@ -310,7 +310,7 @@ func TestVolumeSource(t *testing.T) {
 // TestPodForHosts maps hostname and extra_hosts to the pod's hostname and
 // host aliases, and refuses what a pod cannot take, naming the key.
 func TestPodForHosts(t *testing.T) {
-	b := newBackend(Config{}, nil, nil, fake.NewClientset(), "ns")
+	b := newBackend(Config{}, nil, nil, clientsetKube{fake.NewClientset()}, "ns")
 	pod, err := b.podFor("x", backend.Spec{Image: "i", Hostname: "worker-1",
 		ExtraHosts: []string{"db:10.0.0.5", "cache=10.0.0.5", "v6:::1", "api:10.0.0.6"}})
 	require.NoError(t, err)

@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/sandboxkit/sandboxkit/backend"
@@ -36,7 +35,7 @@ type Backend struct {
 	cfg  Config
 	log  *slog.Logger
 	rest *rest.Config
-	cs   kubernetes.Interface
+	kube kubeAPI
 	ns   string
 	host string // the API server, for messages
 
@@ -98,16 +97,16 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 	if rc.QPS == 0 {
 		rc.QPS, rc.Burst = 50, 100
 	}
-	cs, err := kubernetes.NewForConfig(rc)
+	kube, err := newKube(rc)
 	if err != nil {
 		return nil, invalid("kubeconfig", "%v", err)
 	}
-	return newBackend(cfg, logger, rc, cs, ns), nil
+	return newBackend(cfg, logger, rc, kube, ns), nil
 }
 
-// newBackend wires a Backend around a clientset (a fake one in unit tests,
-// where rc may be nil: exec and port-forward then fail).
-func newBackend(cfg Config, logger *slog.Logger, rc *rest.Config, cs kubernetes.Interface, ns string) *Backend {
+// newBackend wires a Backend around an API client (a fake clientset in unit
+// tests, where rc may be nil: exec and port-forward then fail).
+func newBackend(cfg Config, logger *slog.Logger, rc *rest.Config, kube kubeAPI, ns string) *Backend {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -115,7 +114,7 @@ func newBackend(cfg Config, logger *slog.Logger, rc *rest.Config, cs kubernetes.
 	if rc != nil {
 		host = rc.Host
 	}
-	return &Backend{cfg: cfg, log: logger, rest: rc, cs: cs, ns: ns, host: host, forwards: map[forwardKey]*forward{}}
+	return &Backend{cfg: cfg, log: logger, rest: rc, kube: kube, ns: ns, host: host, forwards: map[forwardKey]*forward{}}
 }
 
 func (b *Backend) Name() string { return Name }
@@ -202,7 +201,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		return nil, b.opErr("create", "", err)
 	}
 	rctx, cancel := b.reqCtx(ctx)
-	created, err := b.cs.CoreV1().Pods(b.ns).Create(rctx, pod, metav1.CreateOptions{})
+	created, err := b.kube.Pods(b.ns).Create(rctx, pod, metav1.CreateOptions{})
 	cancel()
 	if err != nil {
 		return nil, b.opErr("create", id, err)
@@ -313,7 +312,7 @@ func (b *Backend) getPod(ctx context.Context, id string) (*corev1.Pod, error) {
 	}
 	rctx, cancel := b.reqCtx(ctx)
 	defer cancel()
-	pod, err := b.cs.CoreV1().Pods(b.ns).Get(rctx, id, metav1.GetOptions{})
+	pod, err := b.kube.Pods(b.ns).Get(rctx, id, metav1.GetOptions{})
 	if err != nil {
 		return nil, b.translate(err)
 	}
@@ -331,7 +330,7 @@ func (b *Backend) getPod(ctx context.Context, id string) (*corev1.Pod, error) {
 func (b *Backend) List(ctx context.Context, filter backend.Filter) ([]backend.Info, error) {
 	rctx, cancel := b.reqCtx(ctx)
 	defer cancel()
-	pods, err := b.cs.CoreV1().Pods(b.ns).List(rctx, metav1.ListOptions{LabelSelector: selector(filter)})
+	pods, err := b.kube.Pods(b.ns).List(rctx, metav1.ListOptions{LabelSelector: selector(filter)})
 	if err != nil {
 		return nil, b.opErr("list", "", err)
 	}
@@ -403,7 +402,7 @@ func stateOf(pod *corev1.Pod) backend.State {
 // gone is not an error.
 func (b *Backend) deletePod(ctx context.Context, name string, grace int64) error {
 	policy := metav1.DeletePropagationBackground
-	err := b.cs.CoreV1().Pods(b.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace, PropagationPolicy: &policy})
+	err := b.kube.Pods(b.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace, PropagationPolicy: &policy})
 	err = b.translate(err)
 	if errors.Is(err, backend.ErrNotFound) {
 		return nil
@@ -416,9 +415,9 @@ func (b *Backend) subresourceURL(pod, sub string, params *corev1.PodExecOptions)
 	if b.rest == nil {
 		return nil, fmt.Errorf("%w: no REST config (a fake clientset)", errors.ErrUnsupported)
 	}
-	req := b.cs.CoreV1().RESTClient().Post().Namespace(b.ns).Resource("pods").Name(pod).SubResource(sub)
+	req := b.kube.CoreREST().Post().Namespace(b.ns).Resource("pods").Name(pod).SubResource(sub)
 	if params != nil {
-		req = req.VersionedParams(params, parameterCodec)
+		req = req.VersionedParams(params, parameterCodec())
 	}
 	return req.URL(), nil
 }

@@ -196,5 +196,5 @@ func (b *Backend) writeLabels(ctx context.Context, pod *corev1.Pod, all map[stri
 	}})
 	rctx, cancel := b.reqCtx(ctx)
 	defer cancel()
-	return b.cs.CoreV1().Pods(b.ns).Patch(rctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return b.kube.Pods(b.ns).Patch(rctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 }

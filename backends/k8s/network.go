@@ -69,7 +69,7 @@ func (b *Backend) createDenyAll(ctx context.Context, pod *corev1.Pod) error {
 	}
 	rctx, cancel := b.reqCtx(ctx)
 	defer cancel()
-	_, err := b.cs.NetworkingV1().NetworkPolicies(b.ns).Create(rctx, np, metav1.CreateOptions{})
+	_, err := b.kube.NetworkPolicies(b.ns).Create(rctx, np, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("network \"none\": network policy %s: %w", pod.Name, b.translate(err))
 	}

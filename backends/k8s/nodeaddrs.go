@@ -40,7 +40,7 @@ func (b *Backend) nodeAddrs() []netip.Prefix {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	nodes, err := b.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	nodes, err := b.kube.Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		if !c.warned {
 			b.log.Warn("k8s: listing the nodes for their addresses (an egress enforcer then knows only its gateway as the node's)", "err", err)

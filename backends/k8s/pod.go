@@ -458,7 +458,7 @@ func (b *Backend) ownClaims(ctx context.Context, pod *corev1.Pod, claims []strin
 	for _, name := range claims {
 		patch := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%q,"uid":%q}]}}`, pod.Name, pod.UID)
 		rctx, cancel := b.reqCtx(ctx)
-		_, err := b.cs.CoreV1().PersistentVolumeClaims(b.ns).Patch(rctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		_, err := b.kube.PersistentVolumeClaims(b.ns).Patch(rctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		cancel()
 		if err != nil {
 			b.deleteClaims(context.WithoutCancel(ctx), claims)
@@ -471,7 +471,7 @@ func (b *Backend) ownClaims(ctx context.Context, pod *corev1.Pod, claims []strin
 func (b *Backend) deleteClaims(ctx context.Context, names []string) {
 	for _, name := range names {
 		rctx, cancel := b.reqCtx(ctx)
-		err := b.cs.CoreV1().PersistentVolumeClaims(b.ns).Delete(rctx, name, metav1.DeleteOptions{})
+		err := b.kube.PersistentVolumeClaims(b.ns).Delete(rctx, name, metav1.DeleteOptions{})
 		cancel()
 		if err := b.translate(err); err != nil && !errors.Is(err, backend.ErrNotFound) {
 			b.log.Warn("removing a volume claim failed", "claim", name, "err", err)
@@ -513,7 +513,7 @@ func (b *Backend) createService(ctx context.Context, pod *corev1.Pod) error {
 	}
 	rctx, cancel := b.reqCtx(ctx)
 	defer cancel()
-	_, err := b.cs.CoreV1().Services(b.ns).Create(rctx, svc, metav1.CreateOptions{})
+	_, err := b.kube.Services(b.ns).Create(rctx, svc, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("service %s: %w", pod.Name, b.translate(err))
 	}

@@ -49,7 +49,7 @@ func (b *Backend) Claim(ctx context.Context, id string, c backend.Claim) (backen
 		return backend.Info{}, b.opErr("claim", id, err)
 	}
 	rctx, cancel := b.reqCtx(ctx)
-	pod, err := b.cs.CoreV1().Pods(b.ns).Patch(rctx, id, types.JSONPatchType, claimPatch(c.Expected(), delta), metav1.PatchOptions{})
+	pod, err := b.kube.Pods(b.ns).Patch(rctx, id, types.JSONPatchType, claimPatch(c.Expected(), delta), metav1.PatchOptions{})
 	cancel()
 	switch {
 	case err == nil:

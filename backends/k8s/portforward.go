@@ -512,7 +512,7 @@ func (s *Sandbox) ClusterAddress(ctx context.Context, port int) (string, error) 
 	}
 	rctx, cancel := s.b.reqCtx(ctx)
 	defer cancel()
-	if _, err := s.b.cs.CoreV1().Services(s.b.ns).Get(rctx, s.id, metav1.GetOptions{}); err != nil {
+	if _, err := s.b.kube.Services(s.b.ns).Get(rctx, s.id, metav1.GetOptions{}); err != nil {
 		err = s.b.translate(err)
 		if errors.Is(err, backend.ErrNotFound) {
 			err = fmt.Errorf("%w: sandbox %s has no Service (set service = true in [sandbox.k8s])", backend.ErrNotFound, s.id)

@@ -56,9 +56,9 @@ for i in $(seq 300); do grep -qs ':1F90 0*:0000 0A' /proc/net/tcp /proc/net/tcp6
 	// The pod goes away behind the forward's back, and so does its
 	// connection: every local connection is closed at once, and dials
 	// are spaced out by retryDelay however often clients come.
-	require.NoError(t, b.cs.CoreV1().Pods(b.ns).Delete(ctx, sb.pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+	require.NoError(t, b.kube.Pods(b.ns).Delete(ctx, sb.pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
 	require.Eventually(t, func() bool {
-		_, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, sb.pod, metav1.GetOptions{})
+		_, err := b.kube.Pods(b.ns).Get(ctx, sb.pod, metav1.GetOptions{})
 		return err != nil
 	}, time.Minute, 200*time.Millisecond, "the pod is not deleted")
 	if c := f.current(); c != nil {

@@ -23,7 +23,7 @@ func (b *Backend) WaitRemoved(ctx context.Context, id string) error {
 	}
 	for {
 		rctx, cancel := b.reqCtx(ctx)
-		_, err := b.cs.CoreV1().Pods(b.ns).Get(rctx, id, metav1.GetOptions{})
+		_, err := b.kube.Pods(b.ns).Get(rctx, id, metav1.GetOptions{})
 		cancel()
 		if apierrors.IsNotFound(err) {
 			return nil

@@ -349,7 +349,7 @@ func (b *Backend) patchAnnotations(ctx context.Context, pod string, ann map[stri
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	rctx, cancel := b.reqCtx(ctx)
 	defer cancel()
-	_, err := b.cs.CoreV1().Pods(b.ns).Patch(rctx, pod, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err := b.kube.Pods(b.ns).Patch(rctx, pod, types.MergePatchType, patch, metav1.PatchOptions{})
 	return b.translate(err)
 }
 

@@ -44,7 +44,7 @@ func (b *Backend) createClaim(ctx context.Context, name string, all map[string]s
 	}
 	rctx, cancel := b.reqCtx(ctx)
 	defer cancel()
-	_, err := b.cs.CoreV1().PersistentVolumeClaims(b.ns).Create(rctx, pvc, metav1.CreateOptions{})
+	_, err := b.kube.PersistentVolumeClaims(b.ns).Create(rctx, pvc, metav1.CreateOptions{})
 	return b.translate(err)
 }
 
@@ -143,7 +143,7 @@ func volumeSource(from string) (func() (io.ReadCloser, error), error) {
 func (b *Backend) RemoveVolume(ctx context.Context, name string) error {
 	rctx, cancel := b.reqCtx(ctx)
 	defer cancel()
-	err := b.translate(b.cs.CoreV1().PersistentVolumeClaims(b.ns).Delete(rctx, name, metav1.DeleteOptions{}))
+	err := b.translate(b.kube.PersistentVolumeClaims(b.ns).Delete(rctx, name, metav1.DeleteOptions{}))
 	if err == nil || errors.Is(err, backend.ErrNotFound) {
 		return nil
 	}
@@ -155,7 +155,7 @@ func (b *Backend) ListVolumes(ctx context.Context, filter backend.Filter) ([]bac
 	filter.Name = ""
 	rctx, cancel := b.reqCtx(ctx)
 	defer cancel()
-	pvcs, err := b.cs.CoreV1().PersistentVolumeClaims(b.ns).List(rctx, metav1.ListOptions{LabelSelector: selector(filter)})
+	pvcs, err := b.kube.PersistentVolumeClaims(b.ns).List(rctx, metav1.ListOptions{LabelSelector: selector(filter)})
 	if err != nil {
 		return nil, b.opErr("list volumes", "", err)
 	}

@@ -37,7 +37,7 @@ func (b *Backend) waitRunning(ctx context.Context, pod *corev1.Pod, name string,
 	defer events.finish(ctx)
 	last := pod
 	for {
-		w, err := b.cs.CoreV1().Pods(b.ns).Watch(ctx, metav1.ListOptions{
+		w, err := b.kube.Pods(b.ns).Watch(ctx, metav1.ListOptions{
 			FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name).String(),
 		})
 		if err != nil {
@@ -47,7 +47,7 @@ func (b *Backend) waitRunning(ctx context.Context, pod *corev1.Pod, name string,
 			return nil, b.translate(err)
 		}
 		// The pod may have changed before the watch began.
-		if p, err := b.cs.CoreV1().Pods(b.ns).Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
+		if p, err := b.kube.Pods(b.ns).Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
 			last = p
 		} else if err := b.translate(err); errors.Is(err, backend.ErrNotFound) {
 			w.Stop()
@@ -112,7 +112,7 @@ func (b *Backend) watchPodEvents(ctx context.Context, pod, name string, progress
 	if progress == nil {
 		return e
 	}
-	ew, err := b.cs.CoreV1().Events(b.ns).Watch(ctx, metav1.ListOptions{FieldSelector: podEventSelector(pod)})
+	ew, err := b.kube.Events(b.ns).Watch(ctx, metav1.ListOptions{FieldSelector: podEventSelector(pod)})
 	if err == nil {
 		e.ch, e.stop = ew.ResultChan(), ew.Stop
 	}
@@ -146,7 +146,7 @@ func (e *podEvents) finish(ctx context.Context) {
 	}
 	lctx, cancel := e.b.reqCtx(context.WithoutCancel(ctx))
 	defer cancel()
-	evs, err := e.b.cs.CoreV1().Events(e.b.ns).List(lctx, metav1.ListOptions{FieldSelector: podEventSelector(e.pod)})
+	evs, err := e.b.kube.Events(e.b.ns).List(lctx, metav1.ListOptions{FieldSelector: podEventSelector(e.pod)})
 	if err != nil {
 		return
 	}
@@ -259,7 +259,7 @@ func reportEvent(progress func(backend.Progress), name string, e *corev1.Event) 
 func (b *Backend) eventSummary(ctx context.Context, pod *corev1.Pod) string {
 	rctx, cancel := b.reqCtx(ctx)
 	defer cancel()
-	evs, err := b.cs.CoreV1().Events(b.ns).List(rctx, metav1.ListOptions{FieldSelector: podEventSelector(pod.Name)})
+	evs, err := b.kube.Events(b.ns).List(rctx, metav1.ListOptions{FieldSelector: podEventSelector(pod.Name)})
 	if err != nil || len(evs.Items) == 0 {
 		return ""
 	}
