@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 )
@@ -34,7 +35,7 @@ type CPULimit struct {
 }
 
 // cpuSetRE is Docker's cpuset form: CPU numbers and ranges, comma-separated.
-var cpuSetRE = regexp.MustCompile(`^\d+(-\d+)?(,\d+(-\d+)?)*$`)
+var cpuSetRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\d+(-\d+)?(,\d+(-\d+)?)*$`) })
 
 // UnmarshalTOML implements toml.Unmarshaler.
 func (c *CPULimit) UnmarshalTOML(v any) error {
@@ -51,7 +52,7 @@ func (c *CPULimit) UnmarshalTOML(v any) error {
 		if s == "" {
 			return nil
 		}
-		if cpuSetRE.MatchString(s) {
+		if cpuSetRE().MatchString(s) {
 			n, err := cpuSetSize(s)
 			if err != nil {
 				return err

@@ -291,7 +291,7 @@ func (p *parser) decodeStrict(data map[string]any, prefix toml.Key, v any, rootC
 
 // decodeErrorRE matches BurntSushi's type errors, which carry the key but
 // not as a field: `toml: line 3 (last key "a.b"): message`.
-var decodeErrorRE = regexp.MustCompile(`^toml: (?:line \d+ )?\(last key "(.*?)"\): (.*)$`)
+var decodeErrorRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^toml: (?:line \d+ )?\(last key "(.*?)"\): (.*)$`) })
 
 // splitDecodeError returns the key and message of a decode error. Line
 // numbers are dropped: they refer to the re-encoded [sandbox] table, not
@@ -301,7 +301,7 @@ func splitDecodeError(err error) (key, msg string) {
 	if errors.As(err, &pe) {
 		return pe.LastKey, pe.Message
 	}
-	if m := decodeErrorRE.FindStringSubmatch(err.Error()); m != nil {
+	if m := decodeErrorRE().FindStringSubmatch(err.Error()); m != nil {
 		return m[1], m[2]
 	}
 	return "", strings.TrimPrefix(err.Error(), "toml: ")

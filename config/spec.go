@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -218,12 +219,12 @@ func (b *specBuilder) pool() {
 }
 
 // platformRE is docker's --platform form: os/arch[/variant].
-var platformRE = regexp.MustCompile(`^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$`)
+var platformRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$`) })
 
 // platform checks the image platform (platform, or docker_args --platform).
 func (b *specBuilder) platform() {
 	p := strings.ToLower(b.spec.Platform)
-	if p != "" && !platformRE.MatchString(p) {
+	if p != "" && !platformRE().MatchString(p) {
 		b.fail(b.at("platform"), `want "os/arch[/variant]" as docker run --platform takes, e.g. "linux/amd64" or "linux/arm64/v8", got %q`, b.spec.Platform)
 	}
 	b.spec.Platform = p
@@ -467,14 +468,14 @@ func (b *specBuilder) existing() {
 // image builds: sbx-build/<name>:latest, the name lowercased, with
 // characters an image name cannot hold replaced by "-".
 func DefaultBuildImage(name string) string {
-	n := strings.Trim(notImageNameChar.ReplaceAllString(strings.ToLower(name), "-"), "-._")
+	n := strings.Trim(notImageNameChar().ReplaceAllString(strings.ToLower(name), "-"), "-._")
 	if n == "" {
 		n = "sandbox"
 	}
 	return "sbx-build/" + n + ":latest"
 }
 
-var notImageNameChar = regexp.MustCompile(`[^a-z0-9._-]+`)
+var notImageNameChar = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^a-z0-9._-]+`) })
 
 // parsePort parses a ports key ("8081", "8081/tcp", "53/udp") with its
 // binding.
@@ -601,7 +602,7 @@ func (s *ByteSize) UnmarshalTOML(v any) error {
 	return fmt.Errorf(`want bytes or a size like "512m" or "4g", got %s`, describeValue(v))
 }
 
-var sizeRE = regexp.MustCompile(`(?i)^(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b)?$`)
+var sizeRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?i)^(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b)?$`) })
 
 // parseSize parses a Docker size string ("512m", "4g", "1.5GiB", "1024")
 // into bytes; "" is 0.
@@ -610,7 +611,7 @@ func parseSize(s string) (int64, error) {
 	if t == "" {
 		return 0, nil
 	}
-	m := sizeRE.FindStringSubmatch(t)
+	m := sizeRE().FindStringSubmatch(t)
 	if m == nil || (m[2] == "" && strings.EqualFold(m[3], "ib")) {
 		return 0, fmt.Errorf(`want bytes or a size like "512m" or "4g", got %q`, s)
 	}

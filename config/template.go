@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -20,7 +21,7 @@ import (
 // template variables, and ${VAR} in any string inside [sandbox] is replaced
 // by the environment variable VAR, else the top-level key VAR. An undefined
 // variable is an error. There is no escape for a literal "${".
-var templateRE = regexp.MustCompile(`\$\{([A-Z0-9_]+)\}`)
+var templateRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\$\{([A-Z0-9_]+)\}`) })
 
 // templateVars collects the file's template variables.
 func templateVars(doc map[string]any) map[string]string {
@@ -154,7 +155,7 @@ func (x *expander) substitute(s string, key toml.Key) string {
 	if !strings.Contains(s, "${") {
 		return s
 	}
-	return templateRE.ReplaceAllStringFunc(s, func(m string) string {
+	return templateRE().ReplaceAllStringFunc(s, func(m string) string {
 		name := m[2 : len(m)-1]
 		if v, ok := os.LookupEnv(name); ok {
 			return v

@@ -10,12 +10,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 )
 
 // volumeNameRE is Docker's rule for volume names.
-var volumeNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+var volumeNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`) })
 
 // parseVolume parses a "host:sandbox[:ro|rw]" spec. A host part without "/"
 // that does not start with "." or "~" names a volume; any other is a host
@@ -74,7 +75,7 @@ func volume(source, target string, readOnly bool, hp hostPaths) (v backend.Volum
 	}
 	v = backend.Volume{Type: backend.VolumeBind, Target: path.Clean(target), ReadOnly: readOnly}
 	if isVolumeName(source) {
-		if !volumeNameRE.MatchString(source) {
+		if !volumeNameRE().MatchString(source) {
 			return v, "", fmt.Errorf("volume name %q: want letters, digits, '_', '.', '-'", source)
 		}
 		v.Type, v.Source = backend.VolumeNamed, source

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 )
@@ -168,7 +169,7 @@ func parseCPUMax(v any) (float64, error) {
 	return cpus, nil
 }
 
-var memRE = regexp.MustCompile(`(?i)^(\d+)([kmgt]?)$`)
+var memRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?i)^(\d+)([kmgt]?)$`) })
 
 // parseMax reads a cgroup v2 limit: a non-negative integer (with a K, M, G
 // or T suffix when sized, as memory.max accepts) or "max" (no limit: 0).
@@ -188,7 +189,7 @@ func parseMax(v any, sized bool) (int64, error) {
 		if s == "max" {
 			return 0, nil
 		}
-		m := memRE.FindStringSubmatch(s)
+		m := memRE().FindStringSubmatch(s)
 		if m == nil || (!sized && m[2] != "") {
 			return 0, fmt.Errorf("%s, got %q", want, v)
 		}

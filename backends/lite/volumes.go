@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -71,9 +72,9 @@ const (
 // volumeNameRE is Docker's rule for volume names (config/volumes.go uses
 // it too); a name that passes it is one path element that is neither "."
 // nor ".." nor a hidden .new- or .old- folder.
-var volumeNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+var volumeNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`) })
 
-var notVolumeNameChar = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
+var notVolumeNameChar = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^a-zA-Z0-9_.-]+`) })
 
 var _ backend.VolumeManager = (*Backend)(nil)
 
@@ -108,7 +109,7 @@ func (b *Backend) volumeDir(name string) string { return filepath.Join(b.dir, vo
 
 // checkVolumeName refuses a name that is not one safe path element.
 func checkVolumeName(name string) error {
-	if len(name) > maxVolumeName || !volumeNameRE.MatchString(name) {
+	if len(name) > maxVolumeName || !volumeNameRE().MatchString(name) {
 		return backend.InvalidConfigf("volume name %q: want letters, digits, '_', '.' and '-', starting with a letter or digit, at most %d bytes", name, maxVolumeName)
 	}
 	return nil
@@ -208,7 +209,7 @@ func pickVolumeName(spec backend.VolumeSpec) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if s := strings.Trim(notVolumeNameChar.ReplaceAllString(spec.Session, "-"), "-."); s != "" {
+	if s := strings.Trim(notVolumeNameChar().ReplaceAllString(spec.Session, "-"), "-."); s != "" {
 		return "sbx-" + s[:min(len(s), 64)] + "-vol-" + id, nil
 	}
 	return "sbx-vol-" + id, nil

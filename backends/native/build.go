@@ -48,11 +48,11 @@ const buildTailLines = 20
 var (
 	// Docker's classic builder writes "Step 1/4 : FROM x", Podman's
 	// (buildah) "STEP 1/4: FROM x".
-	stepLine = regexp.MustCompile(`^(?i:step) (\d+)/(\d+) ?: (.*)$`)
+	stepLine = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(?i:step) (\d+)/(\d+) ?: (.*)$`) })
 	// The classic builder colours a step's stderr.
-	ansiEscape = regexp.MustCompile(`\x1b\[[0-9;]*[a-zA-Z]`)
+	ansiEscape = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\x1b\[[0-9;]*[a-zA-Z]`) })
 	// The short image ID after a classic builder's step: "---> 3f2a9c1b".
-	imageIDRE = regexp.MustCompile(`^[0-9a-f]{12,64}$`)
+	imageIDRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{12,64}$`) })
 )
 
 // buildLocks holds one mutex per tag.
@@ -286,8 +286,8 @@ func (b *Backend) readBuild(r io.Reader, tag, dockerfile string, labelSteps int,
 		partial     string // stream text after the last newline
 	)
 	addLine := func(line string) {
-		line = ansiEscape.ReplaceAllString(strings.TrimRight(line, "\r"), "")
-		if m := stepLine.FindStringSubmatch(line); m != nil {
+		line = ansiEscape().ReplaceAllString(strings.TrimRight(line, "\r"), "")
+		if m := stepLine().FindStringSubmatch(line); m != nil {
 			step, _ = strconv.ParseInt(m[1], 10, 64)
 			steps, _ = strconv.ParseInt(m[2], 10, 64)
 			instr, tail = m[3], nil
@@ -300,7 +300,7 @@ func (b *Backend) readBuild(r io.Reader, tag, dockerfile string, labelSteps int,
 			return
 		}
 		t := strings.TrimSpace(line)
-		if id, ok := strings.CutPrefix(t, "---> "); ok && imageIDRE.MatchString(id) {
+		if id, ok := strings.CutPrefix(t, "---> "); ok && imageIDRE().MatchString(id) {
 			*stepImages = append(*stepImages, id)
 		}
 		if t == "" || strings.HasPrefix(t, "---> ") || strings.HasPrefix(t, "Removing intermediate container") {

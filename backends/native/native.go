@@ -313,7 +313,7 @@ func newID() string {
 	return hex.EncodeToString(buf[:])
 }
 
-var notNameChar = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
+var notNameChar = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^a-zA-Z0-9_.-]+`) })
 
 // containerName is spec.ContainerName, else sbx-<session>-<name>-<id>, with
 // characters Docker does not allow in names replaced.
@@ -323,7 +323,7 @@ func containerName(spec backend.Spec, id string) string {
 	}
 	parts := []string{"sbx"}
 	for _, p := range []string{spec.Session, spec.Name} {
-		if p = strings.Trim(notNameChar.ReplaceAllString(p, "-"), "-."); p != "" {
+		if p = strings.Trim(notNameChar().ReplaceAllString(p, "-"), "-."); p != "" {
 			parts = append(parts, p)
 		}
 	}

@@ -60,7 +60,7 @@ const EnvExecID = "SANDBOXKIT_EXEC_ID"
 // setupMarker starts the wrapper's own complaints, on execd's stderr.
 const setupMarker = "sandboxkit-setup:"
 
-var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // Exec runs one command; see the package documentation.
 func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.ExecResult, error) {
@@ -69,7 +69,7 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}
 	for k := range req.Env {
-		if !envNameRE.MatchString(k) {
+		if !envNameRE().MatchString(k) {
 			return backend.ExecResult{}, s.opErr("exec", fmt.Errorf("%w: environment variable name %q: want letters, digits and '_'", backend.ErrInvalidConfig, k))
 		}
 	}
@@ -713,7 +713,7 @@ type credential struct {
 	uid, gid *int
 }
 
-var digitsRE = regexp.MustCompile(`^[0-9]+$`)
+var digitsRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]+$`) })
 
 // credential resolves a user ("name", "uid", "name:group", "uid:gid"; ""
 // for the sandbox's default user) to the numeric ids execd takes, asking
@@ -726,7 +726,7 @@ func (s *Sandbox) credential(ctx context.Context, user string) (credential, erro
 		return credential{}, nil
 	}
 	u, g, _ := strings.Cut(user, ":")
-	if digitsRE.MatchString(u) && (g == "" || digitsRE.MatchString(g)) {
+	if digitsRE().MatchString(u) && (g == "" || digitsRE().MatchString(g)) {
 		return newCredential(u, g), nil
 	}
 	s.mu.Lock()
@@ -757,7 +757,7 @@ printf 'sbxuser:%%s:%%s\n' "$uid" "$gid"`, shellQuote(u), shellQuote(g))
 	}
 	line, _, _ := strings.Cut(out[i+len("sbxuser:"):], "\n")
 	uid, gid, _ := strings.Cut(line, ":")
-	if !digitsRE.MatchString(uid) || (gid != "" && !digitsRE.MatchString(gid)) {
+	if !digitsRE().MatchString(uid) || (gid != "" && !digitsRE().MatchString(gid)) {
 		return credential{}, fmt.Errorf("user %q: unexpected answer %q", user, line)
 	}
 	c = newCredential(uid, gid)

@@ -257,7 +257,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, r io.Reader, perm 
 		return s.fileError(ctx, "write", name, err)
 	}
 	owner := ""
-	if u, _, _ := strings.Cut(s.user, ":"); u != "" && !digitsRE.MatchString(u) {
+	if u, _, _ := strings.Cut(s.user, ":"); u != "" && !digitsRE().MatchString(u) {
 		owner = u
 	}
 	return s.fileError(ctx, "write", name, x.upload(ctx, p, r, perm, owner))

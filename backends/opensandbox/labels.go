@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 )
@@ -31,10 +32,12 @@ import (
 //     so reading back is unambiguous.
 
 var (
-	labelNameRE  = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
-	dnsSubdomRE  = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	valueMarkRE  = regexp.MustCompile(`^x([1-9])\.`)
-	contKeyRE    = regexp.MustCompile(`\.([2-9])$`)
+	labelNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`) })
+	dnsSubdomRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	})
+	valueMarkRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^x([1-9])\.`) })
+	contKeyRE    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\.([2-9])$`) })
 	labelEncoder = base32.StdEncoding.WithPadding(base32.NoPadding)
 )
 
@@ -60,16 +63,16 @@ func validLabelKey(k string) bool {
 	}
 	name := k
 	if prefix, n, ok := strings.Cut(k, "/"); ok {
-		if prefix == "" || !dnsSubdomRE.MatchString(prefix) {
+		if prefix == "" || !dnsSubdomRE().MatchString(prefix) {
 			return false
 		}
 		name = n
 	}
-	return len(name) <= maxLabelName && labelNameRE.MatchString(name)
+	return len(name) <= maxLabelName && labelNameRE().MatchString(name)
 }
 
 func validLabelValue(v string) bool {
-	return v == "" || (len(v) <= maxLabelName && labelNameRE.MatchString(v))
+	return v == "" || (len(v) <= maxLabelName && labelNameRE().MatchString(v))
 }
 
 func encode32(s string) string { return strings.ToLower(labelEncoder.EncodeToString([]byte(s))) }
@@ -84,7 +87,7 @@ func encodeKey(k string) (string, error) {
 	if k == "" {
 		return "", fmt.Errorf("%w: a label key is empty", backend.ErrInvalidConfig)
 	}
-	if validLabelKey(k) && !strings.HasPrefix(k, keyMark) && !contKeyRE.MatchString(k) {
+	if validLabelKey(k) && !strings.HasPrefix(k, keyMark) && !contKeyRE().MatchString(k) {
 		return k, nil
 	}
 	e := keyMark + encode32(k)
@@ -128,7 +131,7 @@ func encodeLabels(labels map[string]string) (map[string]string, error) {
 // encodeValue returns the stored pieces of a value: the first goes under
 // the label's key, the others under "<key>.2" and on.
 func encodeValue(v string) ([]string, error) {
-	if validLabelValue(v) && !valueMarkRE.MatchString(v) {
+	if validLabelValue(v) && !valueMarkRE().MatchString(v) {
 		return []string{v}, nil
 	}
 	e := encode32(v)
@@ -155,7 +158,7 @@ func decodeLabels(md map[string]string) map[string]string {
 			continue
 		}
 		v := md[k]
-		if m := valueMarkRE.FindStringSubmatch(v); m != nil {
+		if m := valueMarkRE().FindStringSubmatch(v); m != nil {
 			n, _ := strconv.Atoi(m[1])
 			enc := strings.TrimPrefix(v, m[0])
 			var parts []string

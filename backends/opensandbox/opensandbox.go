@@ -368,8 +368,8 @@ func resourceLimits(r backend.Resources) (map[string]string, error) {
 	return limits, nil
 }
 
-var dnsLabelUnsafe = regexp.MustCompile(`[^a-z0-9-]+`)
-var claimNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+var dnsLabelUnsafe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^a-z0-9-]+`) })
+var claimNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`) })
 
 // volumes maps the spec's volumes: a bind of an absolute path to a host
 // volume (a path on the OpenSandbox server's machine, allowed by its
@@ -378,7 +378,7 @@ var claimNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 func volumes(vs []backend.Volume) ([]volumeJSON, error) {
 	var out []volumeJSON
 	for i, v := range vs {
-		name := fmt.Sprintf("v%d-%s", i, dnsLabelUnsafe.ReplaceAllString(strings.ToLower(strings.Trim(v.Target, "/")), "-"))
+		name := fmt.Sprintf("v%d-%s", i, dnsLabelUnsafe().ReplaceAllString(strings.ToLower(strings.Trim(v.Target, "/")), "-"))
 		name = strings.Trim(name, "-")
 		if len(name) > 63 {
 			name = strings.TrimRight(name[:63], "-")
@@ -388,7 +388,7 @@ func volumes(vs []backend.Volume) ([]volumeJSON, error) {
 		case !path.IsAbs(v.Target):
 			return nil, fmt.Errorf("%w: volume %q: the sandbox path must be absolute", backend.ErrInvalidConfig, v.Source+":"+v.Target)
 		case v.Type == backend.VolumeNamed:
-			if len(v.Source) > 253 || !claimNameRE.MatchString(v.Source) {
+			if len(v.Source) > 253 || !claimNameRE().MatchString(v.Source) {
 				return nil, fmt.Errorf("%w: volume %q: OpenSandbox volume names are lowercase letters, digits and '-' (a DNS label)",
 					backend.ErrInvalidConfig, v.Source+":"+v.Target)
 			}

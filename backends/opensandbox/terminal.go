@@ -48,7 +48,7 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 	}
 	env := req.EnvWithTerm()
 	for k := range env {
-		if !envNameRE.MatchString(k) {
+		if !envNameRE().MatchString(k) {
 			return nil, s.opErr("terminal", fmt.Errorf("%w: environment variable name %q: want letters, digits and '_'", backend.ErrInvalidConfig, k))
 		}
 	}
