@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -15,16 +16,28 @@ import (
 // cgroups; the OCI config's cgroupsPath is cgroupParent/<id>.
 const cgroupParent = "sandboxkit-lite"
 
+// cgroupRoots are the folders sandboxes' cgroups are made under: each v1
+// hierarchy's and the v2 one (read once: hierarchies are mounted at boot).
+var cgroupRoots = sync.OnceValue(func() []string {
+	roots := []string{"/sys/fs/cgroup"}
+	entries, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, e := range entries {
+		if e.IsDir() {
+			roots = append(roots, filepath.Join("/sys/fs/cgroup", e.Name()))
+		}
+	}
+	return roots
+})
+
 // cgroupDirs returns the folders of sandbox id's cgroup that exist, in
 // every v1 hierarchy and in the v2 one.
 func cgroupDirs(id string) []string {
 	var dirs []string
-	for _, pattern := range []string{
-		filepath.Join("/sys/fs/cgroup", "*", cgroupParent, id),
-		filepath.Join("/sys/fs/cgroup", cgroupParent, id),
-	} {
-		m, _ := filepath.Glob(pattern)
-		dirs = append(dirs, m...)
+	for _, root := range cgroupRoots() {
+		d := filepath.Join(root, cgroupParent, id)
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			dirs = append(dirs, d)
+		}
 	}
 	return dirs
 }
@@ -32,27 +45,31 @@ func cgroupDirs(id string) []string {
 // removeCgroups removes what is left of sandbox id's cgroup after the
 // runtime deleted the container: the runtime gives up on a cgroup whose
 // processes are still exiting, and an exec that raced with the delete can
-// make it again. Processes still in it are killed.
+// make it again. An empty cgroup goes at its first rmdir (the usual case:
+// its processes ended with the container's first process); one that is
+// busy has its processes killed and its sub-cgroups removed, until it goes
+// or 5 s have passed.
 func removeCgroups(id string) error {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		dirs := cgroupDirs(id)
-		if len(dirs) == 0 {
-			return nil
-		}
+		var busy []string
 		var lastErr error
-		for _, d := range dirs {
+		for _, root := range cgroupRoots() {
+			d := filepath.Join(root, cgroupParent, id)
+			err := syscall.Rmdir(d)
+			if err == nil || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
+				continue
+			}
+			lastErr = err
+			busy = append(busy, d)
 			killCgroupProcs(d)
 			// Children first (a runtime may make sub-cgroups).
 			subs, _ := filepath.Glob(filepath.Join(d, "*", "cgroup.procs"))
 			for _, sub := range subs {
 				syscall.Rmdir(filepath.Dir(sub))
 			}
-			if err := syscall.Rmdir(d); err != nil && !errors.Is(err, syscall.ENOENT) {
-				lastErr = err
-			}
 		}
-		if lastErr == nil && len(cgroupDirs(id)) == 0 {
+		if len(busy) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
