@@ -49,8 +49,12 @@ the absolute times beside them are this run's, on this machine:
 			}
 			target = fmt.Sprintf("%s (%s)", fmtRatio(r.Budget.Target), mark)
 		}
+		budget := fmtRatio(r.Budget.Max)
+		if r.Budget.MaxP90 > 0 {
+			budget += fmt.Sprintf("; p90 %s of the floor's p50 (budget %s)", fmtRatio(r.RatioP90), fmtRatio(r.Budget.MaxP90))
+		}
 		fmt.Fprintf(&b, "| %s | %s | **%s** | %s | %s | %.1f / %.1f ms | %.1f / %.1f ms |\n",
-			r.Figure, r.Floor, fmtRatio(r.Ratio), fmtRatio(r.Budget.Max), target, p50(r.FigureMs), pct(r.FigureMs, 0.9), p50(r.FloorMs), pct(r.FloorMs, 0.9))
+			r.Figure, r.Floor, fmtRatio(r.Ratio), budget, target, p50(r.FigureMs), pct(r.FigureMs, 0.9), p50(r.FloorMs), pct(r.FloorMs, 0.9))
 	}
 	b.WriteString(`
 Ratios against their budgets (the bar is the ratio, the line the budget,
