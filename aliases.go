@@ -8,9 +8,9 @@ import (
 	"github.com/sandboxkit/sandboxkit/session"
 )
 
-// The names below moved to the config and session packages (see README's
-// migration note). They stay here, as aliases, so that programs written
-// against the root package keep compiling.
+// The names below moved to the config and session packages (see the
+// migration section of docs/layout.md). They stay here, as aliases, so that
+// programs written against the root package keep compiling.
 
 // Config names.
 type (

@@ -33,6 +33,6 @@
 //     checkpoint and destroy.
 //
 // The types and functions that lived here before those packages existed
-// (Config, Launcher, Session, ...) remain as aliases; README's migration
-// note lists them.
+// (Config, Launcher, Session, ...) remain as aliases; the migration section
+// of docs/layout.md lists them.
 package sandboxkit

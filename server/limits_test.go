@@ -14,21 +14,21 @@ import (
 	"github.com/sandboxkit/sandboxkit/server"
 )
 
-// TestRequestSizeLimits: the request size limits are what the README says,
+// TestRequestSizeLimits: the request size limits are what docs/serve.md says,
 // and larger requests get 413.
 func TestRequestSizeLimits(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	page, err := os.ReadFile("../docs/serve.md")
 	require.NoError(t, err)
-	text := strings.Join(strings.Fields(string(readme)), " ")
+	text := strings.Join(strings.Fields(string(page)), " ")
 	for _, want := range []string{
 		fmt.Sprintf("JSON API request (`POST /tools/NAME`, `write_file`'s content included) is at most %d MiB", server.MaxJSONBodyBytes>>20),
 		fmt.Sprintf("an MCP request over HTTP at most %d MiB", server.MaxMCPBodyBytes>>20),
 		fmt.Sprintf("an `sbx mcp` message at most %d MiB", server.MaxStdioMessage>>20),
 		"413 Request Entity Too Large",
 	} {
-		assert.Contains(t, text, want, "README")
+		assert.Contains(t, text, want, "docs/serve.md")
 	}
-	assert.NotContains(t, text, "interleaved as written", "README")
+	assert.NotContains(t, text, "interleaved as written", "docs/serve.md")
 
 	s := newServer(t, localBackend(t), nil)
 	url := serveHTTP(t, s)
