@@ -155,6 +155,6 @@
 //
 // Measured on a 2-core machine against Docker Engine 20.10 with the
 // benchmarks in bench_test.go, each against the bare Engine API in the
-// same run: see the README's native section for the numbers, and
+// same run: see docs/backends.md (native) for the numbers, and
 // `sbx bench scale` for many sandboxes at once.
 package native

@@ -102,8 +102,8 @@ func FindByEnv(key, value string) []int {
 // runs. Each round stops the whole set (SIGSTOP) before killing it, so no
 // member can fork a new one in between. It returns how many processes
 // remain. (A process that both dropped the marker and left the tree, a
-// double fork whose middle process exited, is not found: see README on
-// how each backend bounds a command.)
+// double fork whose middle process exited, is not found: see
+// docs/nothing-leaks.md on how each backend bounds a command.)
 func KillByEnv(key, value string) int { return KillTree(0, key, value) }
 
 // KillTree is KillByEnv with one more root: process pid (when > 0) and all
