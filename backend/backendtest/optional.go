@@ -34,6 +34,8 @@ func (s *suite) testOptional(t *testing.T) {
 		{"Endpointer", s.testEndpointer},
 		{"Checkpointer", s.testCheckpointer},
 		{"Resetter", s.testResetter},
+		{"Stopper", s.testStopper},
+		{"Discarder", s.testDiscarder},
 		{"Snapshotter", s.testSnapshotter},
 		{"Forker", s.testForker},
 		{"LogReader", s.testLogReader},
