@@ -6,32 +6,13 @@ import (
 	"sync"
 
 	"github.com/sandboxkit/sandboxkit/backend"
-	"github.com/sandboxkit/sandboxkit/backends/k8s"
-	"github.com/sandboxkit/sandboxkit/backends/lite"
-	"github.com/sandboxkit/sandboxkit/backends/local"
-	"github.com/sandboxkit/sandboxkit/backends/native"
-	"github.com/sandboxkit/sandboxkit/backends/opensandbox"
-	"github.com/sandboxkit/sandboxkit/backends/remotedocker"
+	"github.com/sandboxkit/sandboxkit/catalog"
 	"github.com/sandboxkit/sandboxkit/config"
 )
 
-// The catalog: the one list that wires backend packages into the default
-// registry, in the manner of Nomad's plugin catalog. This is the only file
-// of the module that imports every backend; a backend that is not in this
-// list is not compiled into sbx. Each backend's Factory owns its settings
-// table, the [extra] keys it reads and how it opens. Keep the list sorted.
-func registerBuiltins(r *config.Registry) {
-	r.Register(k8s.Factory)
-	r.Register(lite.Factory) // also "agentdocker-lite", OpenSage's name
-	r.Register(local.Factory)
-	r.Register(native.Factory)
-	r.Register(opensandbox.Factory)
-	r.Register(remotedocker.Factory)
-	// Known to OpenSage but not built into this version: their
-	// [sandbox.NAME] tables load with a warning, and selecting one fails
-	// at Open with a clear message.
-	r.Plan("nitrobox")
-}
+// registerBuiltins wires the backends of the catalog (package catalog,
+// the one list) into the default registry.
+func registerBuiltins(r *config.Registry) { catalog.Backends(r) }
 
 var defaultRegistry = sync.OnceValue(func() *config.Registry {
 	r := config.NewRegistry()

@@ -1,28 +1,22 @@
 package config
 
-import (
-	"sync"
+import "sync"
 
-	"github.com/sandboxkit/sandboxkit/backend"
+// registerCatalog registers the real built-in backends, as package catalog
+// lists them. This package's own tests cannot import the catalog (it
+// imports this package), so its external tests (catalog_test.go) set it
+// from their init function, which runs before any test.
+var registerCatalog func(*Registry)
 
-	"github.com/sandboxkit/sandboxkit/backends/k8s"
-	"github.com/sandboxkit/sandboxkit/backends/lite"
-	"github.com/sandboxkit/sandboxkit/backends/local"
-	"github.com/sandboxkit/sandboxkit/backends/native"
-	"github.com/sandboxkit/sandboxkit/backends/opensandbox"
-	"github.com/sandboxkit/sandboxkit/backends/remotedocker"
-)
-
-// builtinRegistry has the real built-in backends, as sandboxkit's catalog
-// (registry.go) wires them; this package's tests cannot import the root
-// package, which imports this one.
+// builtinRegistry has the backends of the catalog.
 var builtinRegistry = sync.OnceValue(func() *Registry {
-	r := NewRegistry()
-	for _, f := range builtinFactories {
-		r.Register(f)
+	if registerCatalog == nil {
+		panic("config tests: registerCatalog is unset (catalog_test.go sets it)")
 	}
-	r.Plan("nitrobox")
+	r := NewRegistry()
+	registerCatalog(r)
 	return r
 })
 
-var builtinFactories = []backend.Factory{k8s.Factory, lite.Factory, local.Factory, native.Factory, opensandbox.Factory, remotedocker.Factory}
+// SetCatalog is how catalog_test.go, an external test, sets registerCatalog.
+func SetCatalog(f func(*Registry)) { registerCatalog = f }

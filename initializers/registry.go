@@ -42,8 +42,17 @@ var defaultRegistry = sync.OnceValue(func() *Registry {
 	return r
 })
 
-// Default returns the registry of the built-in initializers.
+// Default returns the registry of the built-in initializers and of those
+// registered with Register. Sessions use it unless their Launcher names
+// another, so sbx config check, sbx up and sbx serve know every one of them.
 func Default() *Registry { return defaultRegistry() }
+
+// Register adds an initializer type to the default registry. An
+// initializer in a package of its own calls it from its init function, as
+// database/sql drivers do, so that a program links it with one import: for
+// sbx, a blank import in package catalog's list. It panics as
+// Registry.Register does (an empty or taken type, a nil New).
+func Register(typ string, f Factory) { Default().Register(typ, f) }
 
 // Register adds an initializer type. It panics when typ is empty or taken,
 // or f.New is nil: programming errors, as with database/sql.Register.

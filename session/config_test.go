@@ -9,25 +9,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandboxkit/sandboxkit/backend"
-	"github.com/sandboxkit/sandboxkit/backends/k8s"
-	"github.com/sandboxkit/sandboxkit/backends/lite"
-	"github.com/sandboxkit/sandboxkit/backends/local"
-	"github.com/sandboxkit/sandboxkit/backends/native"
-	"github.com/sandboxkit/sandboxkit/backends/opensandbox"
-	"github.com/sandboxkit/sandboxkit/backends/remotedocker"
+	"github.com/sandboxkit/sandboxkit/catalog"
 	"github.com/sandboxkit/sandboxkit/config"
 	"github.com/sandboxkit/sandboxkit/initializers"
 )
 
-// testRegistry has the real built-in backends, as sandboxkit's catalog
-// (registry.go) wires them: this package's tests cannot import the root
-// package, which imports this one.
+// testRegistry has the real built-in backends, from the catalog (the one
+// list; this package's tests cannot import the root package, which imports
+// this one, but the catalog imports no session).
 func testRegistry() *config.Registry {
 	r := config.NewRegistry()
-	for _, f := range []backend.Factory{k8s.Factory, lite.Factory, local.Factory, native.Factory, opensandbox.Factory, remotedocker.Factory} {
-		r.Register(f)
-	}
+	catalog.Backends(r)
 	return r
 }
 
