@@ -32,9 +32,16 @@ func TestLayering(t *testing.T) {
 		}
 	})
 	t.Run("backend imports only the standard library", func(t *testing.T) {
+		// ... and internal/errdefs, the sentinels it shares with the
+		// agent, a leaf of the standard library alone.
 		for _, p := range goDeps(t, "./backend") {
-			if p != module+"/backend" && strings.Contains(strings.SplitN(p, "/", 2)[0], ".") {
+			if p != module+"/backend" && p != module+"/internal/errdefs" && strings.Contains(strings.SplitN(p, "/", 2)[0], ".") {
 				t.Errorf("backend imports %s", p)
+			}
+		}
+		for _, p := range goDeps(t, "./internal/errdefs") {
+			if p != module+"/internal/errdefs" && strings.Contains(strings.SplitN(p, "/", 2)[0], ".") {
+				t.Errorf("internal/errdefs imports %s", p)
 			}
 		}
 	})

@@ -94,6 +94,23 @@ func TestCapabilitiesCheckEgress(t *testing.T) {
 	}
 }
 
+// A backend that cannot run a main process of the entry's choosing refuses
+// a Spec with a Command, naming it; without a Command, or on any other
+// backend, the Spec is fine.
+func TestCapabilitiesCheckNoCommand(t *testing.T) {
+	spec := Spec{Command: []string{"sleep", "infinity"}}
+	err := (Capabilities{NoCommand: true}).Check("demo", spec)
+	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "the demo backend cannot honour command") {
+		t.Errorf("Check = %v, want ErrUnsupported naming the command", err)
+	}
+	if err := (Capabilities{NoCommand: true}).Check("demo", Spec{}); err != nil {
+		t.Errorf("a Spec without a Command: %v", err)
+	}
+	if err := (Capabilities{}).Check("demo", spec); err != nil {
+		t.Errorf("a backend that runs commands refused one: %v", err)
+	}
+}
+
 func TestFilterMatch(t *testing.T) {
 	info := Info{Name: "main", Session: "s", Labels: map[string]string{"a": "1"}}
 	cases := []struct {

@@ -65,6 +65,11 @@ type Capabilities struct {
 
 	// ImageCommand: Spec.ImageCommand can run the image's own command.
 	ImageCommand bool
+	// NoCommand: the backend cannot run Spec.Command as the sandbox's
+	// main process (its platform decides what runs there). Check refuses
+	// a Spec with a Command, and the conformance suite skips the cases
+	// that need one (a main process that logs, serves or counts).
+	NoCommand bool
 	// Build: Spec.Build can build an image.
 	Build bool
 	// AttachExisting: Spec.Existing can attach to a container the backend
@@ -130,6 +135,7 @@ func (c Capabilities) Check(backendName string, spec Spec) error {
 	need(len(spec.ExtraHosts) == 0 || c.ExtraHosts, "extra hosts (--add-host)")
 	need(spec.Runtime == "" || slices.Contains(c.Runtimes, spec.Runtime), fmt.Sprintf("runtime %q", spec.Runtime))
 	need(!spec.ImageCommand || c.ImageCommand, `command = "" (the image's own command)`)
+	need(len(spec.Command) == 0 || !c.NoCommand, "command (a main process of the entry's choosing)")
 	need(spec.Build == nil || c.Build, "dockerfile build")
 	need(spec.Existing == "" || c.AttachExisting, fmt.Sprintf("attaching to existing container %q", spec.Existing))
 	if len(bad) == 0 {

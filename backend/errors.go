@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+
+	"github.com/sandboxkit/sandboxkit/internal/errdefs"
 )
 
 // Sentinel errors. Backends wrap them (usually in an *OpError) so callers can
@@ -18,8 +20,9 @@ var (
 	// ErrUnavailable: the backend cannot be reached (daemon down, link
 	// dropped). Retrying later may work.
 	ErrUnavailable = errors.New("backend unavailable")
-	// ErrInvalidConfig: the request or configuration is malformed.
-	ErrInvalidConfig = errors.New("invalid configuration")
+	// ErrInvalidConfig: the request or configuration is malformed (the
+	// same value as the agent's, internal/errdefs).
+	ErrInvalidConfig error = errdefs.ErrInvalidConfig
 )
 
 // IsContractError reports whether err already speaks the contract: it

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sandboxkit/sandboxkit/internal/errdefs"
 )
 
 // The helpers in this file give every sandbox file access: they use the
@@ -40,8 +42,9 @@ const (
 // ErrNotRegular is what a read of something other than a regular file or a
 // directory wraps (in an *fs.PathError): a named pipe, a socket or a
 // device. Reading one could block until a writer comes, or never end, so
-// the file operations refuse it at once instead.
-var ErrNotRegular = errors.New("not a regular file")
+// the file operations refuse it at once instead. It is the agent's
+// sentinel too (internal/errdefs), the same value.
+var ErrNotRegular error = errdefs.ErrNotRegular
 
 // ScriptError is the *fs.PathError of a file script that failed: exit codes
 // 102 (fs.ErrNotExist), 103 (EISDIR), 104 (fs.ErrPermission), 105

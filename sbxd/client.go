@@ -76,6 +76,10 @@ type options struct {
 	dialOnly  bool
 	stateDir  string
 	bulk      int64
+	// noUsers: the wrapped backend's Capabilities say it cannot run
+	// commands as another user, so the agent does not either (see
+	// userByAgent).
+	noUsers bool
 }
 
 // WithLogger sets the logger (default: discard). The fallback warning and

@@ -19,6 +19,15 @@ func (c *Client) opErr(op string, err error) error {
 	return backend.WrapOp(op, "sbxd", c.sb.ID(), err)
 }
 
+// userByAgent reports whether the agent runs a command as user ("" is the
+// sandbox's own): only as root, and only when the wrapped backend's
+// Capabilities offer users (WrapBackend records them). Otherwise the
+// wrapped sandbox's own Exec decides, refusing what its backend cannot do,
+// so that a sandbox behaves the same with the agent as without.
+func (c *Client) userByAgent(conn *agentConn, user string) bool {
+	return user == "" || (conn.hello.UID == 0 && !c.opts.noUsers)
+}
+
 // Exec runs req through the agent with the semantics of backend.Sandbox:
 // streaming output, stdin, a timeout that kills the process tree (exit 124)
 // and cancellation that kills it too. A request the agent cannot serve (a
@@ -33,7 +42,7 @@ func (c *Client) Exec(ctx context.Context, req backend.ExecRequest) (backend.Exe
 	if err != nil {
 		return backend.ExecResult{}, err
 	}
-	if conn == nil || (req.User != "" && conn.hello.UID != 0) {
+	if conn == nil || !c.userByAgent(conn, req.User) {
 		return c.sb.Exec(ctx, req)
 	}
 	start := time.Now()

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -40,6 +42,9 @@ func (c *Client) StartJob(ctx context.Context, req backend.ExecRequest, outputLi
 	}
 	if conn == nil {
 		return JobStatus{}, c.noAgent("job")
+	}
+	if !c.userByAgent(conn, req.User) {
+		return JobStatus{}, c.opErr("job", fmt.Errorf("%w: user %q: the sandbox's backend cannot run commands as another user (its Capabilities.User is false)", errors.ErrUnsupported, req.User))
 	}
 	var st JobStatus
 	jr := JobRequest{Argv: argv, Env: req.Env, Dir: req.WorkDir, User: req.User, OutputLimit: outputLimit}

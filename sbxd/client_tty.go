@@ -27,7 +27,7 @@ func (c *Client) Terminal(ctx context.Context, req backend.TerminalRequest) (bac
 	if err != nil {
 		return nil, err
 	}
-	if conn == nil || (req.User != "" && conn.hello.UID != 0) {
+	if conn == nil || !c.userByAgent(conn, req.User) {
 		if t, ok := backend.As[backend.Terminaler](c.sb); ok {
 			return t.Terminal(ctx, req)
 		}

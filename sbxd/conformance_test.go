@@ -2,7 +2,10 @@ package sbxd_test
 
 import (
 	"context"
+	"errors"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -76,4 +79,69 @@ func TestConformanceLocalBulk(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) backend.Backend {
 		return sbxd.WrapBackend(b, sbxd.WithAgentPath(agentBin), sbxd.WithLogger(log), sbxd.WithBulkThreshold(1))
 	}, backendtest.WithoutCapabilityRerun())
+}
+
+// Through WrapBackend, the agent runs a command as another user only when
+// the wrapped backend's Capabilities offer users: for one that does not,
+// the wrapped sandbox's own Exec gets the request (and refuses it here),
+// as it would without the agent; a job is refused naming the capability.
+func TestWrapBackendHonoursUserCapability(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the agent switches users only as root")
+	}
+	ctx := t.Context()
+	for _, users := range []bool{true, false} {
+		w := sbxd.WrapBackend(userCaps{Backend: newLocal(t), users: users}, sbxd.WithAgentPath(agentBin))
+		sb, err := w.Create(ctx, backend.Spec{Name: "users", TTL: 30 * time.Minute})
+		require.NoError(t, err)
+		t.Cleanup(func() { sb.Destroy(context.Background()) })
+		res, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"id", "-u"}, User: "nobody"})
+		if users {
+			require.NoError(t, err)
+			require.Equal(t, "65534\n", string(res.Stdout), "with users offered, the agent runs the command as nobody")
+			continue
+		}
+		require.ErrorIs(t, err, errRefusedUser, "without users offered, the backend's own Exec decides")
+		_, err = sb.(*sbxd.Client).StartJob(ctx, backend.ExecRequest{Cmd: []string{"true"}, User: "nobody"}, 0)
+		require.ErrorIs(t, err, errors.ErrUnsupported)
+		require.ErrorContains(t, err, "Capabilities.User")
+		// Commands as the sandbox's own user still go through the agent.
+		res, err = sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"true"}})
+		require.NoError(t, err)
+		require.Equal(t, 0, res.ExitCode)
+	}
+}
+
+var errRefusedUser = errors.New("userCaps: another user refused")
+
+// userCaps is a backend whose Capabilities offer users or not, and whose
+// sandboxes' own Exec refuses another user (to tell it from the agent's).
+type userCaps struct {
+	backend.Backend
+	users bool
+}
+
+func (u userCaps) Capabilities() backend.Capabilities {
+	c := u.Backend.Capabilities()
+	c.User = u.users
+	return c
+}
+
+func (u userCaps) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
+	sb, err := u.Backend.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return refuseUsers{sb}, nil
+}
+
+type refuseUsers struct{ backend.Sandbox }
+
+func (r refuseUsers) Unwrap() backend.Sandbox { return r.Sandbox }
+
+func (r refuseUsers) Exec(ctx context.Context, req backend.ExecRequest) (backend.ExecResult, error) {
+	if req.User != "" {
+		return backend.ExecResult{}, errRefusedUser
+	}
+	return r.Sandbox.Exec(ctx, req)
 }

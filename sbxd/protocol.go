@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/errdefs"
 )
 
 // ProtocolVersion is the wire protocol both ends speak. A client talks only
@@ -307,7 +308,7 @@ func codeOf(err error) string {
 		return codeExist
 	case errors.Is(err, fs.ErrPermission):
 		return codePermission
-	case errors.Is(err, backend.ErrNotRegular):
+	case errors.Is(err, errdefs.ErrNotRegular):
 		return codeNotRegular
 	case errors.Is(err, errors.ErrUnsupported):
 		return codeUnsupport

@@ -43,7 +43,11 @@ func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
 // wrap never fails for a lazily started client; the check keeps a nil
 // *Client out of the interface all the same.
 func (b *Backend) wrap(ctx context.Context, sb backend.Sandbox) (backend.Sandbox, error) {
-	c, err := Wrap(ctx, sb, b.opts...)
+	opts := b.opts
+	if !b.Backend.Capabilities().User {
+		opts = append(opts[:len(opts):len(opts)], func(o *options) { o.noUsers = true })
+	}
+	c, err := Wrap(ctx, sb, opts...)
 	if err != nil {
 		return nil, err
 	}

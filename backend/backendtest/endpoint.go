@@ -21,6 +21,7 @@ func (s *suite) testEndpointer(t *testing.T, sb backend.Sandbox) {
 	port := freePort(t)
 	token := "endpoint " + randomHex(6)
 	spec := s.spec("endpoint")
+	s.needCommand(t)
 	spec.Command, spec.ImageCommand = serveCommand(port, token), false
 	switch {
 	case s.caps.Ports:

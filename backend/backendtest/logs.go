@@ -23,6 +23,7 @@ func (s *suite) testLogReader(t *testing.T, sb backend.Sandbox) {
 	}
 	token := randomHex(6)
 	spec := s.spec("logs")
+	s.needCommand(t)
 	spec.Command, spec.ImageCommand = []string{"sh", "-c", logsScript, "sh", token}, false
 	sb = s.create(t, spec)
 	lr, ok := backend.As[backend.LogReader](sb)

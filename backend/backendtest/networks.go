@@ -55,6 +55,7 @@ func (s *suite) testNetworkManager(t *testing.T) {
 		spec := s.spec(n)
 		spec.Session = session
 		spec.Network = name
+		s.needCommand(t)
 		spec.Command, spec.ImageCommand = serveCommand(networkPort, n+" "+token), false
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(t.Context(), createTimeout)

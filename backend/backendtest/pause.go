@@ -42,6 +42,7 @@ func (s *suite) testPauser(t *testing.T, sb backend.Sandbox) {
 		t.Skip("the sandbox is not a Pauser")
 	}
 	spec := s.spec("pause")
+	s.needCommand(t)
 	spec.Command, spec.ImageCommand = []string{"sh", "-c", counterScript}, false
 	sb = s.create(t, spec)
 	p, ok := backend.As[backend.Pauser](sb)

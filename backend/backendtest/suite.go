@@ -179,6 +179,15 @@ type suite struct {
 	runID      string // value of labelRun on everything this Run makes
 }
 
+// needCommand skips a case that needs a main process of its own choosing
+// (Spec.Command) on a backend that cannot run one.
+func (s *suite) needCommand(t *testing.T) {
+	t.Helper()
+	if s.caps.NoCommand {
+		t.Skip("the backend cannot run Spec.Command (Capabilities.NoCommand)")
+	}
+}
+
 // spec returns the Spec for a sandbox named name.
 func (s *suite) spec(name string) backend.Spec {
 	var spec backend.Spec

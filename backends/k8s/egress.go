@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/egress"
 	"github.com/sandboxkit/sandboxkit/internal/egressctl"
+	"github.com/sandboxkit/sandboxkit/internal/egresshost"
 	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
 )
 
@@ -179,7 +180,7 @@ func (b *Backend) SetEgress(ctx context.Context, id string, policy backend.Egres
 	if err := b.checkEnforcer(ctx, "set egress", id); err != nil {
 		return err
 	}
-	return b.opErr("set egress", id, egressctl.SetPolicyVia(ctx, b.runInSidecar(id), sbxdPath, egressState, policy))
+	return b.opErr("set egress", id, egressctl.SetPolicyVia(ctx, b.runInSidecar(id), sbxdPath, egressState, egressctl.Policy(policy)))
 }
 
 // EgressStatus returns sandbox id's policy and latest denials
@@ -189,7 +190,7 @@ func (b *Backend) EgressStatus(ctx context.Context, id string) (backend.EgressSt
 		return backend.EgressStatus{}, err
 	}
 	st, err := egressctl.StatusVia(ctx, b.runInSidecar(id), sbxdPath, egressState)
-	return st, b.opErr("egress status", id, err)
+	return egresshost.Status(st), b.opErr("egress status", id, err)
 }
 
 // runInSidecar runs commands in pod's enforcer sidecar.

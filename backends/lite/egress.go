@@ -27,6 +27,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/egress"
 	"github.com/sandboxkit/sandboxkit/internal/egressctl"
+	"github.com/sandboxkit/sandboxkit/internal/egresshost"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
@@ -214,7 +215,7 @@ func (b *Backend) setupEgress(ctx context.Context, m *meta, dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, egressResolv), fmt.Appendf(nil, "nameserver %s\n", host), 0o644); err != nil {
 		return err
 	}
-	if err := egressctl.WritePolicy(egressctl.PathsIn(dir).Policy, *m.Egress); err != nil {
+	if err := egressctl.WritePolicy(egressctl.PathsIn(dir).Policy, egressctl.Policy(*m.Egress)); err != nil {
 		return err
 	}
 	// The rules name the proxy's fixed port, so they load while the
@@ -708,7 +709,7 @@ func (b *Backend) SetEgress(ctx context.Context, id string, policy backend.Egres
 			return sb.opErr("set egress", err)
 		}
 	}
-	if err := egressctl.SetPolicy(ctx, egressctl.PathsIn(sb.dir).Control, policy); err != nil {
+	if err := egressctl.SetPolicy(ctx, egressctl.PathsIn(sb.dir).Control, egressctl.Policy(policy)); err != nil {
 		return sb.opErr("set egress", err)
 	}
 	p := cloneEgress(policy)
@@ -729,7 +730,7 @@ func (b *Backend) EgressStatus(ctx context.Context, id string) (backend.EgressSt
 	if err != nil {
 		return backend.EgressStatus{}, sb.opErr("egress status", err)
 	}
-	return backend.EgressStatus{Policy: cloneEgress(*m.Egress), Denials: ds}, nil
+	return backend.EgressStatus{Policy: cloneEgress(*m.Egress), Denials: egresshost.Denials(ds)}, nil
 }
 
 // maxDenialsShown bounds the denials EgressStatus returns.

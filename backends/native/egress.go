@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/egress"
 	"github.com/sandboxkit/sandboxkit/internal/egressctl"
+	"github.com/sandboxkit/sandboxkit/internal/egresshost"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
 	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
 )
@@ -299,7 +300,7 @@ func (b *Backend) SetEgress(ctx context.Context, id string, policy backend.Egres
 	if err != nil {
 		return err
 	}
-	return b.opErr("set egress", id, egressctl.SetPolicyVia(ctx, b.runIn(name), sbxdPath, egressState, policy))
+	return b.opErr("set egress", id, egressctl.SetPolicyVia(ctx, b.runIn(name), sbxdPath, egressState, egressctl.Policy(policy)))
 }
 
 // EgressStatus returns sandbox id's policy and latest denials
@@ -310,7 +311,7 @@ func (b *Backend) EgressStatus(ctx context.Context, id string) (backend.EgressSt
 		return backend.EgressStatus{}, err
 	}
 	st, err := egressctl.StatusVia(ctx, b.runIn(name), sbxdPath, egressState)
-	return st, b.opErr("egress status", id, err)
+	return egresshost.Status(st), b.opErr("egress status", id, err)
 }
 
 // runIn runs commands in container cid (execCapture).

@@ -11,7 +11,7 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/errdefs"
 	"github.com/sandboxkit/sandboxkit/internal/hostfs"
 )
 
@@ -144,7 +144,7 @@ func fileErrCode(err error) int {
 		return exitNotDir
 	case errors.Is(err, syscall.EISDIR):
 		return exitIsDir
-	case errors.Is(err, backend.ErrNotRegular):
+	case errors.Is(err, errdefs.ErrNotRegular):
 		return exitNotRegular
 	case errors.Is(err, syscall.ELOOP):
 		return exitLoop

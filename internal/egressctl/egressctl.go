@@ -28,8 +28,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/egress"
+	"github.com/sandboxkit/sandboxkit/internal/errdefs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
@@ -49,7 +49,7 @@ func Run(args []string, stderr io.Writer) error {
 	fl.SetOutput(stderr)
 	listen := fl.String("listen", "", "address to serve on (the sandbox's gateway; --in-netns: 127.0.0.1)")
 	upstream := fl.String("upstream", "", "DNS server (IP:PORT) asked for allowed names (default: /etc/resolv.conf's first)")
-	policyFile := fl.String("policy", "", "the policy file (JSON of backend.Egress)")
+	policyFile := fl.String("policy", "", "the policy file (JSON of Policy)")
 	denials := fl.String("denials", "", "file the denied attempts are appended to (JSON lines)")
 	control := fl.String("control", "", "unix socket to serve the policy on")
 	readyFD := fl.Int("ready-fd", 0, "descriptor to write \"ready PORT\\n\" to once serving")
@@ -81,7 +81,7 @@ func Run(args []string, stderr io.Writer) error {
 		*policyFile, *denials, *control, persist = p.Policy, p.Denials, p.Control, p.Policy
 		*listen = cmp.Or(*listen, "127.0.0.1")
 		if _, err := os.Stat(p.Policy); errors.Is(err, fs.ErrNotExist) {
-			var spec backend.Egress
+			var spec Policy
 			if err := json.Unmarshal([]byte(*policyJSON), &spec); err != nil {
 				return fmt.Errorf("sbxd egress: --policy-json: %w", err)
 			}
@@ -230,9 +230,9 @@ func Nameserver(file string) (string, error) {
 // server is a running enforcer's listeners.
 type server struct {
 	e       *egress.Enforcer
-	mu      sync.Mutex     // serialises policy changes
-	spec    backend.Egress // the policy in force, as given
-	persist string         // where changes are saved ("": not saved)
+	mu      sync.Mutex // serialises policy changes
+	spec    Policy     // the policy in force, as given
+	persist string     // where changes are saved ("": not saved)
 	guard   *hostGuard
 	// onPolicy, when set, applies a new policy's address rules before the
 	// enforcer follows it.
@@ -327,7 +327,7 @@ func (s *server) handler() http.Handler {
 		json.NewEncoder(w).Encode(spec)
 	})
 	mux.HandleFunc("PUT /policy", func(w http.ResponseWriter, r *http.Request) {
-		var spec backend.Egress
+		var spec Policy
 		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&spec); err != nil {
 			http.Error(w, "policy: "+err.Error(), http.StatusBadRequest)
 			return
@@ -383,8 +383,8 @@ func dropPrivileges() error {
 	return nil
 }
 
-func readPolicy(file string) (backend.Egress, error) {
-	var spec backend.Egress
+func readPolicy(file string) (Policy, error) {
+	var spec Policy
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return spec, err
@@ -396,7 +396,7 @@ func readPolicy(file string) (backend.Egress, error) {
 }
 
 // WritePolicy writes the policy file an enforcer starts from.
-func WritePolicy(file string, spec backend.Egress) error {
+func WritePolicy(file string, spec Policy) error {
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return err
@@ -520,7 +520,7 @@ func InterfaceAddrs() []netip.Prefix {
 
 // SetPolicy sends spec to the enforcer whose control socket is sock; the
 // enforcer follows it when this returns.
-func SetPolicy(ctx context.Context, sock string, spec backend.Egress) error {
+func SetPolicy(ctx context.Context, sock string, spec Policy) error {
 	body, err := json.Marshal(spec)
 	if err != nil {
 		return err
@@ -539,7 +539,7 @@ func SetPolicy(ctx context.Context, sock string, spec backend.Egress) error {
 	if resp.StatusCode != http.StatusNoContent {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		if resp.StatusCode == http.StatusBadRequest {
-			return fmt.Errorf("%w: egress: %s", backend.ErrInvalidConfig, bytes.TrimSpace(msg))
+			return fmt.Errorf("%w: egress: %s", errdefs.ErrInvalidConfig, bytes.TrimSpace(msg))
 		}
 		return fmt.Errorf("egress enforcer: %s: %s", resp.Status, bytes.TrimSpace(msg))
 	}
@@ -575,7 +575,7 @@ func openDenials(path string, log *slog.Logger) (*denialWriter, error) {
 }
 
 func (w *denialWriter) write(d egress.Denial) {
-	line, _ := json.Marshal(backend.EgressDenial{Time: d.Time.UTC(), Proto: d.Proto, Dest: d.Dest, Port: d.Port, Name: d.Name, Reason: d.Reason})
+	line, _ := json.Marshal(Denial{Time: d.Time.UTC(), Proto: d.Proto, Dest: d.Dest, Port: d.Port, Name: d.Name, Reason: d.Reason})
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if fi, err := w.f.Stat(); err == nil && fi.Size() > maxDenialsFile {
@@ -588,7 +588,7 @@ func (w *denialWriter) write(d egress.Denial) {
 
 // ReadDenials returns the latest max denials recorded in file, oldest
 // first. A missing file has none.
-func ReadDenials(file string, max int) ([]backend.EgressDenial, error) {
+func ReadDenials(file string, max int) ([]Denial, error) {
 	f, err := os.Open(file)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -597,11 +597,11 @@ func ReadDenials(file string, max int) ([]backend.EgressDenial, error) {
 		return nil, err
 	}
 	defer f.Close()
-	var all []backend.EgressDenial
+	var all []Denial
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		var d backend.EgressDenial
+		var d Denial
 		if json.Unmarshal(sc.Bytes(), &d) == nil {
 			all = append(all, d)
 		}
@@ -646,8 +646,8 @@ func Args(dir string, host netip.Addr, device, upstream string, logGroup uint16)
 // (the Docker backends: an exec in its container) talks to it:
 //
 //   - status writes the policy in force and the latest --max denials as
-//     JSON of backend.EgressStatus;
-//   - set reads a policy (JSON of backend.Egress) from stdin and sends it
+//     JSON of Status;
+//   - set reads a policy (JSON of Policy) from stdin and sends it
 //     to the enforcer; it exits 2 when the enforcer refuses it (the reason
 //     on stderr), 1 on other errors.
 func Ctl(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -675,14 +675,14 @@ func Ctl(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		json.NewEncoder(stdout).Encode(st)
 		return 0
 	case "set":
-		var spec backend.Egress
+		var spec Policy
 		if err := json.NewDecoder(io.LimitReader(stdin, 1<<20)).Decode(&spec); err != nil {
 			fmt.Fprintln(stderr, "policy:", err)
 			return 2
 		}
 		if err := SetPolicy(ctx, p.Control, spec); err != nil {
 			fmt.Fprintln(stderr, err)
-			if errors.Is(err, backend.ErrInvalidConfig) {
+			if errors.Is(err, errdefs.ErrInvalidConfig) {
 				return 2
 			}
 			return 1
@@ -695,8 +695,8 @@ func Ctl(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 // status asks the enforcer whose files are p for its policy, and reads its
 // latest max denials.
-func status(ctx context.Context, p Paths, max int) (backend.EgressStatus, error) {
-	var st backend.EgressStatus
+func status(ctx context.Context, p Paths, max int) (Status, error) {
+	var st Status
 	c := unixClient(p.Control)
 	defer c.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://enforcer/policy", nil)
@@ -721,10 +721,10 @@ type RunFunc func(ctx context.Context, argv []string, stdin []byte) (stdout, std
 
 // SetPolicyVia sends spec to the in-namespace enforcer whose sbxd is sbxd
 // and whose --state is state, through run (`sbxd egress-ctl set`). A bad
-// policy is backend.ErrInvalidConfig, checked before anything runs.
-func SetPolicyVia(ctx context.Context, run RunFunc, sbxd, state string, spec backend.Egress) error {
+// policy is errdefs.ErrInvalidConfig, checked before anything runs.
+func SetPolicyVia(ctx context.Context, run RunFunc, sbxd, state string, spec Policy) error {
 	if _, err := egress.NewPolicy(spec.Default, spec.Allow, spec.Deny); err != nil {
-		return fmt.Errorf("%w: egress: %v", backend.ErrInvalidConfig, err)
+		return fmt.Errorf("%w: egress: %v", errdefs.ErrInvalidConfig, err)
 	}
 	body, err := json.Marshal(spec)
 	if err != nil {
@@ -736,7 +736,7 @@ func SetPolicyVia(ctx context.Context, run RunFunc, sbxd, state string, spec bac
 	case err != nil:
 		return fmt.Errorf("reaching the egress enforcer: %w", err)
 	case code == 2:
-		return fmt.Errorf("%w: %s", backend.ErrInvalidConfig, msg)
+		return fmt.Errorf("%w: %s", errdefs.ErrInvalidConfig, msg)
 	case code != 0:
 		return fmt.Errorf("egress enforcer: %s", msg)
 	}
@@ -745,8 +745,8 @@ func SetPolicyVia(ctx context.Context, run RunFunc, sbxd, state string, spec bac
 
 // StatusVia asks the in-namespace enforcer (as SetPolicyVia) for its
 // policy and latest denials (`sbxd egress-ctl status`).
-func StatusVia(ctx context.Context, run RunFunc, sbxd, state string) (backend.EgressStatus, error) {
-	var st backend.EgressStatus
+func StatusVia(ctx context.Context, run RunFunc, sbxd, state string) (Status, error) {
+	var st Status
 	stdout, stderr, code, err := run(ctx, []string{sbxd, "egress-ctl", "--state", state, "status"}, nil)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("egress enforcer: %s", bytes.TrimSpace(stderr))
@@ -755,4 +755,33 @@ func StatusVia(ctx context.Context, run RunFunc, sbxd, state string) (backend.Eg
 		err = json.Unmarshal(stdout, &st)
 	}
 	return st, err
+}
+
+// Policy is the enforcer's copy of backend.Egress, the JSON that the policy
+// file and the control socket carry. The agent links this package, not
+// backend, so that a change to backend alone does not change the agent's
+// binary; the two types have the same fields (TestWireTypesMatchBackend),
+// so either converts to the other: egressctl.Policy(spec).
+type Policy struct {
+	// Default is "deny" ("" too) or "allow".
+	Default string   `json:"default,omitempty"`
+	Allow   []string `json:"allow,omitempty"`
+	Deny    []string `json:"deny,omitempty"`
+}
+
+// Denial is the enforcer's copy of backend.EgressDenial: one refused
+// attempt, as the denials file holds it.
+type Denial struct {
+	Time   time.Time `json:"time"`
+	Proto  string    `json:"proto"`
+	Dest   string    `json:"dest"`
+	Port   uint16    `json:"port,omitempty"`
+	Name   string    `json:"name,omitempty"`
+	Reason string    `json:"reason"`
+}
+
+// Status is the enforcer's copy of backend.EgressStatus.
+type Status struct {
+	Policy  Policy   `json:"policy"`
+	Denials []Denial `json:"denials"`
 }

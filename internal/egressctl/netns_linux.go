@@ -1,7 +1,6 @@
 package egressctl
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -329,10 +328,3 @@ func markedDialer() *net.Dialer {
 		return nil
 	}}
 }
-
-// markedDial dials with markedDialer.
-func markedDial(ctx context.Context, network, addr string) (net.Conn, error) {
-	return markedDialer().DialContext(ctx, network, addr)
-}
-
-//lint:file-ignore U1000 markedDial stays until sbxd is next regenerated: removing it moves the lines of what sbxd links

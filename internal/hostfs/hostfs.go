@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/errdefs"
 )
 
 // MaxSymlinks bounds the symbolic links one resolution follows, as the
@@ -22,7 +22,7 @@ const MaxSymlinks = 40
 // OpenRegular opens name for reading when it is a regular file (symbolic
 // links followed). A directory is an *fs.PathError wrapping
 // syscall.EISDIR, anything else (a named pipe, a socket, a device) one
-// wrapping backend.ErrNotRegular. The file is opened without blocking, so
+// wrapping errdefs.ErrNotRegular. The file is opened without blocking, so
 // a named pipe that no one writes to cannot hold the call up; reads of
 // the regular file it returns block as usual.
 func OpenRegular(op, name string) (*os.File, fs.FileInfo, error) {
@@ -48,7 +48,7 @@ func CheckRegular(op, name string, m fs.FileMode) error {
 	case m.IsDir():
 		return &fs.PathError{Op: op, Path: name, Err: syscall.EISDIR}
 	case !m.IsRegular():
-		return &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("%w (%s)", backend.ErrNotRegular, Kind(m))}
+		return &fs.PathError{Op: op, Path: name, Err: fmt.Errorf("%w (%s)", errdefs.ErrNotRegular, Kind(m))}
 	}
 	return nil
 }
