@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/sandboxkit/sandboxkit/backend"
-	"github.com/sandboxkit/sandboxkit/internal/attach"
+	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
@@ -27,17 +27,9 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest) (backend.
 	if err != nil {
 		return nil, s.opErr("attach", err)
 	}
-	cmd.Stderr = req.Stderr
-	stdin, stdout, err := attach.Start(cmd)
+	p, err := backendkit.Attach(ctx, cmd, req.Stderr, backendkit.Marker{Key: EnvExecID, Value: execID})
 	if err != nil {
 		return nil, s.opErr("attach", err)
 	}
-	pid := cmd.Process.Pid
-	p := attach.New(ctx, stdin, stdout, func(<-chan struct{}) { killTree(pid, execID) })
-	go func() {
-		err := cmd.Wait()
-		stdin.Close()
-		p.Exit(exitCode(cmd.ProcessState), attach.Failed(err))
-	}()
 	return p, nil
 }

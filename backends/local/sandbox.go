@@ -11,10 +11,9 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
-	"github.com/sandboxkit/sandboxkit/internal/outpipe"
+	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
-	"github.com/sandboxkit/sandboxkit/internal/stdinpipe"
 )
 
 // Sandbox is one local sandbox. It is safe for concurrent use.
@@ -95,15 +94,10 @@ func (s *Sandbox) command(m *meta, argv []string, env map[string]string, workdir
 	}
 	cmd.SysProcAttr = attr
 	// A background child may keep stdout open after the command exits;
-	// stop waiting for it shortly after the command itself is done (for
-	// writers that are not files; Exec uses its own pipes, see outpipe).
-	cmd.WaitDelay = outputGrace
+	// stop waiting for it shortly after the command itself is done.
+	cmd.WaitDelay = backendkit.OutputGrace
 	return cmd, nil
 }
-
-// outputGrace is how long output of background children that keep a
-// command's stdout or stderr open is passed on after the command exits.
-const outputGrace = 250 * time.Millisecond
 
 func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.ExecResult, error) {
 	argv, err := req.Argv()
@@ -122,132 +116,11 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	if err != nil {
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}
-	out := backend.NewOutputs(req)
-	// Pipes of our own (see package outpipe): no output is lost when the
-	// copy falls behind on a loaded machine.
-	outP, err := outpipe.New(out.Stdout)
+	res, err := backendkit.Exec(ctx, cmd, req, backendkit.Marker{Key: EnvExecID, Value: execID})
 	if err != nil {
-		return backend.ExecResult{}, s.opErr("exec", err)
-	}
-	errP, err := outpipe.New(out.Stderr)
-	if err != nil {
-		outP.Close()
-		return backend.ExecResult{}, s.opErr("exec", err)
-	}
-	cmd.Stdout, cmd.Stderr = outP.W(), errP.W()
-	// Stdin through a pipe of our own too (see package stdinpipe).
-	stdin, err := stdinpipe.Set(cmd, req.Stdin)
-	if err != nil {
-		return backend.ExecResult{}, s.opErr("exec", err)
-	}
-
-	start := time.Now()
-	err = cmd.Start()
-	if err != nil {
-		outP.Close()
-		errP.Close()
-	} else {
-		outP.Started()
-		errP.Started()
-	}
-	stdin.Started(err)
-	if err != nil {
-		return s.startFailed(err, cmd, argv[0], start, out)
-	}
-	var res backend.ExecResult
-	var waitErr, ctxErr error
-	res.TimedOut, waitErr, ctxErr = waitOrKill(ctx, cmd, req.Timeout, execID)
-	stdin.Close()
-	outpipe.Finish(outputGrace, outP, errP)
-	res.Duration = time.Since(start)
-	out.Finish(&res)
-	switch {
-	case res.TimedOut:
-		res.ExitCode = backend.TimeoutExitCode
-	default:
-		res.ExitCode = exitCode(cmd.ProcessState)
-	}
-	if ctxErr != nil {
-		return res, s.opErr("exec", ctxErr)
-	}
-	var exitErr *exec.ExitError
-	if waitErr != nil && !errors.As(waitErr, &exitErr) && !errors.Is(waitErr, exec.ErrWaitDelay) {
-		return res, s.opErr("exec", waitErr)
+		return res, s.opErr("exec", err)
 	}
 	return res, nil
-}
-
-// startFailed is Exec's answer when cmd (running argv0) did not start: a
-// missing program (127) or one that may not be run (126) is data, as a
-// shell would report it; as another user, a refusal is an error naming
-// both what it may be.
-func (s *Sandbox) startFailed(err error, cmd *exec.Cmd, argv0 string, start time.Time, out *backend.Outputs) (backend.ExecResult, error) {
-	if cred := cmd.SysProcAttr.Credential; cred != nil && errors.Is(err, os.ErrPermission) {
-		// The kernel does not say whether entering the working
-		// directory or executing the program was refused.
-		return backend.ExecResult{}, s.opErr("exec", fmt.Errorf("uid %d cannot enter working directory %s or execute %s: %w",
-			cred.Uid, cmd.Dir, argv0, err))
-	}
-	// A missing program is data, as a shell would report it: the message
-	// goes into the stderr writer when there is one (sbx run streams).
-	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-		fmt.Fprintf(out.Stderr, "%s: command not found\n", argv0)
-		res := backend.ExecResult{ExitCode: 127, Duration: time.Since(start)}
-		out.Finish(&res)
-		return res, nil
-	}
-	if errors.Is(err, os.ErrPermission) {
-		fmt.Fprintf(out.Stderr, "%s: permission denied\n", argv0)
-		res := backend.ExecResult{ExitCode: 126, Duration: time.Since(start)}
-		out.Finish(&res)
-		return res, nil
-	}
-	return backend.ExecResult{}, s.opErr("exec", err)
-}
-
-// waitOrKill waits for the started cmd to end, killing its process tree
-// (marked with execID) when timeout (if > 0) passes or ctx ends. It returns
-// whether the timeout killed it, Wait's error and ctx's.
-func waitOrKill(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, execID string) (timedOut bool, waitErr, ctxErr error) {
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var timer <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		timer = t.C
-	}
-	select {
-	case waitErr = <-done:
-	case <-timer:
-		timedOut = true
-		killTree(cmd.Process.Pid, execID)
-		waitErr = <-done
-	case <-ctx.Done():
-		ctxErr = ctx.Err()
-		killTree(cmd.Process.Pid, execID)
-		waitErr = <-done
-	}
-	return timedOut, waitErr, ctxErr
-}
-
-func exitCode(ps *os.ProcessState) int {
-	if ps == nil {
-		return -1
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ps.ExitCode()
-}
-
-// killTree kills a command's process group, then every process that still
-// carries its marker (children that started a session of their own).
-func killTree(pid int, execID string) {
-	// The tree first: once its root is dead, an unmarked child that left
-	// the process group could no longer be found through its parent.
-	procfs.KillTree(pid, EnvExecID, execID)
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
 }
 
 // startMain starts the entry's command detached from the host program, so it

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/pipeterm"
 	"github.com/sandboxkit/sandboxkit/internal/pty"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
@@ -58,10 +59,10 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 	return pipeterm.StartPTY(pipeterm.PTYProgram{
 		ID: execID, Master: master, Wait: cmd.Wait,
 		Kill: func(context.Context) error {
-			killTree(cmd.Process.Pid, execID)
+			backendkit.KillTree(cmd.Process.Pid, backendkit.Marker{Key: EnvExecID, Value: execID})
 			return nil
 		},
-		End: func(io.Writer) int { return exitCode(cmd.ProcessState) },
+		End: func(io.Writer) int { return backendkit.ExitCode(cmd.ProcessState) },
 	}), nil
 }
 
