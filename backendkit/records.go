@@ -57,3 +57,17 @@ func MarkRemoving(dir string) error { return statedir.MarkRemoving(dir) }
 
 // RemoveFolder removes a sandbox's folder, its record last.
 func RemoveFolder(dir string) error { return statedir.RemoveDir(dir, nil) }
+
+// Labels returns a sandbox's labels for its Info: its own (extra) and the
+// contract's (backend.LabelID, LabelName, ...) from i.
+func Labels(extra map[string]string, i backend.Info) map[string]string {
+	return statedir.Labels(extra, i)
+}
+
+// HalfInfo is the Info of a sandbox folder dir whose record is missing (a
+// Create killed before writing it, a Destroy that removed it last but was
+// killed before the folder went): it shows in List as removing, and
+// Destroy finishes it. ok is false when dir is not such a folder.
+func HalfInfo(dir, backendName string) (info backend.Info, ok bool) {
+	return statedir.HalfInfo(dir, backendName)
+}

@@ -58,6 +58,13 @@ if ! command -v busybox >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-
 	apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >/dev/null
 fi
 
+# bubblewrap: the example backend of examples/bubblewrap runs commands
+# with bwrap.
+if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+	echo "scripts/test.sh: installing bubblewrap" >&2
+	apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null || true
+fi
+
 # Podman: the native backend's core suites run a second time against
 # Podman's Docker-compatible API (scripts/podman-setup.sh), after the main
 # run, when no arguments narrow the run.
@@ -93,5 +100,11 @@ if [ -n "$podman_host" ]; then
 		echo "== last lines of the Podman service's log" >&2
 		tail -n 40 "${SBX_PODMAN_DIR:-/run/sandboxkit-podman}/service.log" >&2 || true
 	}
+fi
+# examples/bubblewrap: a backend in a module of its own, with public
+# packages only, through both suites (plain and through sbxd).
+if [ $# -eq 0 ]; then
+	echo "== examples/bubblewrap (its own module)"
+	(cd examples/bubblewrap && go test -race -count=1 -timeout 10m ./...) || rc=$?
 fi
 exit $rc
