@@ -22,6 +22,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/agentsock"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
@@ -713,15 +714,8 @@ func killExec(cmd *exec.Cmd, execID string, done <-chan error) error {
 	}
 }
 
-func exitCode(ps *os.ProcessState) int {
-	if ps == nil {
-		return -1
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ps.ExitCode()
-}
+// exitCode is a runtime process's exit code, 128+N for a signal.
+func exitCode(ps *os.ProcessState) int { return backendkit.ExitCode(ps) }
 
 // Endpoint returns 127.0.0.1:port for a sandbox on the host's network; a
 // sandbox with its own network namespace publishes no ports.
