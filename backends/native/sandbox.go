@@ -403,11 +403,41 @@ func (s *Sandbox) Endpoint(ctx context.Context, port int) (string, error) {
 // Pause freezes the container's processes with their memory (cgroup
 // freezer).
 func (s *Sandbox) Pause(ctx context.Context) error {
-	return s.opErr("pause", s.b.cli.ContainerPause(ctx, s.cid))
+	if err := s.b.cli.ContainerPause(ctx, s.cid); err != nil {
+		return s.opErr("pause", err)
+	}
+	return s.opErr("pause", s.settlePaused(ctx, true))
 }
 
 func (s *Sandbox) Resume(ctx context.Context) error {
-	return s.opErr("resume", s.b.cli.ContainerUnpause(ctx, s.cid))
+	if err := s.b.cli.ContainerUnpause(ctx, s.cid); err != nil {
+		return s.opErr("resume", err)
+	}
+	return s.opErr("resume", s.settlePaused(ctx, false))
+}
+
+// settlePaused waits (at most 5 s) until the engine reports the container
+// paused, or not, as the call that just returned made it. Docker's
+// handler of the runtime's pause event sets the paused flag again when
+// that event arrives after the unpause call returned (about one pause and
+// resume in 300 back to back here), until the resume event clears it: a
+// caller that asks for the state right after Resume would see "paused".
+func (s *Sandbox) settlePaused(ctx context.Context, paused bool) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := s.b.cli.ContainerInspect(ctx, s.cid)
+		if err != nil {
+			return s.b.translate(err)
+		}
+		if c.State == nil || c.State.Paused == paused || time.Now().After(deadline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond): // polls a condition
+		}
+	}
 }
 
 // Stop kills the container and returns once it has stopped; its file
