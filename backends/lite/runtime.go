@@ -133,6 +133,9 @@ func (r *ociRuntime) launch(ctx context.Context, prefix []string, verb, id, bund
 	if verb == "run" {
 		args = slices.Insert(args, 1, "--detach")
 	}
+	if r.name == "runsc" {
+		args = append(runscFlags(bundle), args...)
+	}
 	cmd := r.commandIn(ctx, prefix, args...)
 	// The container's first process keeps these: a file, never a pipe we
 	// would have to drain.
@@ -154,6 +157,27 @@ func (r *ociRuntime) launch(ctx context.Context, prefix []string, verb, id, bund
 		return 0, fmt.Errorf("%s %s: pid file %q: %w", r.name, verb, data, err)
 	}
 	return pid, nil
+}
+
+// runscFlags are gVisor's options for a container of the bundle: its
+// network from the config's namespaces (none: a namespace of its own with
+// no path, lite's network "none"; host: no network namespace; sandbox: the
+// namespace lite made, whose interfaces gVisor takes over), unix sockets
+// the host may dial (the agent's, in a bind-mounted folder), and no overlay
+// of its own over lite's (whose upper layer snapshots and forks read).
+func runscFlags(bundle string) []string {
+	network := "host"
+	if s, err := readConfig(bundle); err == nil && s.Linux != nil {
+		for _, ns := range s.Linux.Namespaces {
+			if ns.Type == "network" {
+				network = "sandbox"
+				if ns.Path == "" {
+					network = "none"
+				}
+			}
+		}
+	}
+	return []string{"--network=" + network, "--host-uds=all", "--overlay2=none"}
 }
 
 // tail returns what was appended to the file at p after offset off.
