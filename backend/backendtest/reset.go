@@ -21,6 +21,25 @@ const markedScript = `for f in /proc/[0-9]*/cmdline; do
 done
 true`
 
+// startMarked writes text to file in sb's working directory and starts
+// resetMarker in the background, checking that it outlives the Exec that
+// started it (as on every backend so far; if it did not, a check that it
+// is gone would prove nothing). It returns the function that lists the
+// pids running resetMarker.
+func startMarked(t *testing.T, ctx context.Context, sb backend.Sandbox, text, file string) (marked func() []string) {
+	t.Helper()
+	marked = func() []string {
+		t.Helper()
+		res := mustExec(t, ctx, sb, backend.ExecRequest{Shell: markedScript})
+		return strings.Fields(string(res.Stdout))
+	}
+	mustExec(t, ctx, sb, backend.ExecRequest{Shell: `echo ` + text + ` > ` + file + ` && ` + resetMarker + ` </dev/null >/dev/null 2>&1 &`})
+	if pids := marked(); len(pids) != 1 {
+		t.Fatalf("processes running %q after the Exec that started it in the background: %v, want one", resetMarker, pids)
+	}
+	return marked
+}
+
 // testResetter checks that Reset brings the sandbox back to its image: a
 // file written before is gone, a background process is gone, the sandbox
 // keeps its ID and labels and runs commands again.
@@ -34,17 +53,7 @@ func (s *suite) testResetter(t *testing.T, sb backend.Sandbox) {
 		t.Fatal("the reset case's sandbox is not a Resetter, though the suite's first sandbox is")
 	}
 	ctx := testCtx(t)
-	marked := func() []string {
-		t.Helper()
-		res := mustExec(t, ctx, sb, backend.ExecRequest{Shell: markedScript})
-		return strings.Fields(string(res.Stdout))
-	}
-	mustExec(t, ctx, sb, backend.ExecRequest{Shell: `echo before > bt-reset-file && ` + resetMarker + ` </dev/null >/dev/null 2>&1 &`})
-	// The process outlives the Exec that started it (as on every backend
-	// so far); if it did not, the check after Reset would prove nothing.
-	if pids := marked(); len(pids) != 1 {
-		t.Fatalf("processes running %q after the Exec that started it in the background: %v, want one", resetMarker, pids)
-	}
+	marked := startMarked(t, ctx, sb, "before", "bt-reset-file")
 
 	id := sb.ID()
 	if err := r.Reset(ctx); err != nil {

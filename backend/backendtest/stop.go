@@ -2,7 +2,6 @@ package backendtest
 
 import (
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,15 +21,7 @@ func (s *suite) testStopper(t *testing.T, sb backend.Sandbox) {
 		t.Fatal("the stop case's sandbox is not a Stopper, though the suite's first sandbox is")
 	}
 	ctx := testCtx(t)
-	marked := func() []string {
-		t.Helper()
-		res := mustExec(t, ctx, sb, backend.ExecRequest{Shell: markedScript})
-		return strings.Fields(string(res.Stdout))
-	}
-	mustExec(t, ctx, sb, backend.ExecRequest{Shell: `echo kept > bt-stop-file && ` + resetMarker + ` </dev/null >/dev/null 2>&1 &`})
-	if pids := marked(); len(pids) != 1 {
-		t.Fatalf("processes running %q after the Exec that started it in the background: %v, want one", resetMarker, pids)
-	}
+	marked := startMarked(t, ctx, sb, "kept", "bt-stop-file")
 	if err := st.Stop(ctx); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/attach"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 )
@@ -62,7 +63,7 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest) (backend.
 			err = attach.Failed(err)
 		}
 		stdin.Close()
-		proc.Exit(exitCode(cmd.ProcessState), err)
+		proc.Exit(backendkit.ExitCode(cmd.ProcessState), err)
 	}()
 	return proc, nil
 }

@@ -647,7 +647,7 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	if waitErr != nil && !errors.As(waitErr, &exitErr) && !errors.Is(waitErr, exec.ErrWaitDelay) {
 		return res, s.opErr("exec", waitErr)
 	}
-	res.ExitCode = exitCode(cmd.ProcessState)
+	res.ExitCode = backendkit.ExitCode(cmd.ProcessState)
 	// sbxd exits 124 only when its timer fired (or the command itself
 	// exits 124 at or after the deadline, which is indistinguishable).
 	res.TimedOut = req.Timeout > 0 && res.ExitCode == backend.TimeoutExitCode && res.Duration >= req.Timeout
@@ -713,9 +713,6 @@ func killExec(cmd *exec.Cmd, execID string, done <-chan error) error {
 		}
 	}
 }
-
-// exitCode is a runtime process's exit code, 128+N for a signal.
-func exitCode(ps *os.ProcessState) int { return backendkit.ExitCode(ps) }
 
 // Endpoint returns 127.0.0.1:port for a sandbox on the host's network; a
 // sandbox with its own network namespace publishes no ports.

@@ -10,6 +10,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/pipeterm"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/pty"
@@ -83,7 +84,7 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 				io.WriteString(out, msg)
 				return code
 			}
-			return exitCode(cmd.ProcessState)
+			return backendkit.ExitCode(cmd.ProcessState)
 		},
 	}), nil
 }
