@@ -3,7 +3,6 @@ package backend
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"strings"
 	"testing"
 	"time"
@@ -144,23 +143,6 @@ func TestWrapOp(t *testing.T) {
 	}
 	if again := WrapOp("read", "local", "abc", err); again != err {
 		t.Errorf("wrapping the same sandbox twice stacked prefixes: %q", again)
-	}
-}
-
-func TestParseStatLine(t *testing.T) {
-	fi, err := ParseStatLine("41ed 4096 1700000000 /srv/my dir")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Name() != "my dir" || !fi.IsDir() || fi.Mode().Perm() != 0o755 || fi.ModTime().Unix() != 1700000000 {
-		t.Errorf("got %s %v %v", fi.Name(), fi.Mode(), fi.ModTime())
-	}
-	fi, _ = ParseStatLine("a1ff 7 1 /l")
-	if fi.Mode()&fs.ModeSymlink == 0 {
-		t.Errorf("mode %v, want a symlink", fi.Mode())
-	}
-	if _, err := ParseStatLine("garbage"); err == nil {
-		t.Error("ParseStatLine(garbage) succeeded")
 	}
 }
 

@@ -263,3 +263,13 @@ type Labeler interface {
 type RemovalWaiter interface {
 	WaitRemoved(ctx context.Context, id string) error
 }
+
+// Readlinker is implemented by sandboxes that read symbolic links
+// natively; sbfiles.Readlink (backendkit/sbfiles) uses it
+// when it can.
+type Readlinker interface {
+	// Readlink returns the target of the symbolic link name as it is
+	// stored. Errors are *fs.PathError, wrapping syscall.EINVAL when name
+	// is not a symbolic link and fs.ErrNotExist when it does not exist.
+	Readlink(ctx context.Context, name string) (string, error)
+}

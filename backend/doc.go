@@ -43,8 +43,8 @@
 // helpers find is the truth. A sandbox or backend that has the interface but
 // cannot serve a particular call returns an error wrapping
 // [errors.ErrUnsupported], and callers treat that as not having it. Callers
-// fall back to a generic path built on [Sandbox.Exec]: [ReadFile],
-// [WriteFile] and [Stat] in this package do exactly that, the way
+// fall back to a generic path built on [Sandbox.Exec]: ReadFile, WriteFile
+// and Stat in package backendkit/sbfiles do exactly that, the way
 // io/fs.ReadFile prefers ReadFileFS and falls back to Open.
 //
 // # Factories

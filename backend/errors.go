@@ -94,3 +94,10 @@ func (e *invalidConfigError) Unwrap() error { return ErrInvalidConfig }
 func InvalidConfigf(format string, args ...any) error {
 	return &invalidConfigError{msg: fmt.Sprintf(format, args...)}
 }
+
+// ErrNotRegular is what a read of something other than a regular file or a
+// directory wraps (in an *fs.PathError): a named pipe, a socket or a
+// device. Reading one could block until a writer comes, or never end, so
+// the file operations refuse it at once instead. It is the agent's
+// sentinel too (internal/errdefs), the same value.
+var ErrNotRegular error = errdefs.ErrNotRegular

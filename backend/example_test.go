@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/backends/local"
 )
 
@@ -43,10 +44,10 @@ func Example() {
 
 	// File helpers use the sandbox's native file access when it has one and
 	// fall back to Exec otherwise.
-	if err := backend.WriteFile(ctx, sb, "notes/todo.txt", strings.NewReader("ship it\n"), 0o644); err != nil {
+	if err := sbfiles.WriteFile(ctx, sb, "notes/todo.txt", strings.NewReader("ship it\n"), 0o644); err != nil {
 		log.Fatal(err)
 	}
-	rc, err := backend.ReadFile(ctx, sb, "notes/todo.txt")
+	rc, err := sbfiles.ReadFile(ctx, sb, "notes/todo.txt")
 	if err != nil {
 		log.Fatal(err)
 	}

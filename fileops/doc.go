@@ -157,7 +157,7 @@
 //
 // # How the tools reach the sandbox
 //
-// File contents move with backend.ReadFile and backend.WriteFile, which use
+// File contents move with sbfiles.ReadFile and sbfiles.WriteFile, which use
 // the sandbox's native file access or archive capability when it has one
 // and otherwise short sh scripts through Exec. Glob and Grep list files with
 // one find ... -exec stat command through Exec, which needs only POSIX sh

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 // GrepMode selects what Grep prints.
@@ -150,7 +150,7 @@ func (t *Tools) Grep(ctx context.Context, req GrepRequest) (string, error) {
 // grepCandidates returns the files to search under base, sorted by path: base
 // itself when it is a file, else the regular files below it that match glob.
 func (t *Tools) grepCandidates(ctx context.Context, base, globText string, glob *pattern) ([]fileEntry, bool, error) {
-	fi, err := backend.Stat(ctx, t.sb, base)
+	fi, err := sbfiles.Stat(ctx, t.sb, base)
 	if err != nil {
 		return nil, false, err
 	}
@@ -252,7 +252,7 @@ func (t *Tools) searchFiles(ctx context.Context, g *grepper, files []fileEntry) 
 // cannot be read are skipped, as grep -s does; errors that are not about
 // the file (a backend down, a cancelled context) are returned.
 func (t *Tools) searchFile(ctx context.Context, g *grepper, name string) ([]string, error) {
-	rc, err := backend.ReadFile(ctx, t.sb, name)
+	rc, err := sbfiles.ReadFile(ctx, t.sb, name)
 	if err != nil {
 		return nil, skipFileError(ctx, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 // fileEntry is a file found under a directory.
@@ -44,7 +45,7 @@ var vcsDirs = []string{".git", ".hg", ".svn"}
 // maxListOutput bounds the listing transferred from the sandbox.
 const maxListOutput = 64 << 20
 
-// Exit codes of listScript, backend's (see backend.ScriptError).
+// Exit codes of listScript, backend's (see sbfiles.ScriptError).
 const (
 	exitNotExist = 102
 	exitNoAccess = 104
@@ -54,11 +55,11 @@ const (
 )
 
 // listScript runs find in the sandbox and prints a record "size mtime
-// path" for each file, framed as backend.StatRecords reads it (a path
+// path" for each file, framed as sbfiles.StatRecords reads it (a path
 // holding a newline between NUL bytes). Errors inside the walk (an
 // unreadable directory) do not fail it. The base comes as $1,
-// backend.StatBatchScript as $2, the find expression after them.
-const listScript = backend.GoneFn + `command -v find >/dev/null 2>&1 && command -v stat >/dev/null 2>&1 || exit 106
+// sbfiles.StatBatchScript as $2, the find expression after them.
+const listScript = sbfiles.GoneFn + `command -v find >/dev/null 2>&1 && command -v stat >/dev/null 2>&1 || exit 106
 base=$1
 batch=$2
 shift 2
@@ -75,7 +76,7 @@ func (t *Tools) listFiles(ctx context.Context, base string, spec listSpec) (file
 	if files, truncated, ok, err := t.walkNative(ctx, base, spec); ok {
 		return files, truncated, err
 	}
-	argv := append([]string{"sh", "-c", listScript, "sh", base, backend.StatBatchScript}, findArgs(base, spec)...)
+	argv := append([]string{"sh", "-c", listScript, "sh", base, sbfiles.StatBatchScript}, findArgs(base, spec)...)
 	res, err := t.sb.Exec(ctx, backend.ExecRequest{Cmd: argv, OutputLimit: maxListOutput})
 	if err != nil {
 		return nil, false, err
@@ -101,7 +102,7 @@ func (t *Tools) listFiles(ctx context.Context, base string, spec listSpec) (file
 		return nil, false, fmt.Errorf("fileops: listing files under %s: exit code %d: %s", base, res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	}
 	// A record the output limit cut is left out.
-	records, _ := backend.StatRecords(res.Stdout)
+	records, _ := sbfiles.StatRecords(res.Stdout)
 	for _, rec := range records {
 		if e, ok := parseListLine(rec); ok {
 			files = append(files, e)
@@ -169,7 +170,7 @@ func parseListLine(line string) (fileEntry, bool) {
 // walkFiles is listFiles with one ReadDir per directory, for sandboxes with
 // native file access but no find.
 func (t *Tools) walkFiles(ctx context.Context, base string, spec listSpec) ([]fileEntry, bool, error) {
-	fi, err := backend.Stat(ctx, t.sb, base)
+	fi, err := sbfiles.Stat(ctx, t.sb, base)
 	if err != nil {
 		return nil, false, err
 	}
@@ -179,7 +180,7 @@ func (t *Tools) walkFiles(ctx context.Context, base string, spec listSpec) ([]fi
 	var files []fileEntry
 	var walk func(dir string, depth int) error
 	walk = func(dir string, depth int) error {
-		infos, err := backend.ReadDir(ctx, t.sb, dir)
+		infos, err := sbfiles.ReadDir(ctx, t.sb, dir)
 		if err != nil {
 			if depth == 0 {
 				return err

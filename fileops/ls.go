@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 // Ls lists the directory at path, one entry a line, sorted by name: type,
@@ -19,14 +19,14 @@ func (t *Tools) Ls(ctx context.Context, path string) (string, error) {
 	if path == "" {
 		path = "."
 	}
-	infos, err := backend.ReadDir(ctx, t.sb, path)
+	infos, err := sbfiles.ReadDir(ctx, t.sb, path)
 	if err != nil {
 		return "", t.dirError(ctx, path, err)
 	}
 	if len(infos) == 0 {
 		return fmt.Sprintf("Directory '%s' is empty.", path), nil
 	}
-	backend.SortByName(infos)
+	sbfiles.SortByName(infos)
 	lines := make([]string, 0, min(len(infos), MaxResults)+1)
 	for i, fi := range infos {
 		if i == MaxResults {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 // binarySniffLen is how much of a file the binary heuristic looks at, as
@@ -34,7 +34,7 @@ func (t *Tools) ReadFile(ctx context.Context, path string, offset, limit int) (s
 	if limit == 0 {
 		limit = DefaultReadLimit
 	}
-	rc, err := backend.ReadFile(ctx, t.sb, path)
+	rc, err := sbfiles.ReadFile(ctx, t.sb, path)
 	if err != nil {
 		return "", t.fileError(ctx, path, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/internal/hostfs"
 )
 
@@ -164,7 +165,7 @@ func (t *Tools) classifyPath(ctx context.Context, p string, err error) errKind {
 	if !errors.As(err, &pe) {
 		return kindOther
 	}
-	fi, serr := backend.Stat(ctx, t.sb, p)
+	fi, serr := sbfiles.Stat(ctx, t.sb, p)
 	switch {
 	case serr != nil:
 		return classify(serr)
@@ -187,7 +188,7 @@ func (t *Tools) fileError(ctx context.Context, p string, err error) error {
 		return toolErr(err, "Error: '%s' is a directory, not a file. Use ls to list it.", p)
 	case kindNotRegular:
 		kind := "special file"
-		if fi, serr := backend.Stat(ctx, t.sb, p); serr == nil {
+		if fi, serr := sbfiles.Stat(ctx, t.sb, p); serr == nil {
 			kind = hostfs.Kind(fi.Mode())
 		}
 		return notRegular(err, p, kind)

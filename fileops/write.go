@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/internal/hostfs"
 )
 
@@ -23,7 +24,7 @@ func (t *Tools) WriteFile(ctx context.Context, path, content string) (string, er
 	if path == "" {
 		return "", toolErr(nil, "Error: path is empty")
 	}
-	fi, err := backend.Stat(ctx, t.sb, path)
+	fi, err := sbfiles.Stat(ctx, t.sb, path)
 	switch {
 	case err == nil && fi.IsDir():
 		return "", toolErr(fs.ErrExist, "Error: '%s' is a directory, not a file.", path)
@@ -33,7 +34,7 @@ func (t *Tools) WriteFile(ctx context.Context, path, content string) (string, er
 	default:
 		return "", t.writeError(path, err)
 	}
-	if err := backend.WriteFile(ctx, t.sb, path, strings.NewReader(content), DefaultFileMode); err != nil {
+	if err := sbfiles.WriteFile(ctx, t.sb, path, strings.NewReader(content), DefaultFileMode); err != nil {
 		return "", t.writeError(path, err)
 	}
 	return "Created file '" + path + "' (" + plural(len(content), "byte", "bytes") + ").", nil
@@ -66,7 +67,7 @@ func (t *Tools) EditFile(ctx context.Context, path, oldString, newString string,
 	if oldString == newString {
 		return "", toolErr(nil, "Error: old_string and new_string are identical; there is nothing to replace.")
 	}
-	fi, err := backend.Stat(ctx, t.sb, path)
+	fi, err := sbfiles.Stat(ctx, t.sb, path)
 	if err != nil {
 		return "", t.fileError(ctx, path, err)
 	}
@@ -79,7 +80,7 @@ func (t *Tools) EditFile(ctx context.Context, path, oldString, newString string,
 	if fi.Size() > MaxEditFileSize {
 		return "", toolErr(nil, "Error: '%s' is too large to edit (%d bytes; the limit is %d MiB).", path, fi.Size(), MaxEditFileSize>>20)
 	}
-	rc, err := backend.ReadFile(ctx, t.sb, path)
+	rc, err := sbfiles.ReadFile(ctx, t.sb, path)
 	if err != nil {
 		return "", t.fileError(ctx, path, err)
 	}
@@ -108,7 +109,7 @@ func (t *Tools) EditFile(ctx context.Context, path, oldString, newString string,
 	} else {
 		content = strings.Replace(content, oldS, newS, 1)
 	}
-	if err := backend.WriteFile(ctx, t.sb, path, strings.NewReader(content), fi.Mode().Perm()); err != nil {
+	if err := sbfiles.WriteFile(ctx, t.sb, path, strings.NewReader(content), fi.Mode().Perm()); err != nil {
 		return "", t.writeError(path, err)
 	}
 	return "Replaced " + plural(n, "occurrence", "occurrences") + " in '" + path + "'.", nil

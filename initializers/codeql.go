@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 // CodeQLType builds a CodeQL database of the project and extracts its call
@@ -139,12 +140,12 @@ func (c *CodeQLInit) Provision(ctx context.Context, in *Instance) error {
 // copyInSandbox copies file src to dst inside sb, through the host, so it
 // works whether or not the two folders are on the same volume.
 func copyInSandbox(ctx context.Context, sb backend.Sandbox, src, dst string) error {
-	rc, err := backend.ReadFile(ctx, sb, src)
+	rc, err := sbfiles.ReadFile(ctx, sb, src)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	return backend.WriteFile(ctx, sb, dst, rc, 0o644)
+	return sbfiles.WriteFile(ctx, sb, dst, rc, 0o644)
 }
 
 // scriptsDir is where the session's sandbox scripts are inside the sandbox:

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/backends/lite"
 	"github.com/sandboxkit/sandboxkit/initializers"
 	"github.com/sandboxkit/sandboxkit/internal/rootfs"
@@ -127,7 +128,7 @@ func sessionInstance(name string, sb backend.Sandbox, status *statusLog) *initia
 // readIn returns a file of sb ("" and false when it does not exist).
 func readIn(t *testing.T, sb backend.Sandbox, name string) (string, bool) {
 	t.Helper()
-	rc, err := backend.ReadFile(t.Context(), sb, name)
+	rc, err := sbfiles.ReadFile(t.Context(), sb, name)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", false
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 // FuzzType builds the project's fuzz targets with AFL++, as OpenSage's fuzz
@@ -173,7 +174,7 @@ func readFuzzSettings(ctx context.Context, in *Instance) (fuzzSettings, error) {
 
 // readSandboxFile returns a small file of the sandbox.
 func readSandboxFile(ctx context.Context, sb backend.Sandbox, name string) (string, error) {
-	rc, err := backend.ReadFile(ctx, sb, name)
+	rc, err := sbfiles.ReadFile(ctx, sb, name)
 	if err != nil {
 		return "", err
 	}

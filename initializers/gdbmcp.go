@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/initializers/wait"
 	"github.com/sandboxkit/sandboxkit/internal/gdbmcpbin"
 	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
@@ -186,7 +187,7 @@ func (g *GDBMCPInit) Provision(ctx context.Context, in *Instance) error {
 		return err
 	}
 	in.Status("injecting gdbmcp")
-	if err := backend.WriteFile(ctx, in.Sandbox, gdbmcpInstallPath, bytes.NewReader(bin), 0o755); err != nil {
+	if err := sbfiles.WriteFile(ctx, in.Sandbox, gdbmcpInstallPath, bytes.NewReader(bin), 0o755); err != nil {
 		return fmt.Errorf("copying gdbmcp into the sandbox: %w", err)
 	}
 	in.Status("starting gdbmcp")
@@ -213,7 +214,7 @@ func (g *GDBMCPInit) Provision(ctx context.Context, in *Instance) error {
 // restoring /out from /out.bak when it fails.
 func (g *GDBMCPInit) compileDebug(ctx context.Context, in *Instance) error {
 	script := scriptsDir(in) + compileDebugScript
-	if _, err := backend.Stat(ctx, in.Sandbox, script); err != nil {
+	if _, err := sbfiles.Stat(ctx, in.Sandbox, script); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			in.Logger.Info("no debug build script: skipped", "script", script)
 			return nil

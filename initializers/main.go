@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 // MainType is the agent's workspace.
@@ -68,7 +69,7 @@ func (m *Main) Provision(ctx context.Context, in *Instance) error {
 		return nil
 	}
 	want := strings.Join(slices.Sorted(slices.Values(m.Config.Packages)), "\n") + "\n"
-	if rc, err := backend.ReadFile(ctx, in.Sandbox, mainMarker); err == nil {
+	if rc, err := sbfiles.ReadFile(ctx, in.Sandbox, mainMarker); err == nil {
 		var got bytes.Buffer
 		_, err := got.ReadFrom(rc)
 		rc.Close()
@@ -95,7 +96,7 @@ func (m *Main) Provision(ctx context.Context, in *Instance) error {
 		}
 		return fmt.Errorf("%s: exit code %d:\n%s", strings.Join(argv, " "), res.ExitCode, out)
 	}
-	if err := backend.WriteFile(ctx, in.Sandbox, mainMarker, strings.NewReader(want), 0o644); err != nil {
+	if err := sbfiles.WriteFile(ctx, in.Sandbox, mainMarker, strings.NewReader(want), 0o644); err != nil {
 		in.Logger.Warn("recording installed packages failed", "err", err)
 	}
 	return nil

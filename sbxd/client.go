@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/yamux"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
 )
 
@@ -393,7 +394,7 @@ func (c *Client) inject(ctx context.Context) (string, error) {
 	if same, err := sameContent(ctx, c.sb, p, bin); err == nil && same {
 		return p, nil
 	}
-	if err := backend.WriteFile(ctx, c.sb, p, bytes.NewReader(bin), 0o755); err != nil {
+	if err := sbfiles.WriteFile(ctx, c.sb, p, bytes.NewReader(bin), 0o755); err != nil {
 		return "", err
 	}
 	return p, nil
@@ -401,11 +402,11 @@ func (c *Client) inject(ctx context.Context) (string, error) {
 
 // sameContent reports whether the file p in sb holds exactly want.
 func sameContent(ctx context.Context, sb backend.Sandbox, p string, want []byte) (bool, error) {
-	fi, err := backend.Stat(ctx, sb, p)
+	fi, err := sbfiles.Stat(ctx, sb, p)
 	if err != nil || fi.Size() != int64(len(want)) || fi.Mode().Perm()&0o111 == 0 {
 		return false, err
 	}
-	rc, err := backend.ReadFile(ctx, sb, p)
+	rc, err := sbfiles.ReadFile(ctx, sb, p)
 	if err != nil {
 		return false, err
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 // The file operations resolve relative names against the sandbox's working
@@ -86,7 +87,7 @@ func (c *Client) ReadFile(ctx context.Context, name string) (io.ReadCloser, erro
 		return nil, err
 	}
 	if conn == nil {
-		return backend.ReadFile(ctx, c.sb, name)
+		return sbfiles.ReadFile(ctx, c.sb, name)
 	}
 	return c.read(ctx, conn, name, url.Values{})
 }
@@ -102,7 +103,7 @@ func (c *Client) ReadFileRange(ctx context.Context, name string, offset, length 
 		return nil, err
 	}
 	if conn == nil {
-		rc, err := backend.ReadFile(ctx, c.sb, name)
+		rc, err := sbfiles.ReadFile(ctx, c.sb, name)
 		if err != nil {
 			return nil, err
 		}
@@ -130,7 +131,7 @@ func (c *Client) ReadLines(ctx context.Context, name string, first, n int) (io.R
 		return nil, err
 	}
 	if conn == nil {
-		rc, err := backend.ReadFile(ctx, c.sb, name)
+		rc, err := sbfiles.ReadFile(ctx, c.sb, name)
 		if err != nil {
 			return nil, err
 		}
@@ -242,7 +243,7 @@ func (c *Client) WriteFile(ctx context.Context, name string, r io.Reader, perm f
 		return err
 	}
 	if conn == nil {
-		return backend.WriteFile(ctx, c.sb, name, r, perm)
+		return sbfiles.WriteFile(ctx, c.sb, name, r, perm)
 	}
 	if size, seeker, ok := seekableSize(r); ok && c.isBulk(size) {
 		if inner, ok := backend.As[backend.FileSystem](c.sb); ok {
@@ -289,7 +290,7 @@ func (c *Client) stat(ctx context.Context, name string, lstat bool) (fs.FileInfo
 		if lstat {
 			return nil, c.noAgent("lstat")
 		}
-		return backend.Stat(ctx, c.sb, name)
+		return sbfiles.Stat(ctx, c.sb, name)
 	}
 	q := url.Values{"path": {name}}
 	if lstat {
@@ -321,7 +322,7 @@ func (c *Client) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, error
 		return nil, err
 	}
 	if conn == nil {
-		return backend.ReadDir(ctx, c.sb, name)
+		return sbfiles.ReadDir(ctx, c.sb, name)
 	}
 	var list []fileInfo
 	if err := c.getJSON(ctx, conn, routeReadDir, url.Values{"path": {name}}, &list); err != nil {

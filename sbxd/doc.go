@@ -41,7 +41,7 @@
 //
 // [Client] implements [backend.Sandbox] (Exec with streaming, stdin,
 // timeouts that kill the whole process tree with exit code 124, and
-// cancellation) and [backend.FileSystem] natively, so backend.ReadFile,
+// cancellation) and [backend.FileSystem] natively, so sbfiles.ReadFile,
 // fileops and everything else built on them use the agent without
 // knowing it. It adds byte- and line-range reads, mkdir -p, remove, move,
 // glob with "**", grep with context lines, an exact-string edit with the

@@ -12,7 +12,7 @@ import (
 )
 
 // Wrap a sandbox: its Exec and file access then go through the agent, and
-// everything built on backend.Sandbox (fileops, backend.ReadFile) gets
+// everything built on backend.Sandbox (fileops, sbfiles.ReadFile) gets
 // faster without changing.
 func ExampleWrap() {
 	ctx := context.Background()

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/sbxd"
 )
 
@@ -26,7 +27,7 @@ func TestForkThroughClient(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Destroy(context.Background()) })
 	require.NoError(t, c.Fallback(), "the parent's agent did not start")
-	require.NoError(t, backend.WriteFile(ctx, c, "f.txt", strings.NewReader("parent\n"), 0o644))
+	require.NoError(t, sbfiles.WriteFile(ctx, c, "f.txt", strings.NewReader("parent\n"), 0o644))
 
 	f, ok := backend.As[backend.Forker](c)
 	require.True(t, ok)

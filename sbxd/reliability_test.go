@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/backends/native"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
 	"github.com/sandboxkit/sandboxkit/sbxd"
@@ -262,7 +263,7 @@ func TestFallbackLocal(t *testing.T) {
 			res, err := c.Exec(t.Context(), backend.ExecRequest{Shell: "echo plain"})
 			require.NoError(t, err)
 			assert.Equal(t, "plain\n", string(res.Stdout))
-			require.NoError(t, backend.WriteFile(t.Context(), c, "f.txt", strings.NewReader("x"), 0o644))
+			require.NoError(t, sbfiles.WriteFile(t.Context(), c, "f.txt", strings.NewReader("x"), 0o644))
 			_, err = c.Glob(t.Context(), "*", ".")
 			assert.ErrorIs(t, err, errors.ErrUnsupported)
 		})

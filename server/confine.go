@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/fileops"
 )
 
@@ -277,7 +278,7 @@ func (c *confinedSandbox) ReadDir(ctx context.Context, name string) ([]fs.FileIn
 		}
 		infos = append(infos, fi)
 	}
-	backend.SortByName(infos)
+	sbfiles.SortByName(infos)
 	return infos, nil
 }
 

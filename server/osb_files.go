@@ -17,10 +17,11 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 // execd's files and directories API over a backend sandbox: contents move
-// through backend.ReadFile and WriteFile (sbxd's file calls where it
+// through sbfiles.ReadFile and WriteFile (sbxd's file calls where it
 // runs), everything else is a short sh script using POSIX tools (stat, find,
 // mv, chmod, chown, rm, mkdir: coreutils or busybox).
 
@@ -79,7 +80,7 @@ func fileJSON(record string) (map[string]any, error) {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return nil, fmt.Errorf("unexpected stat output %q: %w", record, err)
 	}
-	mode := backend.ModeFromUnix(uint32(raw))
+	mode := sbfiles.ModeFromUnix(uint32(raw))
 	typ := "other"
 	switch {
 	case mode&fs.ModeSymlink != 0:
@@ -108,7 +109,7 @@ func (x *osbExecd) stats(ctx context.Context, w http.ResponseWriter, what, scrip
 		scriptFailed(w, what, res)
 		return nil, false
 	}
-	records, _ := backend.StatRecords(res.Stdout)
+	records, _ := sbfiles.StatRecords(res.Stdout)
 	out := []map[string]any{}
 	for _, rec := range records {
 		fi, err := fileJSON(rec)
@@ -136,7 +137,7 @@ func (x *osbExecd) info(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		osbExecdError(w, http.StatusBadRequest, "MISSING_QUERY", "missing query parameter 'path'")
 		return
 	}
-	infos, ok := x.stats(ctx, w, "stat", osbStatScript, append([]string{backend.StatBatchScript, osbStatFormat}, paths...)...)
+	infos, ok := x.stats(ctx, w, "stat", osbStatScript, append([]string{sbfiles.StatBatchScript, osbStatFormat}, paths...)...)
 	if !ok {
 		return
 	}
@@ -176,7 +177,7 @@ func (x *osbExecd) list(ctx context.Context, w http.ResponseWriter, r *http.Requ
 [ -e "$p" ] || { printf '%s\n' "$p" >&2; exit 44; }
 [ -d "$p" ] || { printf '%s\n' "$p" >&2; exit 48; }
 [ "$d" -gt 0 ] || exit 0
-exec find "$p" -mindepth 1 -maxdepth "$d" -exec sh -c "$s" sh "$f" {} +`, backend.StatBatchScript, osbStatFormat, p, strconv.Itoa(depth))
+exec find "$p" -mindepth 1 -maxdepth "$d" -exec sh -c "$s" sh "$f" {} +`, sbfiles.StatBatchScript, osbStatFormat, p, strconv.Itoa(depth))
 	if !ok {
 		return
 	}
@@ -200,7 +201,7 @@ func (x *osbExecd) search(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	infos, ok := x.stats(ctx, w, "search", `s=$1 f=$2 p=$3 n=$4
 [ -e "$p" ] || { printf '%s\n' "$p" >&2; exit 44; }
-exec find "$p" ! -type d -name "$n" -exec sh -c "$s" sh "$f" {} +`, backend.StatBatchScript, osbStatFormat, p, pattern)
+exec find "$p" ! -type d -name "$n" -exec sh -c "$s" sh "$f" {} +`, sbfiles.StatBatchScript, osbStatFormat, p, pattern)
 	if !ok {
 		return
 	}
@@ -257,7 +258,7 @@ func (x *osbExecd) download(ctx context.Context, w http.ResponseWriter, r *http.
 	if !ok {
 		return
 	}
-	fi, err := backend.Stat(ctx, x.sb, p)
+	fi, err := sbfiles.Stat(ctx, x.sb, p)
 	if err != nil {
 		fileFailed(w, "error getting file stat info: "+p, err)
 		return
@@ -278,7 +279,7 @@ func (x *osbExecd) download(ctx context.Context, w http.ResponseWriter, r *http.
 		status = http.StatusPartialContent
 		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", start, start+n-1, size))
 	}
-	rc, err := backend.ReadFile(ctx, x.sb, p)
+	rc, err := sbfiles.ReadFile(ctx, x.sb, p)
 	if err != nil {
 		fileFailed(w, "error opening "+p, err)
 		return
@@ -379,7 +380,7 @@ func (x *osbExecd) upload(ctx context.Context, w http.ResponseWriter, r *http.Re
 				osbExecdError(w, http.StatusBadRequest, "INVALID_FILE_METADATA", "%v", err)
 				return
 			}
-			if err := backend.WriteFile(ctx, x.sb, meta.Path, part, mode); err != nil {
+			if err := sbfiles.WriteFile(ctx, x.sb, meta.Path, part, mode); err != nil {
 				fileFailed(w, "error writing "+meta.Path, err)
 				return
 			}
@@ -529,12 +530,12 @@ func (x *osbExecd) replace(ctx context.Context, w http.ResponseWriter, r *http.R
 			osbExecdError(w, http.StatusBadRequest, "INVALID_REQUEST_BODY", "%s: the string to replace is empty", p)
 			return
 		}
-		fi, err := backend.Stat(ctx, x.sb, p)
+		fi, err := sbfiles.Stat(ctx, x.sb, p)
 		if err != nil {
 			fileFailed(w, "replace in "+p, err)
 			return
 		}
-		rc, err := backend.ReadFile(ctx, x.sb, p)
+		rc, err := sbfiles.ReadFile(ctx, x.sb, p)
 		if err != nil {
 			fileFailed(w, "replace in "+p, err)
 			return
@@ -554,7 +555,7 @@ func (x *osbExecd) replace(ctx context.Context, w http.ResponseWriter, r *http.R
 			continue
 		}
 		out := strings.ReplaceAll(string(data), rep.Old, rep.New)
-		if err := backend.WriteFile(ctx, x.sb, p, strings.NewReader(out), fi.Mode().Perm()); err != nil {
+		if err := sbfiles.WriteFile(ctx, x.sb, p, strings.NewReader(out), fi.Mode().Perm()); err != nil {
 			fileFailed(w, "replace in "+p, err)
 			return
 		}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/config"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
 )
@@ -489,7 +490,7 @@ func (p *Pool) bind(ctx context.Context, sb, raw backend.Sandbox, sess string, b
 			name = path.Join(b.WorkDir, name)
 		}
 		mode := cmp.Or(f.Mode, 0o644)
-		if err := backend.WriteFile(ctx, sb, name, bytes.NewReader(f.Data), mode); err != nil {
+		if err := sbfiles.WriteFile(ctx, sb, name, bytes.NewReader(f.Data), mode); err != nil {
 			p.destroyLater(sb, c.Session)
 			return nil, fmt.Errorf("pool of %q: writing %s into sandbox %s: %w", p.o.Name, name, sb.ID(), err)
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/config"
 	"github.com/sandboxkit/sandboxkit/initializers"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
@@ -615,7 +616,7 @@ func (l *Launcher) start(ctx context.Context, s *Session, ms []*member) error {
 		return err
 	}
 	if s.shared != "" && !s.envFileFilled() {
-		if err := backend.WriteFile(ctx, ms[0].sb, s.shared+"/"+EnvFile, strings.NewReader(envFileText(s.ID, s.Env)), 0o644); err != nil {
+		if err := sbfiles.WriteFile(ctx, ms[0].sb, s.shared+"/"+EnvFile, strings.NewReader(envFileText(s.ID, s.Env)), 0o644); err != nil {
 			return &Error{Session: s.ID, Sandbox: ms[0].name, Step: "write " + s.shared + "/" + EnvFile, Err: err}
 		}
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/initializers"
 	"github.com/sandboxkit/sandboxkit/initializers/wait"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
@@ -193,10 +194,10 @@ work_dir = "/shared"
 	}
 
 	// The program and its input, through /shared.
-	if err := backend.WriteFile(ctx, main, "/shared/crash", bytes.NewReader(prog), 0o755); err != nil {
+	if err := sbfiles.WriteFile(ctx, main, "/shared/crash", bytes.NewReader(prog), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := backend.WriteFile(ctx, main, "/shared/input.txt", strings.NewReader("boom\n"), 0o644); err != nil {
+	if err := sbfiles.WriteFile(ctx, main, "/shared/input.txt", strings.NewReader("boom\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 // fileEnv is where one file case works: its own directory (not yet
@@ -22,7 +23,7 @@ type fileEnv struct {
 
 func (e fileEnv) path(name string) string { return path.Join(e.dir, name) }
 
-// fileCases use backend.ReadFile, WriteFile, Stat and ReadDir, which take the
+// fileCases use sbfiles.ReadFile, WriteFile, Stat and ReadDir, which take the
 // sandbox's FileSystem, then its Archiver, then the Exec-based fallback.
 var fileCases = []struct {
 	name string
@@ -114,7 +115,7 @@ var fileCases = []struct {
 		}
 		mustExec(t, ctx, e.sb, backend.ExecRequest{Cmd: []string{"ln", "-s", "a", "link"}, WorkDir: e.dir})
 
-		fis, err := backend.ReadDir(ctx, e.sb, e.dir)
+		fis, err := sbfiles.ReadDir(ctx, e.sb, e.dir)
 		if err != nil {
 			t.Fatalf("ReadDir: %v", err)
 		}
@@ -145,9 +146,9 @@ var fileCases = []struct {
 		for _, name := range []string{e.path("missing"), e.path("missing-dir/missing")} {
 			_, err := readAll(ctx, e.sb, name)
 			checkPathErr(t, "ReadFile("+name+")", err, fs.ErrNotExist)
-			_, err = backend.Stat(ctx, e.sb, name)
+			_, err = sbfiles.Stat(ctx, e.sb, name)
 			checkPathErr(t, "Stat("+name+")", err, fs.ErrNotExist)
-			_, err = backend.ReadDir(ctx, e.sb, name)
+			_, err = sbfiles.ReadDir(ctx, e.sb, name)
 			checkPathErr(t, "ReadDir("+name+")", err, fs.ErrNotExist)
 		}
 	}},
@@ -158,7 +159,7 @@ var fileCases = []struct {
 	}},
 	{"writing over a directory fails", func(t *testing.T, ctx context.Context, e fileEnv) {
 		writeFile(t, ctx, e.sb, e.path("sub/x"), []byte("x"), 0o644)
-		err := backend.WriteFile(ctx, e.sb, e.path("sub"), strings.NewReader("y"), 0o644)
+		err := sbfiles.WriteFile(ctx, e.sb, e.path("sub"), strings.NewReader("y"), 0o644)
 		checkPathErr(t, "WriteFile over a directory", err, nil)
 		if fi := stat(t, ctx, e.sb, e.path("sub")); !fi.IsDir() {
 			t.Errorf("after the failed write, sub has mode %v, want a directory", fi.Mode())
@@ -166,7 +167,7 @@ var fileCases = []struct {
 	}},
 	{"writing under a file fails", func(t *testing.T, ctx context.Context, e fileEnv) {
 		writeFile(t, ctx, e.sb, e.path("file"), []byte("x"), 0o644)
-		err := backend.WriteFile(ctx, e.sb, e.path("file/child"), strings.NewReader("y"), 0o644)
+		err := sbfiles.WriteFile(ctx, e.sb, e.path("file/child"), strings.NewReader("y"), 0o644)
 		checkPathErr(t, "WriteFile under a regular file", err, nil)
 		checkOutput(t, "the file after the failed write", readFile(t, ctx, e.sb, e.path("file")), "x")
 	}},

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 // mustExec execs req in sb and fails t if Exec returns an error or a non-zero
@@ -218,10 +219,10 @@ func checkGone(t *testing.T, sb backend.Sandbox, pids []string) {
 	}
 }
 
-// readAll reads a whole file through backend.ReadFile, returning the error
+// readAll reads a whole file through sbfiles.ReadFile, returning the error
 // of opening or of reading.
 func readAll(ctx context.Context, sb backend.Sandbox, name string) ([]byte, error) {
-	rc, err := backend.ReadFile(ctx, sb, name)
+	rc, err := sbfiles.ReadFile(ctx, sb, name)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +235,7 @@ func readAll(ctx context.Context, sb backend.Sandbox, name string) ([]byte, erro
 
 func writeFile(t *testing.T, ctx context.Context, sb backend.Sandbox, name string, data []byte, perm fs.FileMode) {
 	t.Helper()
-	if err := backend.WriteFile(ctx, sb, name, bytes.NewReader(data), perm); err != nil {
+	if err := sbfiles.WriteFile(ctx, sb, name, bytes.NewReader(data), perm); err != nil {
 		t.Fatalf("WriteFile(%q): %v", name, err)
 	}
 }
@@ -250,7 +251,7 @@ func readFile(t *testing.T, ctx context.Context, sb backend.Sandbox, name string
 
 func stat(t *testing.T, ctx context.Context, sb backend.Sandbox, name string) fs.FileInfo {
 	t.Helper()
-	fi, err := backend.Stat(ctx, sb, name)
+	fi, err := sbfiles.Stat(ctx, sb, name)
 	if err != nil {
 		t.Fatalf("Stat(%q): %v", name, err)
 	}

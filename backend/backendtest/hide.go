@@ -7,7 +7,7 @@ import (
 )
 
 // HideCapabilities returns a sandbox that exposes only the core Sandbox
-// methods of sb, so callers such as backend.ReadFile or fileops take their
+// methods of sb, so callers such as sbfiles.ReadFile or fileops take their
 // generic, Exec-based path. It deliberately has no Unwrap method.
 func HideCapabilities(sb backend.Sandbox) backend.Sandbox { return plain{sb} }
 

@@ -17,7 +17,7 @@
 // Run checks what package backend promises, on real sandboxes made through
 // the backend: exec semantics (output, exit codes, environment, working
 // directory, stdin, output caps, streaming, timeouts and cancellation that
-// leave no process behind), file access through backend.ReadFile and friends
+// leave no process behind), file access through sbfiles.ReadFile and friends
 // (once as the sandbox is, once with its capabilities hidden so the generic
 // Exec-based path runs too), reattaching with Get, listing by label, Destroy,
 // refusing unsupported options at Create, and the optional capabilities the

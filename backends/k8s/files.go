@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 // File access over exec streams, as kubectl cp does it: each call is one
@@ -33,15 +34,15 @@ var (
 
 // Exit codes of the scripts: those of package backend's fallback scripts
 // (102 not found, 103 a directory, 104 no access, 105 not a directory, 107
-// not a regular file, 108 a symlink loop; see backend.ScriptError), and
+// not a regular file, 108 a symlink loop; see sbfiles.ScriptError), and
 // one for a missing tool.
 const exitNoTool = 106
 
 // missingFn is a sh function for a path $1 that does not exist: it exits
-// with ELOOP's code when $1 is a symlink loop (backend.GoneFn), with
+// with ELOOP's code when $1 is a symlink loop (sbfiles.GoneFn), with
 // ENOTDIR's when the nearest existing ancestor of $1 is not a directory,
 // else with ErrNotExist's.
-const missingFn = backend.GoneFn + `missing() { [ -L "$1" ] && gone "$1"; p=$(dirname -- "$1"); while [ ! -e "$p" ]; do p=$(dirname -- "$p"); done; [ -d "$p" ] && exit 102; exit 105; }
+const missingFn = sbfiles.GoneFn + `missing() { [ -L "$1" ] && gone "$1"; p=$(dirname -- "$1"); while [ ! -e "$p" ]; do p=$(dirname -- "$p"); done; [ -d "$p" ] && exit 102; exit 105; }
 `
 
 const (
@@ -114,7 +115,7 @@ func fileErr(op, name string, res backend.ExecResult) error {
 		err = fmt.Errorf("%w: file access over exec needs sh and coreutils (or busybox) in the image (exit code %d: %s)",
 			errors.ErrUnsupported, res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	default:
-		return backend.ScriptError(op, name, res)
+		return sbfiles.ScriptError(op, name, res)
 	}
 	return &fs.PathError{Op: op, Path: name, Err: err}
 }
@@ -149,7 +150,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, r io.Reader, perm 
 
 // Stat describes name, following symlinks.
 func (s *Sandbox) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
-	infos, err := backend.StatLines(ctx, s, "stat", name, script(statScript, s.resolve(name)), fileErr)
+	infos, err := sbfiles.StatLines(ctx, s, "stat", name, script(statScript, s.resolve(name)), fileErr)
 	if err != nil {
 		return nil, err
 	}
@@ -166,17 +167,17 @@ func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, erro
 	var infos []fs.FileInfo
 	err := errOldSbxd
 	if s.sbxd {
-		// Names holding a newline are framed (see backend.StatRecords);
+		// Names holding a newline are framed (see sbfiles.StatRecords);
 		// an sbxd from before that refuses -0 with a usage error.
-		infos, err = backend.StatLines(ctx, s, "readdir", name, []string{sbxdPath, "ls", "-0", s.resolve(name)}, sbxdFileErr)
+		infos, err = sbfiles.StatLines(ctx, s, "readdir", name, []string{sbxdPath, "ls", "-0", s.resolve(name)}, sbxdFileErr)
 	}
 	if errors.Is(err, errOldSbxd) {
-		infos, err = backend.StatLines(ctx, s, "readdir", name, script(readDirScript, s.resolve(name)), fileErr)
+		infos, err = sbfiles.StatLines(ctx, s, "readdir", name, script(readDirScript, s.resolve(name)), fileErr)
 	}
 	if err != nil {
 		return nil, err
 	}
-	backend.SortByName(infos)
+	sbfiles.SortByName(infos)
 	return infos, nil
 }
 
@@ -192,10 +193,10 @@ func (s *Sandbox) GetArchive(ctx context.Context, p string) (io.ReadCloser, erro
 
 // streamOut runs a script that prints "ok" and then the data, and returns
 // the data as a stream once the marker arrived (or the script's error; see
-// backend.ScriptOutput). Closing the stream early kills the command in the
+// sbfiles.ScriptOutput). Closing the stream early kills the command in the
 // pod.
 func (s *Sandbox) streamOut(ctx context.Context, op, name string, argv []string) (io.ReadCloser, error) {
-	rc, err := backend.ScriptOutput(ctx, s, op, name, argv, fileErr)
+	rc, err := sbfiles.ScriptOutput(ctx, s, op, name, argv, fileErr)
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/internal/k8stest"
 )
 
@@ -109,7 +110,7 @@ func TestFileSystemOverExec(t *testing.T) {
 	res, err := sb.Exec(ctx, backend.ExecRequest{Shell: "mkdir -p /tmp/l && echo old > /tmp/l/target && ln -s target /tmp/l/link"})
 	require.NoError(t, err)
 	require.Equal(t, 0, res.ExitCode, string(res.Stderr))
-	require.NoError(t, backend.WriteFile(ctx, sb, "/tmp/l/link", strings.NewReader("new\n"), 0o644))
+	require.NoError(t, sbfiles.WriteFile(ctx, sb, "/tmp/l/link", strings.NewReader("new\n"), 0o644))
 	res, err = sb.Exec(ctx, backend.ExecRequest{Shell: "readlink /tmp/l/link; cat /tmp/l/target"})
 	require.NoError(t, err)
 	assert.Equal(t, "target\nnew\n", string(res.Stdout), "the write replaced the symlink instead of writing through it")

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -264,15 +265,15 @@ func TestPodForOptions(t *testing.T) {
 }
 
 func TestParseStat(t *testing.T) {
-	fi, err := backend.ParseStatLine("a1ff 5 1700000000 /tmp/dir/link")
+	fi, err := sbfiles.ParseStatLine("a1ff 5 1700000000 /tmp/dir/link")
 	require.NoError(t, err)
 	assert.Equal(t, "link", fi.Name())
 	assert.Equal(t, int64(5), fi.Size())
 	assert.Equal(t, fs.ModeSymlink|0o777, fi.Mode())
-	fi, err = backend.ParseStatLine("81a4 12 1700000000")
+	fi, err = sbfiles.ParseStatLine("81a4 12 1700000000")
 	require.NoError(t, err)
 	assert.True(t, fi.Mode().IsRegular())
-	_, err = backend.ParseStatLine("garbage")
+	_, err = sbfiles.ParseStatLine("garbage")
 	assert.Error(t, err)
 }
 

@@ -133,7 +133,7 @@
 // /proc/self/root trick reaches a host file; under a volume's target
 // they reach the volume's host folder. Paths under /proc, /sys, /dev, /.sbx
 // and the generated /etc files are not on the overlay and return
-// errors.ErrUnsupported, so backend.ReadFile and friends fall back to Exec.
+// errors.ErrUnsupported, so sbfiles.ReadFile and friends fall back to Exec.
 // New files belong to the sandbox's user; a replaced file keeps its owner.
 //
 // # Volumes

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/internal/ctxio"
 	"github.com/sandboxkit/sandboxkit/internal/hostfs"
 )
@@ -35,7 +35,7 @@ const maxSymlinks = 40
 
 // hostOnly are sandbox paths whose content the host side does not see
 // (kernel file systems, tmpfs, single-file bind mounts): operations on them
-// return errors.ErrUnsupported, so backend.ReadFile and friends fall back
+// return errors.ErrUnsupported, so sbfiles.ReadFile and friends fall back
 // to Exec.
 var hostOnly = []string{"/proc", "/sys", "/dev", sbxdDir, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"}
 
@@ -414,6 +414,6 @@ func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, erro
 		}
 		infos = append(infos, fi)
 	}
-	backend.SortByName(infos)
+	sbfiles.SortByName(infos)
 	return infos, nil
 }

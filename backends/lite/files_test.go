@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 func mustExec(t *testing.T, sb backend.Sandbox, script string) string {
@@ -91,13 +92,13 @@ mkdir -p /inside && echo sandbox-file > /inside/f`)
 	if !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("FileSystem.ReadFile through /proc/self/root: error %v, want errors.ErrUnsupported", err)
 	}
-	rc, err := backend.ReadFile(ctx, sb, "/proclink/secret")
+	rc, err := sbfiles.ReadFile(ctx, sb, "/proclink/secret")
 	if err == nil {
 		data, _ := io.ReadAll(rc)
 		rc.Close()
-		t.Errorf("backend.ReadFile through /proc/self/root read %q, want fs.ErrNotExist", data)
+		t.Errorf("sbfiles.ReadFile through /proc/self/root read %q, want fs.ErrNotExist", data)
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("backend.ReadFile through /proc/self/root: error %v, want fs.ErrNotExist", err)
+		t.Errorf("sbfiles.ReadFile through /proc/self/root: error %v, want fs.ErrNotExist", err)
 	}
 
 	// Writes through symlinks land inside the sandbox.
@@ -145,12 +146,12 @@ mkdir -p /inside && echo sandbox-file > /inside/f`)
 		t.Errorf("Stat(/proc/self/status): %v, want errors.ErrUnsupported", err)
 	}
 	if data, err := readAllHelper(ctx, sb, "/proc/self/status"); err != nil || !bytes.Contains(data, []byte("Pid:")) {
-		t.Errorf("backend.ReadFile(/proc/self/status) = %q, %v; want the sandbox's procfs through Exec", data, err)
+		t.Errorf("sbfiles.ReadFile(/proc/self/status) = %q, %v; want the sandbox's procfs through Exec", data, err)
 	}
 }
 
 func readAllHelper(ctx context.Context, sb backend.Sandbox, name string) ([]byte, error) {
-	rc, err := backend.ReadFile(ctx, sb, name)
+	rc, err := sbfiles.ReadFile(ctx, sb, name)
 	if err != nil {
 		return nil, err
 	}

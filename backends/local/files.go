@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/internal/ctxio"
 	"github.com/sandboxkit/sandboxkit/internal/hostfs"
 )
@@ -117,7 +117,7 @@ func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, erro
 		}
 		infos = append(infos, fi)
 	}
-	backend.SortByName(infos)
+	sbfiles.SortByName(infos)
 	return infos, nil
 }
 

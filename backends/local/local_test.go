@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/backends/local"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 )
@@ -46,7 +47,7 @@ func TestSurvivesRestart(t *testing.T) {
 	require.NoError(t, err)
 	sb, err := b1.Create(ctx, backend.Spec{Name: "main", Session: "s1", Labels: map[string]string{"team": "x"}, TTL: time.Hour})
 	require.NoError(t, err)
-	require.NoError(t, backend.WriteFile(ctx, sb, "note.txt", strings.NewReader("kept"), 0o644))
+	require.NoError(t, sbfiles.WriteFile(ctx, sb, "note.txt", strings.NewReader("kept"), 0o644))
 	require.NoError(t, b1.Close())
 
 	b2, err := local.New(local.Config{StateDir: dir})

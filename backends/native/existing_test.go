@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/backends/native"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
 )
@@ -67,8 +68,8 @@ func TestAttachExisting(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "0\n", string(res.Stdout), "a timed-out command survived")
 
-		require.NoError(t, backend.WriteFile(ctx, sb, "/tmp/from-host.txt", strings.NewReader("hi"), 0o600))
-		infos, err := backend.ReadDir(ctx, sb, "/tmp")
+		require.NoError(t, sbfiles.WriteFile(ctx, sb, "/tmp/from-host.txt", strings.NewReader("hi"), 0o600))
+		infos, err := sbfiles.ReadDir(ctx, sb, "/tmp")
 		require.NoError(t, err)
 		assert.NotEmpty(t, infos)
 
@@ -121,7 +122,7 @@ func TestAttachExistingReadOnly(t *testing.T) {
 	assert.Equal(t, backend.TimeoutExitCode, res.ExitCode)
 	assert.True(t, res.TimedOut)
 	// Listing falls back to the image's shell tools.
-	infos, err := backend.ReadDir(ctx, sb, "/bin")
+	infos, err := sbfiles.ReadDir(ctx, sb, "/bin")
 	require.NoError(t, err)
 	assert.Greater(t, len(infos), 10)
 	require.NoError(t, sb.Destroy(ctx))

@@ -15,6 +15,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 // Files move through the engine's archive API (what docker cp uses): no
@@ -148,7 +149,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, r io.Reader, perm 
 	if st, err := s.b.cli.ContainerStatPath(ctx, s.cid, abs); err == nil && st.Mode&os.ModeSymlink != 0 && st.LinkTarget != "" {
 		abs = st.LinkTarget
 	}
-	stream, err := backend.FileTar(abs, r, perm)
+	stream, err := sbfiles.FileTar(abs, r, perm)
 	if err != nil {
 		return &fs.PathError{Op: "write", Path: name, Err: err}
 	}
@@ -214,14 +215,14 @@ func sbxdFileErr(op, name string, res backend.ExecResult) error {
 	if res.ExitCode == 125 && strings.HasPrefix(string(res.Stderr), "usage:") {
 		return &fs.PathError{Op: op, Path: name, Err: errOldSbxd}
 	}
-	return backend.ScriptError(op, name, res)
+	return sbfiles.ScriptError(op, name, res)
 }
 
 // statInSandbox is Stat by a command in the sandbox (sbxd stat, else sh
 // and stat), as the sandbox's user.
 func (s *Sandbox) statInSandbox(ctx context.Context, name, abs string) (fs.FileInfo, error) {
 	if !s.plain {
-		infos, err := backend.StatLines(ctx, s, "stat", name, []string{sbxdPath, "stat", abs}, sbxdFileErr)
+		infos, err := sbfiles.StatLines(ctx, s, "stat", name, []string{sbxdPath, "stat", abs}, sbxdFileErr)
 		switch {
 		case err == nil && len(infos) == 1:
 			i := infos[0]
@@ -234,7 +235,7 @@ func (s *Sandbox) statInSandbox(ctx context.Context, name, abs string) (fs.FileI
 	} else if !inKernelFS(abs) && s.fileInTheWay(ctx, abs) {
 		return nil, &fs.PathError{Op: "stat", Path: name, Err: syscall.ENOTDIR}
 	}
-	fi, err := backend.Stat(ctx, execOnly{s}, abs)
+	fi, err := sbfiles.Stat(ctx, execOnly{s}, abs)
 	if err != nil {
 		return nil, reop("stat", name, err)
 	}
@@ -245,12 +246,12 @@ func (s *Sandbox) statInSandbox(ctx context.Context, name, abs string) (fs.FileI
 // and cat), as the sandbox's user.
 func (s *Sandbox) readInSandbox(ctx context.Context, name, abs string) (io.ReadCloser, error) {
 	if !s.plain {
-		rc, err := backend.ScriptOutput(ctx, s, "read", name, []string{sbxdPath, "cat", abs}, sbxdFileErr)
+		rc, err := sbfiles.ScriptOutput(ctx, s, "read", name, []string{sbxdPath, "cat", abs}, sbxdFileErr)
 		if !errors.Is(err, errOldSbxd) {
 			return rc, err
 		}
 	}
-	rc, err := backend.ReadFile(ctx, execOnly{s}, abs)
+	rc, err := sbfiles.ReadFile(ctx, execOnly{s}, abs)
 	if err != nil {
 		return nil, reop("read", name, err)
 	}
@@ -272,13 +273,13 @@ func (s *Sandbox) fileInTheWay(ctx context.Context, abs string) bool {
 // ReadDir lists a directory with `sbxd ls` in an exec (the archive API
 // would send the whole tree), as the sandbox's user, so permissions apply
 // as they do to Exec; no tools are needed in the image. Names are framed
-// so that none can split or forge an entry (see backend.StatRecords).
+// so that none can split or forge an entry (see sbfiles.StatRecords).
 func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, error) {
 	abs := s.resolve(name)
 	if !s.plain {
-		infos, err := backend.StatLines(ctx, s, "readdir", name, []string{sbxdPath, "ls", "-0", abs}, sbxdFileErr)
+		infos, err := sbfiles.StatLines(ctx, s, "readdir", name, []string{sbxdPath, "ls", "-0", abs}, sbxdFileErr)
 		if err == nil {
-			backend.SortByName(infos)
+			sbfiles.SortByName(infos)
 			return infos, nil
 		}
 		if !errors.Is(err, errOldSbxd) {
@@ -286,7 +287,7 @@ func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, erro
 		}
 		// An sbxd from before framed listings: the generic path.
 	}
-	infos, err := backend.ReadDir(ctx, execOnly{s}, abs)
+	infos, err := sbfiles.ReadDir(ctx, execOnly{s}, abs)
 	if err != nil {
 		return nil, reop("readdir", name, err)
 	}
@@ -294,7 +295,7 @@ func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, erro
 }
 
 // Readlink returns the target of the symlink name (sbxd readlink; without
-// sbxd, backend.Readlink's generic path).
+// sbxd, sbfiles.Readlink's generic path).
 func (s *Sandbox) Readlink(ctx context.Context, name string) (string, error) {
 	if s.plain {
 		return "", &fs.PathError{Op: "readlink", Path: name, Err: errors.ErrUnsupported}

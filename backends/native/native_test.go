@@ -24,6 +24,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backend/backendtest"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/backends/native"
 	"github.com/sandboxkit/sandboxkit/fileops/fileopstest"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
@@ -145,7 +146,7 @@ func TestCheckpoint(t *testing.T) {
 	ctx := t.Context()
 	b := newBackend(t, dockertest.BusyboxImage)
 	sb := create(t, b, spec("ckpt", dockertest.BusyboxImage))
-	require.NoError(t, backend.WriteFile(ctx, sb, "/state.txt", strings.NewReader("kept"), 0o644))
+	require.NoError(t, sbfiles.WriteFile(ctx, sb, "/state.txt", strings.NewReader("kept"), 0o644))
 	cp, ok := backend.As[backend.Checkpointer](sb)
 	require.True(t, ok)
 	ref := "sandboxkit-test/checkpoint:" + testRun
@@ -288,12 +289,12 @@ func TestScratchImage(t *testing.T) {
 
 	// Files without any tool in the image.
 	data := bytes.Repeat([]byte("0123456789abcdef"), 100000)
-	require.NoError(t, backend.WriteFile(ctx, sb, "/data/sub/blob.bin", bytes.NewReader(data), 0o640))
-	fi, err := backend.Stat(ctx, sb, "/data/sub/blob.bin")
+	require.NoError(t, sbfiles.WriteFile(ctx, sb, "/data/sub/blob.bin", bytes.NewReader(data), 0o640))
+	fi, err := sbfiles.Stat(ctx, sb, "/data/sub/blob.bin")
 	require.NoError(t, err)
 	assert.Equal(t, int64(len(data)), fi.Size())
 	assert.Equal(t, os.FileMode(0o640), fi.Mode().Perm())
-	rc, err := backend.ReadFile(ctx, sb, "/data/sub/blob.bin")
+	rc, err := sbfiles.ReadFile(ctx, sb, "/data/sub/blob.bin")
 	require.NoError(t, err)
 	got, err := io.ReadAll(rc)
 	rc.Close()
@@ -303,24 +304,24 @@ func TestScratchImage(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, len(data), len(res.Stdout))
 
-	_, err = backend.Stat(ctx, sb, "/nope")
+	_, err = sbfiles.Stat(ctx, sb, "/nope")
 	assert.ErrorIs(t, err, os.ErrNotExist)
 
 	// Directories list without ls or find in the image (sbxd ls).
-	require.NoError(t, backend.WriteFile(ctx, sb, "/data/sub/a.txt", strings.NewReader("a"), 0o600))
-	infos, err := backend.ReadDir(ctx, sb, "/data/sub")
+	require.NoError(t, sbfiles.WriteFile(ctx, sb, "/data/sub/a.txt", strings.NewReader("a"), 0o600))
+	infos, err := sbfiles.ReadDir(ctx, sb, "/data/sub")
 	require.NoError(t, err)
 	require.Len(t, infos, 2)
 	assert.Equal(t, "a.txt", infos[0].Name())
 	assert.Equal(t, int64(1), infos[0].Size())
 	assert.Equal(t, "blob.bin", infos[1].Name())
-	infos, err = backend.ReadDir(ctx, sb, "/data")
+	infos, err = sbfiles.ReadDir(ctx, sb, "/data")
 	require.NoError(t, err)
 	require.Len(t, infos, 1)
 	assert.True(t, infos[0].IsDir())
-	_, err = backend.ReadDir(ctx, sb, "/nope")
+	_, err = sbfiles.ReadDir(ctx, sb, "/nope")
 	assert.ErrorIs(t, err, os.ErrNotExist)
-	_, err = backend.ReadDir(ctx, sb, "/data/sub/a.txt")
+	_, err = sbfiles.ReadDir(ctx, sb, "/data/sub/a.txt")
 	assert.ErrorIs(t, err, syscall.ENOTDIR)
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/backends/opensandbox"
 	"github.com/sandboxkit/sandboxkit/backends/opensandbox/opensandboxtest"
 	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
@@ -410,7 +411,7 @@ func TestLifecycle(t *testing.T) {
 		require.NoError(t, sb.Destroy(testCtx(t)))
 		_, err := sb.Exec(testCtx(t), backend.ExecRequest{Cmd: []string{"true"}})
 		assert.ErrorIs(t, err, backend.ErrNotFound)
-		_, err = backend.ReadFile(testCtx(t), sb, "/etc/hostname")
+		_, err = sbfiles.ReadFile(testCtx(t), sb, "/etc/hostname")
 		assert.ErrorIs(t, err, backend.ErrNotFound)
 		assert.NoError(t, sb.Destroy(testCtx(t)))
 	})
@@ -428,8 +429,8 @@ func TestFileErrors(t *testing.T) {
 
 	_, err = fsys.Stat(ctx, "dir/link")
 	assert.ErrorIs(t, err, errors.ErrUnsupported, "execd does not follow symlinks")
-	fi, err := backend.Stat(ctx, sb, "dir/link")
-	require.NoError(t, err, "backend.Stat falls back to Exec")
+	fi, err := sbfiles.Stat(ctx, sb, "dir/link")
+	require.NoError(t, err, "sbfiles.Stat falls back to Exec")
 	assert.Equal(t, int64(1), fi.Size())
 
 	_, err = fsys.ReadDir(ctx, "dir/f.txt")

@@ -109,7 +109,7 @@
 // (multipart, with the mode; parents are created), Stat uses /files/info and
 // ReadDir /directories/list. execd does not follow symlinks in /files/info,
 // so Stat of a symlink (and ReadDir through one) reports
-// errors.ErrUnsupported and backend.Stat falls back to Exec. Errors are
+// errors.ErrUnsupported and sbfiles.Stat falls back to Exec. Errors are
 // *fs.PathError wrapping fs.ErrNotExist, fs.ErrPermission, syscall.ENOTDIR
 // or syscall.EISDIR as execd's answers say. edit_file keeps its uniqueness
 // rule because fileops reads and writes whole files (execd's

@@ -19,12 +19,13 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/internal/ctxio"
 )
 
 // File access goes through execd's file API, so fileops needs no tools in
 // the image. Two of execd's habits shape it: /files/info does not follow
-// symlinks (Stat of a symlink falls back to backend.Stat's Exec path, by
+// symlinks (Stat of a symlink falls back to sbfiles.Stat's Exec path, by
 // returning errors.ErrUnsupported), and /files/replace replaces every
 // occurrence (edit_file reads and writes whole files instead, keeping its
 // uniqueness rule).
@@ -265,7 +266,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, r io.Reader, perm 
 
 // Stat describes name. execd does not follow symlinks, nor tell special
 // files apart, so a symlink or a special file is reported with
-// errors.ErrUnsupported and backend.Stat asks the sandbox.
+// errors.ErrUnsupported and sbfiles.Stat asks the sandbox.
 func (s *Sandbox) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
 	p, x, err := s.fileTarget(ctx, name)
 	if err != nil {
@@ -289,7 +290,7 @@ func (s *Sandbox) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
 // ReadDir lists a directory with execd's /directories/list (symlinks are
 // listed, not followed). An execd without that route, or a name that is a
 // symlink (which the route refuses), is reported with
-// errors.ErrUnsupported so backend.ReadDir lists through Exec.
+// errors.ErrUnsupported so sbfiles.ReadDir lists through Exec.
 func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, error) {
 	p, x, err := s.fileTarget(ctx, name)
 	if err != nil {
@@ -321,7 +322,7 @@ func (s *Sandbox) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, erro
 		}
 		infos = append(infos, fileInfoOf(e))
 	}
-	backend.SortByName(infos)
+	sbfiles.SortByName(infos)
 	return infos, nil
 }
 

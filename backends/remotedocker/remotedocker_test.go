@@ -23,6 +23,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backend/backendtest"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/backends/remotedocker"
 	"github.com/sandboxkit/sandboxkit/fileops/fileopstest"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
@@ -166,7 +167,7 @@ func TestLandsOnRemote(t *testing.T) {
 	}
 
 	// A file written through the backend is in the remote container.
-	require.NoError(t, backend.WriteFile(ctx, sb, "/root/marker", strings.NewReader(testRun), 0o644))
+	require.NoError(t, sbfiles.WriteFile(ctx, sb, "/root/marker", strings.NewReader(testRun), 0o644))
 	res, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"cat", "/root/marker"}})
 	require.NoError(t, err)
 	assert.Equal(t, testRun, string(res.Stdout))

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/internal/tartree"
 )
 
@@ -419,11 +420,11 @@ func (t *sandboxTree) Abs(name string) string {
 }
 
 func (t *sandboxTree) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
-	return backend.Stat(ctx, t.sb, t.Abs(name))
+	return sbfiles.Stat(ctx, t.sb, t.Abs(name))
 }
 
 func (t *sandboxTree) Readlink(ctx context.Context, name string) (string, error) {
-	return backend.Readlink(ctx, t.sb, t.Abs(name))
+	return sbfiles.Readlink(ctx, t.sb, t.Abs(name))
 }
 
 func (t *sandboxTree) Split(name string) (string, string) {
@@ -474,14 +475,14 @@ func (t *sandboxTree) Tar(ctx context.Context, name, as string, w io.Writer) err
 		}
 	}
 	tw := tar.NewWriter(w)
-	fi, err := backend.Stat(ctx, t.sb, name)
+	fi, err := sbfiles.Stat(ctx, t.sb, name)
 	if err != nil {
 		return err
 	}
 	if as != "" {
 		// A symlink is copied as a link, as the archive path copies it
 		// (its target, when the contents of a directory are asked for).
-		if _, err := backend.Readlink(ctx, t.sb, name); err == nil {
+		if _, err := sbfiles.Readlink(ctx, t.sb, name); err == nil {
 			fi = backend.NewFileInfo(path.Base(name), 0, fs.ModeSymlink|0o777, fi.ModTime())
 		}
 	}
@@ -536,7 +537,7 @@ func (t *sandboxTree) walk(ctx context.Context, tw *tar.Writer, name, rel, as st
 	case fi.Mode()&fs.ModeSymlink != 0:
 		// Kept as a link (to a directory, dangling or not), as the
 		// archive path and docker cp keep it.
-		target, err := backend.Readlink(ctx, t.sb, name)
+		target, err := sbfiles.Readlink(ctx, t.sb, name)
 		if err != nil {
 			return err
 		}
@@ -551,7 +552,7 @@ func (t *sandboxTree) walk(ctx context.Context, tw *tar.Writer, name, rel, as st
 				return err
 			}
 		}
-		children, err := backend.ReadDir(ctx, t.sb, name)
+		children, err := sbfiles.ReadDir(ctx, t.sb, name)
 		if err != nil {
 			return err
 		}
@@ -562,7 +563,7 @@ func (t *sandboxTree) walk(ctx context.Context, tw *tar.Writer, name, rel, as st
 		}
 		return nil
 	case fi.Mode().IsRegular():
-		rc, err := backend.ReadFile(ctx, t.sb, name)
+		rc, err := sbfiles.ReadFile(ctx, t.sb, name)
 		if err != nil {
 			return err
 		}
@@ -609,7 +610,7 @@ func (t *sandboxTree) Untar(ctx context.Context, dir string, r io.Reader) error 
 			// files anyway, so only empty directories need it.
 			dirs = append(dirs, target)
 		case tar.TypeReg:
-			if err := backend.WriteFile(ctx, t.sb, target, tr, fs.FileMode(hdr.Mode).Perm()); err != nil {
+			if err := sbfiles.WriteFile(ctx, t.sb, target, tr, fs.FileMode(hdr.Mode).Perm()); err != nil {
 				return err
 			}
 		case tar.TypeSymlink:

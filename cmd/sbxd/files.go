@@ -16,7 +16,7 @@ import (
 )
 
 // Exit codes of the file commands, shared with package backend's fallback
-// scripts (see backend.ScriptError).
+// scripts (see sbfiles.ScriptError).
 const (
 	exitNotExist   = 102
 	exitIsDir      = 103
@@ -50,7 +50,7 @@ func fileMain(cmd string, args []string) int {
 	return readlinkMain(args[0])
 }
 
-// putRecord writes one stat record (see backend.StatRecords): framed by
+// putRecord writes one stat record (see sbfiles.StatRecords): framed by
 // NUL bytes when nul is set or the name holds a newline, else a line.
 func putRecord(w io.Writer, st *syscall.Stat_t, name string, nul bool) {
 	nul = nul || containsNewline(name)

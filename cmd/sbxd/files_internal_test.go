@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 // FuzzPutRecord: what sbxd ls and stat print for a file reads back, with
@@ -26,15 +26,15 @@ func FuzzPutRecord(f *testing.F) {
 		var b bytes.Buffer
 		putRecord(&b, st, name, nul)
 		putRecord(&b, st, "next", false)
-		records, complete := backend.StatRecords(b.Bytes())
+		records, complete := sbfiles.StatRecords(b.Bytes())
 		if !complete || len(records) != 2 {
 			t.Fatalf("%q: %d records (complete %v)", b.Bytes(), len(records), complete)
 		}
-		fi, err := backend.ParseStatLine(records[0])
+		fi, err := sbfiles.ParseStatLine(records[0])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fi.Name() != name || fi.Size() != size || fi.ModTime().Unix() != mtime || fi.Mode() != backend.ModeFromUnix(mode) {
+		if fi.Name() != name || fi.Size() != size || fi.ModTime().Unix() != mtime || fi.Mode() != sbfiles.ModeFromUnix(mode) {
 			t.Fatalf("%q read back as %q %d %d %v", b.Bytes(), fi.Name(), fi.Size(), fi.ModTime().Unix(), fi.Mode())
 		}
 	})

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 )
 
 // sbxd ls frames a name holding a newline with NUL bytes (every name with
@@ -28,13 +28,13 @@ func TestLsFramesNames(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, errOut)
 		}
-		records, complete := backend.StatRecords([]byte(out))
+		records, complete := sbfiles.StatRecords([]byte(out))
 		if !complete || len(records) != 3 {
 			t.Fatalf("%v: %q: %d records (complete %v), want 3", args, out, len(records), complete)
 		}
 		names := map[string]bool{}
 		for _, r := range records {
-			fi, err := backend.ParseStatLine(r)
+			fi, err := sbfiles.ParseStatLine(r)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,11 +98,11 @@ func TestFileCommandCodes(t *testing.T) {
 		}
 	}
 	out, _, code := run(t, "stat", filepath.Join(dir, "link"))
-	records, _ := backend.StatRecords([]byte(out))
+	records, _ := sbfiles.StatRecords([]byte(out))
 	if code != 0 || len(records) != 1 || !strings.HasPrefix(out, "\x00") {
 		t.Fatalf("sbxd stat of a link: exit %d, %q", code, out)
 	}
-	fi, err := backend.ParseStatLine(records[0])
+	fi, err := sbfiles.ParseStatLine(records[0])
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() != 7 || fi.Name() != "link" {
 		t.Errorf("sbxd stat of a link: %v %v", fi, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/fileops"
 )
 
@@ -90,7 +91,7 @@ var edgeCases = []testCase{
 			assert.Equal(t, "No matches for 'x' in '"+e.dir+"'.", out)
 		}, unblock)
 		noBlock(t, func() {
-			_, err := backend.ReadFile(e.ctx, e.sb, e.p("fifo"))
+			_, err := sbfiles.ReadFile(e.ctx, e.sb, e.p("fifo"))
 			assert.ErrorIs(t, err, backend.ErrNotRegular)
 		}, unblock)
 	}},
@@ -113,7 +114,7 @@ var edgeCases = []testCase{
 			_, err := e.tools.ReadFile(e.ctx, e.p(name), 0, 0)
 			toolError(t, err, "Error: '"+e.p(name)+"': too many levels of symbolic links (a symlink loop).")
 			assert.ErrorIs(t, err, syscall.ELOOP)
-			_, err = backend.Stat(e.ctx, e.sb, e.p(name))
+			_, err = sbfiles.Stat(e.ctx, e.sb, e.p(name))
 			assert.ErrorIs(t, err, syscall.ELOOP, "Stat")
 		}
 		_, err := e.tools.Ls(e.ctx, e.p("loop"))
@@ -128,7 +129,7 @@ var edgeCases = []testCase{
 		out, err := e.tools.WriteFile(e.ctx, e.p("link.txt"), "through\n")
 		require.NoError(t, err)
 		assert.Equal(t, "Created file '"+e.p("link.txt")+"' (8 bytes).", out)
-		require.NoError(t, backend.WriteFile(e.ctx, e.sb, e.p("d/rel-link"), strings.NewReader("rel\n"), 0o644))
+		require.NoError(t, sbfiles.WriteFile(e.ctx, e.sb, e.p("d/rel-link"), strings.NewReader("rel\n"), 0o644))
 		assert.Equal(t, "through\n", e.cat("made.txt"))
 		assert.Equal(t, "rel\n", e.cat("d/abs.txt"))
 		assert.Equal(t, "made.txt\n../d/abs.txt\n", e.sh(`readlink link.txt; readlink d/rel-link`), "the links stay links")
@@ -136,15 +137,15 @@ var edgeCases = []testCase{
 	{"files/readlink", func(t *testing.T, e *env) {
 		e.write("f", "x")
 		e.sh(`ln -s "target with space" link && ln -s "$(printf 'a\nb')" nl-link`)
-		got, err := backend.Readlink(e.ctx, e.sb, e.p("link"))
+		got, err := sbfiles.Readlink(e.ctx, e.sb, e.p("link"))
 		require.NoError(t, err)
 		assert.Equal(t, "target with space", got)
-		got, err = backend.Readlink(e.ctx, e.sb, e.p("nl-link"))
+		got, err = sbfiles.Readlink(e.ctx, e.sb, e.p("nl-link"))
 		require.NoError(t, err)
 		assert.Equal(t, "a\nb", got)
-		_, err = backend.Readlink(e.ctx, e.sb, e.p("f"))
+		_, err = sbfiles.Readlink(e.ctx, e.sb, e.p("f"))
 		assert.ErrorIs(t, err, syscall.EINVAL, "a regular file")
-		_, err = backend.Readlink(e.ctx, e.sb, e.p("nope"))
+		_, err = sbfiles.Readlink(e.ctx, e.sb, e.p("nope"))
 		assert.ErrorIs(t, err, fs.ErrNotExist)
 	}},
 	{"ls/newline_names", func(t *testing.T, e *env) {
@@ -154,7 +155,7 @@ var edgeCases = []testCase{
 		assert.Equal(t, lines(
 			"file             7  2023-11-14T22:13:20Z  "+strconv.Quote(evilName),
 			"dir              -  2023-11-14T22:13:20Z  "+strconv.Quote(nlDir)+"/"), out)
-		fis, err := backend.ReadDir(e.ctx, e.sb, e.dir)
+		fis, err := sbfiles.ReadDir(e.ctx, e.sb, e.dir)
 		require.NoError(t, err)
 		require.Len(t, fis, 2)
 		assert.Equal(t, evilName, fis[0].Name())

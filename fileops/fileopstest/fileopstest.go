@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/fileops"
 )
 
@@ -114,7 +115,7 @@ func (e *env) exec(req backend.ExecRequest) string {
 // write creates rel with content (and its parents).
 func (e *env) write(rel, content string) {
 	e.t.Helper()
-	require.NoError(e.t, backend.WriteFile(e.ctx, e.sb, e.p(rel), strings.NewReader(content), 0o644))
+	require.NoError(e.t, sbfiles.WriteFile(e.ctx, e.sb, e.p(rel), strings.NewReader(content), 0o644))
 }
 
 // cat returns rel's content.

@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/internal/egressctl"
 	"github.com/sandboxkit/sandboxkit/internal/fakenet"
 	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
@@ -77,7 +78,7 @@ func NewEnv(t testing.TB, fn *fakenet.Net, ctl backend.EgressController, sb back
 // Install writes netprobe to /netprobe in the sandbox.
 func (e *Env) Install(t testing.TB) {
 	t.Helper()
-	require.NoError(t, backend.WriteFile(t.Context(), e.Sandbox, "/netprobe", bytes.NewReader(Netprobe(t)), 0o755))
+	require.NoError(t, sbfiles.WriteFile(t.Context(), e.Sandbox, "/netprobe", bytes.NewReader(Netprobe(t)), 0o755))
 }
 
 // Probe runs netprobe in the sandbox; ok reports exit status 0.

@@ -1,4 +1,4 @@
-package backend
+package sbfiles
 
 import (
 	"fmt"

@@ -1,4 +1,12 @@
-package backend
+// Package sbfiles gives file access to any sandbox: ReadFile, WriteFile,
+// Stat, ReadDir and Readlink use the sandbox's [backend.FileSystem] (or
+// [backend.Readlinker]) when it has one, then its [backend.Archiver], and
+// otherwise run small POSIX sh scripts through Exec, which need only sh and
+// coreutils (or busybox) in the sandbox. Backend authors use its script
+// pieces (GoneFn, StatBatchScript, StatRecords, StatLines, ScriptOutput,
+// ScriptError) for file operations of their own, so that every backend
+// reports the same errors for the same failures.
+package sbfiles
 
 import (
 	"archive/tar"
@@ -17,13 +25,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandboxkit/sandboxkit/internal/errdefs"
+	"github.com/sandboxkit/sandboxkit/backend"
 )
-
-// The helpers in this file give every sandbox file access: they use the
-// sandbox's FileSystem when it has one, then its Archiver, and otherwise run
-// small POSIX sh scripts through Exec, which need only sh and coreutils (or
-// busybox) in the sandbox.
 
 // Exit codes the fallback scripts use to report file errors; chosen outside
 // the range of sh's own codes (1, 2, 126, 127) and signals. Backends whose
@@ -39,19 +42,12 @@ const (
 	exitNotLink    = 109
 )
 
-// ErrNotRegular is what a read of something other than a regular file or a
-// directory wraps (in an *fs.PathError): a named pipe, a socket or a
-// device. Reading one could block until a writer comes, or never end, so
-// the file operations refuse it at once instead. It is the agent's
-// sentinel too (internal/errdefs), the same value.
-var ErrNotRegular error = errdefs.ErrNotRegular
-
 // ScriptError is the *fs.PathError of a file script that failed: exit codes
 // 102 (fs.ErrNotExist), 103 (EISDIR), 104 (fs.ErrPermission), 105
-// (ENOTDIR), 107 (ErrNotRegular), 108 (ELOOP: too many levels of symbolic
+// (ENOTDIR), 107 (backend.ErrNotRegular), 108 (ELOOP: too many levels of symbolic
 // links) and 109 (EINVAL: not a symbolic link, from Readlink), else the
 // exit code with the script's stderr.
-func ScriptError(op, name string, res ExecResult) error {
+func ScriptError(op, name string, res backend.ExecResult) error {
 	var err error
 	switch res.ExitCode {
 	case exitNotExist:
@@ -63,7 +59,7 @@ func ScriptError(op, name string, res ExecResult) error {
 	case exitNotDir:
 		err = syscall.ENOTDIR
 	case exitNotRegular:
-		err = ErrNotRegular
+		err = backend.ErrNotRegular
 	case exitLoop:
 		err = syscall.ELOOP
 	case exitNotLink:
@@ -79,14 +75,14 @@ func ScriptError(op, name string, res ExecResult) error {
 }
 
 // ReadFile opens a file in sb for reading.
-func ReadFile(ctx context.Context, sb Sandbox, name string) (io.ReadCloser, error) {
-	if f, ok := As[FileSystem](sb); ok {
+func ReadFile(ctx context.Context, sb backend.Sandbox, name string) (io.ReadCloser, error) {
+	if f, ok := backend.As[backend.FileSystem](sb); ok {
 		rc, err := f.ReadFile(ctx, name)
 		if !errors.Is(err, errors.ErrUnsupported) {
 			return rc, err
 		}
 	}
-	if a, ok := As[Archiver](sb); ok {
+	if a, ok := backend.As[backend.Archiver](sb); ok {
 		rc, err := readFromArchive(ctx, a, name)
 		if !errors.Is(err, errors.ErrUnsupported) {
 			return rc, err
@@ -95,7 +91,7 @@ func ReadFile(ctx context.Context, sb Sandbox, name string) (io.ReadCloser, erro
 	return readByExec(ctx, sb, name)
 }
 
-func readFromArchive(ctx context.Context, a Archiver, name string) (io.ReadCloser, error) {
+func readFromArchive(ctx context.Context, a backend.Archiver, name string) (io.ReadCloser, error) {
 	stream, err := a.GetArchive(ctx, name)
 	if err != nil {
 		return nil, err
@@ -159,7 +155,7 @@ const readScript = GoneFn + `[ -e "$1" ] || gone "$1"
 echo ok
 exec cat -- "$1"`
 
-func readByExec(ctx context.Context, sb Sandbox, name string) (io.ReadCloser, error) {
+func readByExec(ctx context.Context, sb backend.Sandbox, name string) (io.ReadCloser, error) {
 	return ScriptOutput(ctx, sb, "read", name, []string{"sh", "-c", readScript, "sh", name}, ScriptError)
 }
 
@@ -169,15 +165,15 @@ func readByExec(ctx context.Context, sb Sandbox, name string) (io.ReadCloser, er
 // any data is read: it is ScriptOutput's error, failed(op, name, result)
 // for a non-zero exit (as it is the stream's, should the command fail
 // later). Closing the stream early kills the command.
-func ScriptOutput(ctx context.Context, sb Sandbox, op, name string, argv []string, failed func(op, name string, res ExecResult) error) (io.ReadCloser, error) {
+func ScriptOutput(ctx context.Context, sb backend.Sandbox, op, name string, argv []string, failed func(op, name string, res backend.ExecResult) error) (io.ReadCloser, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
-	var res ExecResult
+	var res backend.ExecResult
 	var execErr error
 	go func() {
 		defer close(done)
-		res, execErr = sb.Exec(ctx, ExecRequest{Cmd: argv, Stdout: pw})
+		res, execErr = sb.Exec(ctx, backend.ExecRequest{Cmd: argv, Stdout: pw})
 		switch {
 		case execErr != nil:
 			pw.CloseWithError(execErr)
@@ -222,14 +218,14 @@ func (r *execReader) Close() error {
 
 // WriteFile creates or replaces a file in sb with r's bytes, creating
 // missing parent directories.
-func WriteFile(ctx context.Context, sb Sandbox, name string, r io.Reader, perm fs.FileMode) error {
-	if f, ok := As[FileSystem](sb); ok {
+func WriteFile(ctx context.Context, sb backend.Sandbox, name string, r io.Reader, perm fs.FileMode) error {
+	if f, ok := backend.As[backend.FileSystem](sb); ok {
 		err := f.WriteFile(ctx, name, r, perm)
 		if !errors.Is(err, errors.ErrUnsupported) {
 			return err
 		}
 	}
-	if a, ok := As[Archiver](sb); ok {
+	if a, ok := backend.As[backend.Archiver](sb); ok {
 		err := writeByArchive(ctx, sb, a, name, r, perm)
 		if !errors.Is(err, errors.ErrUnsupported) {
 			return err
@@ -238,7 +234,7 @@ func WriteFile(ctx context.Context, sb Sandbox, name string, r io.Reader, perm f
 	return writeByExec(ctx, sb, name, r, perm)
 }
 
-func writeByArchive(ctx context.Context, sb Sandbox, a Archiver, name string, r io.Reader, perm fs.FileMode) error {
+func writeByArchive(ctx context.Context, sb backend.Sandbox, a backend.Archiver, name string, r io.Reader, perm fs.FileMode) error {
 	abs, err := absPath(ctx, sb, name)
 	if err != nil {
 		return err
@@ -255,7 +251,7 @@ func writeByArchive(ctx context.Context, sb Sandbox, a Archiver, name string, r 
 }
 
 // FileTar returns a tar stream holding one regular file at the absolute
-// path name (stored relative to "/", for Archiver.PutArchive at "/"), with
+// path name (stored relative to "/", for backend.Archiver.PutArchive at "/"), with
 // r's bytes and mode perm. r is spooled to a temporary file when its length
 // is not known up front; Close releases it.
 func FileTar(name string, r io.Reader, perm fs.FileMode) (io.ReadCloser, error) {
@@ -314,7 +310,7 @@ func sized(r io.Reader) (io.Reader, int64, func(), error) {
 	return f, n, cleanup, nil
 }
 
-func absPath(ctx context.Context, sb Sandbox, name string) (string, error) {
+func absPath(ctx context.Context, sb backend.Sandbox, name string) (string, error) {
 	if path.IsAbs(name) {
 		return path.Clean(name), nil
 	}
@@ -338,8 +334,8 @@ fi
 { cat > "$1"; } 2>/dev/null || exit 104
 chmod "$2" "$1"`
 
-func writeByExec(ctx context.Context, sb Sandbox, name string, r io.Reader, perm fs.FileMode) error {
-	res, err := sb.Exec(ctx, ExecRequest{
+func writeByExec(ctx context.Context, sb backend.Sandbox, name string, r io.Reader, perm fs.FileMode) error {
+	res, err := sb.Exec(ctx, backend.ExecRequest{
 		Cmd:   []string{"sh", "-c", writeScript, "sh", name, strconv.FormatUint(uint64(perm.Perm()), 8)},
 		Stdin: r,
 	})
@@ -353,8 +349,8 @@ func writeByExec(ctx context.Context, sb Sandbox, name string, r io.Reader, perm
 }
 
 // Stat describes a file in sb, following symlinks.
-func Stat(ctx context.Context, sb Sandbox, name string) (fs.FileInfo, error) {
-	if f, ok := As[FileSystem](sb); ok {
+func Stat(ctx context.Context, sb backend.Sandbox, name string) (fs.FileInfo, error) {
+	if f, ok := backend.As[backend.FileSystem](sb); ok {
 		fi, err := f.Stat(ctx, name)
 		if !errors.Is(err, errors.ErrUnsupported) {
 			return fi, err
@@ -370,13 +366,13 @@ exec stat -L -c '%f %s %Y' -- "$1"`)
 		return nil, &fs.PathError{Op: "stat", Path: name, Err: errors.New("unexpected stat output")}
 	}
 	i := infos[0]
-	return NewFileInfo(path.Base(name), i.Size(), i.Mode(), i.ModTime()), nil
+	return backend.NewFileInfo(path.Base(name), i.Size(), i.Mode(), i.ModTime()), nil
 }
 
 // ReadDir lists a directory in sb, sorted by name, without following
 // symlinks.
-func ReadDir(ctx context.Context, sb Sandbox, name string) ([]fs.FileInfo, error) {
-	if f, ok := As[FileSystem](sb); ok {
+func ReadDir(ctx context.Context, sb backend.Sandbox, name string) ([]fs.FileInfo, error) {
+	if f, ok := backend.As[backend.FileSystem](sb); ok {
 		fis, err := f.ReadDir(ctx, name)
 		if !errors.Is(err, errors.ErrUnsupported) {
 			return fis, err
@@ -418,15 +414,15 @@ func SortByName(infos []fs.FileInfo) {
 	slices.SortFunc(infos, func(a, b fs.FileInfo) int { return strings.Compare(a.Name(), b.Name()) })
 }
 
-func statByExec(ctx context.Context, sb Sandbox, op, name, script string) ([]fs.FileInfo, error) {
+func statByExec(ctx context.Context, sb backend.Sandbox, op, name, script string) ([]fs.FileInfo, error) {
 	return StatLines(ctx, sb, op, name, []string{"sh", "-c", script, "sh", name}, ScriptError)
 }
 
 // StatLines runs argv in sb and parses each record of its output (see
 // StatRecords) with ParseStatLine; a non-zero exit becomes failed(op, name,
 // result).
-func StatLines(ctx context.Context, sb Sandbox, op, name string, argv []string, failed func(op, name string, res ExecResult) error) ([]fs.FileInfo, error) {
-	res, err := sb.Exec(ctx, ExecRequest{Cmd: argv, OutputLimit: -1})
+func StatLines(ctx context.Context, sb backend.Sandbox, op, name string, argv []string, failed func(op, name string, res backend.ExecResult) error) ([]fs.FileInfo, error) {
+	res, err := sb.Exec(ctx, backend.ExecRequest{Cmd: argv, OutputLimit: -1})
 	if err != nil {
 		return nil, err
 	}
@@ -496,16 +492,7 @@ func ParseStatLine(line string) (fs.FileInfo, error) {
 	if len(parts) == 4 {
 		name = path.Base(parts[3])
 	}
-	return NewFileInfo(name, size, ModeFromUnix(uint32(raw)), time.Unix(mtime, 0)), nil
-}
-
-// Readlinker is implemented by sandboxes that read symbolic links
-// natively; Readlink uses it when it can.
-type Readlinker interface {
-	// Readlink returns the target of the symbolic link name as it is
-	// stored. Errors are *fs.PathError, wrapping syscall.EINVAL when name
-	// is not a symbolic link and fs.ErrNotExist when it does not exist.
-	Readlink(ctx context.Context, name string) (string, error)
+	return backend.NewFileInfo(name, size, ModeFromUnix(uint32(raw)), time.Unix(mtime, 0)), nil
 }
 
 // readlinkScript prints the target of the symlink $1 after a marker
@@ -517,14 +504,14 @@ printf '%s' "${t%?.}"`
 // Readlink returns the target of the symbolic link name in sb, as it is
 // stored: with the sandbox's Readlinker when it has one, else with
 // readlink(1) through Exec. The errors are Readlinker's.
-func Readlink(ctx context.Context, sb Sandbox, name string) (string, error) {
-	if r, ok := As[Readlinker](sb); ok {
+func Readlink(ctx context.Context, sb backend.Sandbox, name string) (string, error) {
+	if r, ok := backend.As[backend.Readlinker](sb); ok {
 		t, err := r.Readlink(ctx, name)
 		if !errors.Is(err, errors.ErrUnsupported) {
 			return t, err
 		}
 	}
-	res, err := sb.Exec(ctx, ExecRequest{Cmd: []string{"sh", "-c", readlinkScript, "sh", name}, OutputLimit: -1})
+	res, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"sh", "-c", readlinkScript, "sh", name}, OutputLimit: -1})
 	if err != nil {
 		return "", err
 	}
@@ -562,23 +549,3 @@ func ModeFromUnix(m uint32) fs.FileMode {
 	}
 	return mode
 }
-
-// NewFileInfo returns an fs.FileInfo with the given fields, for backends
-// that learn about files from a wire format rather than a local stat.
-func NewFileInfo(name string, size int64, mode fs.FileMode, modTime time.Time) fs.FileInfo {
-	return fileInfo{name: name, size: size, mode: mode, modTime: modTime}
-}
-
-type fileInfo struct {
-	name    string
-	size    int64
-	mode    fs.FileMode
-	modTime time.Time
-}
-
-func (f fileInfo) Name() string       { return f.name }
-func (f fileInfo) Size() int64        { return f.size }
-func (f fileInfo) Mode() fs.FileMode  { return f.mode }
-func (f fileInfo) ModTime() time.Time { return f.modTime }
-func (f fileInfo) IsDir() bool        { return f.mode.IsDir() }
-func (f fileInfo) Sys() any           { return nil }
