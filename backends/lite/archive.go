@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/ctxio"
 	"github.com/sandboxkit/sandboxkit/internal/imagearchive"
 )
@@ -95,7 +96,7 @@ func (b *Backend) archiveImage(ctx context.Context, ref, file string) (imagearch
 	created := time.Now().UTC()
 	var labels map[string]string
 	if strings.HasPrefix(ref, srcSnapshot) {
-		rec, err := b.images.readRecord(out.Name)
+		rec, err := b.images.names().Read(out.Name)
 		if err != nil {
 			return out, err
 		}
@@ -180,7 +181,7 @@ func (b *Backend) loadImages(ctx context.Context, r io.Reader) (map[string]strin
 		}
 	}()
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	recs := make([]*snapshotRecord, len(imgs))
+	recs := make([]*backendkit.SnapshotRecord, len(imgs))
 	for i, img := range imgs {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -193,16 +194,16 @@ func (b *Backend) loadImages(ctx context.Context, r io.Reader) (map[string]strin
 			made = append(made, recs[i].Key)
 		}
 	}
-	olds := make([]*snapshotRecord, len(recs))
+	olds := make([]*backendkit.SnapshotRecord, len(recs))
 	for i, rec := range recs {
-		olds[i], _ = store.readRecord(rec.Name)
-		if err := store.writeRecord(rec); err != nil {
+		olds[i], _ = store.names().Read(rec.Name)
+		if err := store.names().Write(rec); err != nil {
 			// Put back the names this load changed.
 			for j := range i {
 				if olds[j] != nil {
-					store.writeRecord(olds[j])
+					store.names().Write(olds[j])
 				} else {
-					os.Remove(store.recordPath(recs[j].Name))
+					store.names().Remove(recs[j].Name)
 				}
 			}
 			return nil, err
@@ -223,13 +224,13 @@ func (b *Backend) loadImages(ctx context.Context, r io.Reader) (map[string]strin
 // unpackArchiveImage unpacks img into its snapshot folder, named by its
 // config digest, and returns its record (to write), and whether it made
 // the folder.
-func (b *Backend) unpackArchiveImage(img imagearchive.Image, now time.Time) (*snapshotRecord, bool, error) {
+func (b *Backend) unpackArchiveImage(img imagearchive.Image, now time.Time) (*backendkit.SnapshotRecord, bool, error) {
 	cf, err := v1.ParseConfigFile(bytes.NewReader(img.Config))
 	if err != nil {
 		return nil, false, fmt.Errorf("image %q: config: %w", img.Name, err)
 	}
 	sum := sha256.Sum256(img.Config)
-	rec := &snapshotRecord{Name: img.Name, Key: "snapshot-" + hex.EncodeToString(sum[:]), Labels: cf.Config.Labels, CreatedAt: now}
+	rec := &backendkit.SnapshotRecord{Name: img.Name, Key: "snapshot-" + hex.EncodeToString(sum[:]), Labels: cf.Config.Labels, CreatedAt: now}
 	for _, l := range img.Layers {
 		rec.Size += l.Size
 	}

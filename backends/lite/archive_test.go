@@ -91,12 +91,12 @@ func TestImageArchiveRoundTrip(t *testing.T) {
 	}
 
 	t.Run("a load replaces a name", func(t *testing.T) {
-		rec, err := b2.images.readRecord(name)
+		rec, err := b2.images.names().Read(name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		loadImages(t, b2, archive)
-		if again, err := b2.images.readRecord(name); err != nil || again.Key != rec.Key {
+		if again, err := b2.images.names().Read(name); err != nil || again.Key != rec.Key {
 			t.Errorf("loading the same image again: record %+v (%v), want the folder %s", again, err, rec.Key)
 		}
 		snapshotOf(t, sb, ref, "echo changed > /data/f", nil)
@@ -216,12 +216,12 @@ func TestPruneTransientImages(t *testing.T) {
 	if names := prune(); len(names) > 0 {
 		t.Errorf("PruneCaches right after the load removed %v, want nothing (the grace)", names)
 	}
-	rec, err := b2.images.readRecord(name)
+	rec, err := b2.images.names().Read(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec.CreatedAt = rec.CreatedAt.Add(-2 * transientGrace)
-	if err := b2.images.writeRecord(rec); err != nil {
+	if err := b2.images.names().Write(rec); err != nil {
 		t.Fatal(err)
 	}
 	spec := e2.spec("on-transient")

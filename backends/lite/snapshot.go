@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
@@ -30,7 +30,7 @@ import (
 //	<images>/snapshot-<id>/layer.tar    the layer
 //	<images>/snapshot-<id>/rootfs/      the image with the layer applied
 //	<images>/snapshot-<id>/config.json  the image's config (entrypoint, env)
-//	<images>/snapshots/<hash of name>.json  the name's record (snapshotRecord)
+//	<images>/snapshots/<hash of name>.json  the name's record (backendkit.SnapshotNames)
 //
 // Spec.Image "snapshot:NAME" starts a sandbox from it: rootfs is the
 // overlay's lower layer, as an unpacked image's is. rootfs is the base
@@ -43,52 +43,19 @@ import (
 // none does. PruneCaches also removes snapshots whose TTL has run out.
 
 // srcSnapshot prefixes the image reference of a snapshot.
-const srcSnapshot = "snapshot:"
+const srcSnapshot = backendkit.SnapshotPrefix
 
-// snapshotRecord is a snapshot name's record.
-type snapshotRecord struct {
-	Name string `json:"name"`
-	// Key is the snapshot's folder under the image folder.
-	Key       string            `json:"key"`
-	Base      string            `json:"base,omitempty"`
-	Size      int64             `json:"size"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	CreatedAt time.Time         `json:"created_at"`
-	ExpiresAt time.Time         `json:"expires_at,omitzero"`
-}
-
-func (r *snapshotRecord) snapshot() backend.Snapshot {
-	return backend.Snapshot{Ref: srcSnapshot + r.Name, Base: r.Base, Size: r.Size,
-		Labels: maps.Clone(r.Labels), CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt}
-}
-
-func (s *imageStore) snapshotDir() string { return filepath.Join(s.dir, "snapshots") }
-
-func (s *imageStore) recordPath(name string) string {
-	return filepath.Join(s.snapshotDir(), hashString(name)+".json")
+// names holds the snapshots' name records.
+func (s *imageStore) names() backendkit.SnapshotNames {
+	return backendkit.SnapshotNames(filepath.Join(s.dir, "snapshots"))
 }
 
 // snapshotName strips the prefix of a snapshot reference.
-func snapshotName(ref string) string { return strings.TrimPrefix(ref, srcSnapshot) }
-
-func (s *imageStore) readRecord(name string) (*snapshotRecord, error) {
-	data, err := os.ReadFile(s.recordPath(name))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: image %q: no such snapshot", backend.ErrNotFound, srcSnapshot+name)
-	}
-	if err != nil {
-		return nil, err
-	}
-	var r snapshotRecord
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("snapshot %q: %w", name, err)
-	}
-	return &r, nil
-}
+func snapshotName(ref string) string { return backendkit.SnapshotName(ref) }
 
 // snapshot resolves a snapshot's name to its unpacked image.
 func (s *imageStore) snapshot(name string) (*image, error) {
-	r, err := s.readRecord(name)
+	r, err := s.names().Read(name)
 	if err != nil {
 		return nil, err
 	}
@@ -97,35 +64,6 @@ func (s *imageStore) snapshot(name string) (*image, error) {
 		return nil, imageErr(srcSnapshot+name, err)
 	}
 	return img, nil
-}
-
-// writeRecord writes (or replaces) a snapshot name's record.
-func (s *imageStore) writeRecord(r *snapshotRecord) error {
-	data, _ := json.MarshalIndent(r, "", "  ")
-	return statedir.WriteFileAtomic(s.recordPath(r.Name), data)
-}
-
-// records lists every snapshot name's record.
-func (s *imageStore) records() ([]*snapshotRecord, error) {
-	entries, err := os.ReadDir(s.snapshotDir())
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []*snapshotRecord
-	for _, e := range entries {
-		data, err := os.ReadFile(filepath.Join(s.snapshotDir(), e.Name()))
-		if err != nil || !strings.HasSuffix(e.Name(), ".json") {
-			continue
-		}
-		var r snapshotRecord
-		if json.Unmarshal(data, &r) == nil && r.Name != "" {
-			out = append(out, &r)
-		}
-	}
-	return out, nil
 }
 
 var (
@@ -198,22 +136,11 @@ func (s *Sandbox) snapshot(ctx context.Context, req backend.SnapshotRequest) (ba
 	if err := os.Rename(tmp, filepath.Join(store.dir, key)); err != nil {
 		return backend.Snapshot{}, err
 	}
-	rec := &snapshotRecord{Name: name, Key: key, Base: m.Image, Size: size, CreatedAt: now, Labels: maps.Clone(req.Labels)}
-	if rec.Labels == nil {
-		rec.Labels = map[string]string{}
-	}
-	rec.Labels[backend.LabelSnapshotOf] = s.id
-	rec.Labels[backend.LabelBackend] = Name
+	rec := backendkit.NewSnapshotRecord(Name, s.id, m.Session, name, key, now, req)
+	rec.Base, rec.Size = m.Image, size
 	rec.Labels["sandboxkit.layer-digest"] = digest
-	if m.Session != "" {
-		rec.Labels[backend.LabelSession] = m.Session
-	}
-	if req.TTL > 0 {
-		rec.ExpiresAt = now.Add(req.TTL)
-		rec.Labels[backend.LabelExpiresAt] = rec.ExpiresAt.Format(time.RFC3339)
-	}
-	old, _ := store.readRecord(name)
-	if err := store.writeRecord(rec); err != nil {
+	old, _ := store.names().Read(name)
+	if err := store.names().Write(rec); err != nil {
 		removeTree(filepath.Join(store.dir, key))
 		return backend.Snapshot{}, err
 	}
@@ -221,7 +148,7 @@ func (s *Sandbox) snapshot(ctx context.Context, req backend.SnapshotRequest) (ba
 		s.b.dropSnapshotDir(old.Key)
 	}
 	s.b.log.Debug("snapshot", "sandbox", s.id, "ref", srcSnapshot+name, "layer_bytes", size)
-	return rec.snapshot(), nil
+	return rec.Snapshot(), nil
 }
 
 // snapshotTempPrefix begins the name of the folder a Snapshot fills
@@ -362,29 +289,19 @@ func (c *countWriter) Write(p []byte) (int, error) {
 
 // ListSnapshots lists the snapshots in the image folder that match filter.
 func (b *Backend) ListSnapshots(ctx context.Context, filter backend.Filter) ([]backend.Snapshot, error) {
-	recs, err := b.images.records()
-	if err != nil {
-		return nil, &backend.OpError{Op: "list snapshots", Backend: Name, Err: err}
-	}
-	var out []backend.Snapshot
-	for _, r := range recs {
-		if filter.MatchLabels(r.Labels) {
-			out = append(out, r.snapshot())
-		}
-	}
-	return out, nil
+	return b.images.names().List(Name, filter)
 }
 
 // RemoveSnapshot removes a snapshot's name and, unless a sandbox runs on
 // it, its folder (else PruneCaches removes that later).
 func (b *Backend) RemoveSnapshot(ctx context.Context, ref string) error {
 	name := snapshotName(ref)
-	r, err := b.images.readRecord(name)
+	r, err := b.images.names().Read(name)
 	if errors.Is(err, backend.ErrNotFound) {
 		return nil
 	}
 	if err == nil {
-		err = os.Remove(b.images.recordPath(name))
+		err = b.images.names().Remove(name)
 	}
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return &backend.OpError{Op: "remove snapshot", Backend: Name, Err: err}
@@ -412,7 +329,7 @@ func (b *Backend) snapshotDirsInUse() (map[string]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	recs, err := b.images.records()
+	recs, err := b.images.names().All()
 	if err != nil {
 		return nil, err
 	}
@@ -470,7 +387,7 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 			}
 		}
 	}
-	recs, err := b.images.records()
+	recs, err := b.images.names().All()
 	if err != nil {
 		return nil, &backend.OpError{Op: "prune", Backend: Name, Err: err}
 	}

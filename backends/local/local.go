@@ -167,7 +167,7 @@ func (b *Backend) create(ctx context.Context, spec backend.Spec, making bool) (*
 	}
 	snapshot := strings.HasPrefix(spec.Image, srcSnapshot)
 	if snapshot {
-		if _, err := b.readRecord(strings.TrimPrefix(spec.Image, srcSnapshot)); err != nil {
+		if _, err := b.names().Read(strings.TrimPrefix(spec.Image, srcSnapshot)); err != nil {
 			return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
 		}
 	} else if spec.Image != "" {

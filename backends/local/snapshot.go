@@ -4,9 +4,6 @@ import (
 	"archive/tar"
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
 	"github.com/sandboxkit/sandboxkit/internal/tartree"
 )
@@ -36,7 +34,7 @@ import (
 // of its own to save: Snapshot and Fork refuse it.
 
 // srcSnapshot prefixes the image reference of a snapshot.
-const srcSnapshot = "snapshot:"
+const srcSnapshot = backendkit.SnapshotPrefix
 
 var (
 	_ backend.Snapshotter     = (*Sandbox)(nil)
@@ -45,67 +43,11 @@ var (
 	_ backend.CachePruner     = (*Backend)(nil)
 )
 
-// snapshotRecord is a snapshot name's record.
-type snapshotRecord struct {
-	Name      string            `json:"name"`
-	Key       string            `json:"key"` // the archive is <key>.tar
-	Size      int64             `json:"size"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	CreatedAt time.Time         `json:"created_at"`
-	ExpiresAt time.Time         `json:"expires_at,omitzero"`
-}
-
-func (r *snapshotRecord) snapshot() backend.Snapshot {
-	return backend.Snapshot{Ref: srcSnapshot + r.Name, Size: r.Size, Labels: maps.Clone(r.Labels),
-		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt}
-}
-
 func (b *Backend) snapshotDir() string { return filepath.Join(b.dir, "snapshots") }
 
-func (b *Backend) recordPath(name string) string {
-	h := sha256.Sum256([]byte(name))
-	return filepath.Join(b.snapshotDir(), hex.EncodeToString(h[:])+".json")
-}
-
-func (b *Backend) readRecord(name string) (*snapshotRecord, error) {
-	data, err := os.ReadFile(b.recordPath(name))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: image %q: no such snapshot", backend.ErrNotFound, srcSnapshot+name)
-	}
-	if err != nil {
-		return nil, err
-	}
-	var r snapshotRecord
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("snapshot %q: %w", name, err)
-	}
-	return &r, nil
-}
-
-func (b *Backend) records() ([]*snapshotRecord, error) {
-	entries, err := os.ReadDir(b.snapshotDir())
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []*snapshotRecord
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".json") {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(b.snapshotDir(), e.Name()))
-		if err != nil {
-			continue
-		}
-		var r snapshotRecord
-		if json.Unmarshal(data, &r) == nil && r.Name != "" {
-			out = append(out, &r)
-		}
-	}
-	return out, nil
-}
+// names holds the snapshots' name records, beside their archives
+// (<key>.tar).
+func (b *Backend) names() backendkit.SnapshotNames { return backendkit.SnapshotNames(b.snapshotDir()) }
 
 // filesDir is the folder holding the sandbox's files (see above), or an
 // error when its working directory is elsewhere.
@@ -162,29 +104,17 @@ func (s *Sandbox) snapshot(req backend.SnapshotRequest) (backend.Snapshot, error
 		os.Remove(archive)
 		return backend.Snapshot{}, fmt.Errorf("archiving %s: %w", work, err)
 	}
-	rec := &snapshotRecord{Name: name, Key: key, Size: size, CreatedAt: now, Labels: maps.Clone(req.Labels)}
-	if rec.Labels == nil {
-		rec.Labels = map[string]string{}
-	}
-	rec.Labels[backend.LabelSnapshotOf] = s.id
-	rec.Labels[backend.LabelBackend] = Name
-	if m.Session != "" {
-		rec.Labels[backend.LabelSession] = m.Session
-	}
-	if req.TTL > 0 {
-		rec.ExpiresAt = now.Add(req.TTL)
-		rec.Labels[backend.LabelExpiresAt] = rec.ExpiresAt.Format(time.RFC3339)
-	}
-	old, _ := s.b.readRecord(name)
-	data, _ := json.MarshalIndent(rec, "", "  ")
-	if err := statedir.WriteFileAtomic(s.b.recordPath(name), data); err != nil {
+	rec := backendkit.NewSnapshotRecord(Name, s.id, m.Session, name, key, now, req)
+	rec.Size = size
+	old, _ := s.b.names().Read(name)
+	if err := s.b.names().Write(rec); err != nil {
 		os.Remove(archive)
 		return backend.Snapshot{}, err
 	}
 	if old != nil {
 		os.Remove(filepath.Join(dir, old.Key+".tar"))
 	}
-	return rec.snapshot(), nil
+	return rec.Snapshot(), nil
 }
 
 // writeArchive writes the tree at dir to a tar file and returns its size.
@@ -298,7 +228,7 @@ func unpackEntry(root *os.Root, name string, hdr *tar.Header, content io.Reader)
 // restoreSnapshot unpacks snapshot ref (Spec.Image) into a new sandbox's
 // folder.
 func (b *Backend) restoreSnapshot(ref, work string) error {
-	r, err := b.readRecord(strings.TrimPrefix(ref, srcSnapshot))
+	r, err := b.names().Read(strings.TrimPrefix(ref, srcSnapshot))
 	if err != nil {
 		return err
 	}
@@ -310,29 +240,19 @@ func (b *Backend) restoreSnapshot(ref, work string) error {
 
 // ListSnapshots lists the snapshots of this state folder that match filter.
 func (b *Backend) ListSnapshots(ctx context.Context, filter backend.Filter) ([]backend.Snapshot, error) {
-	recs, err := b.records()
-	if err != nil {
-		return nil, &backend.OpError{Op: "list snapshots", Backend: Name, Err: err}
-	}
-	var out []backend.Snapshot
-	for _, r := range recs {
-		if filter.MatchLabels(r.Labels) {
-			out = append(out, r.snapshot())
-		}
-	}
-	return out, nil
+	return b.names().List(Name, filter)
 }
 
 // RemoveSnapshot removes a snapshot's name and archive. Sandboxes made
 // from it keep their files (each has its own copy).
 func (b *Backend) RemoveSnapshot(ctx context.Context, ref string) error {
 	name := strings.TrimPrefix(ref, srcSnapshot)
-	r, err := b.readRecord(name)
+	r, err := b.names().Read(name)
 	if errors.Is(err, backend.ErrNotFound) {
 		return nil
 	}
 	if err == nil {
-		err = os.Remove(b.recordPath(name))
+		err = b.names().Remove(name)
 	}
 	if err == nil || errors.Is(err, fs.ErrNotExist) {
 		err = os.Remove(filepath.Join(b.snapshotDir(), r.Key+".tar"))
@@ -347,7 +267,7 @@ func (b *Backend) RemoveSnapshot(ctx context.Context, ref string) error {
 // name uses (left by a crash); with dryRun it only names them. sbx gc
 // calls it.
 func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error) {
-	recs, err := b.records()
+	recs, err := b.names().All()
 	if err != nil {
 		return nil, &backend.OpError{Op: "prune", Backend: Name, Err: err}
 	}
