@@ -70,6 +70,9 @@ type Info struct {
 	ExpiresAt time.Time
 	// WorkDir is the default working directory of Exec.
 	WorkDir string
+	// Isolation is what the sandbox's runtime gives ("": the backend's
+	// Capabilities say).
+	Isolation Isolation
 }
 
 // Expired reports whether the sandbox's TTL has run out at now.
@@ -127,4 +130,7 @@ const (
 	// creating the sandbox (an owner string, as LabelOwner): a sandbox in
 	// StateCreating whose creator is gone was cut short and is reaped.
 	LabelCreator = "sandboxkit.creator"
+	// LabelRuntime, where a backend records it, is the runtime the
+	// sandbox runs with (an engine's runtime name; see RuntimeIsolation).
+	LabelRuntime = "sandboxkit.runtime"
 )

@@ -15,9 +15,40 @@ const (
 	IsolationNone Isolation = "none"
 	// IsolationContainer: namespaces and cgroups (Docker, runc, Kubernetes).
 	IsolationContainer Isolation = "container"
-	// IsolationVM: a kernel of its own (gVisor, Kata, Firecracker).
+	// IsolationGVisor: gVisor's kernel in user space between the
+	// sandbox's processes and the host's kernel, which sees a small set
+	// of system calls from it (runsc).
+	IsolationGVisor Isolation = "gvisor"
+	// IsolationVM: a virtual machine with a kernel of its own (Kata,
+	// Firecracker).
 	IsolationVM Isolation = "vm"
 )
+
+// Runtime levels: the names a Spec.Runtime may give on any backend, each
+// mapped by the backend to its own runtime (an engine's runtime name, a
+// Kubernetes RuntimeClass, an OCI runtime binary). A backend also takes
+// its engine's own runtime names.
+const (
+	RuntimeRunc        = "runc"
+	RuntimeGVisor      = "gvisor"
+	RuntimeKata        = "kata"
+	RuntimeFirecracker = "firecracker"
+)
+
+// RuntimeIsolation is the isolation that runtime gives, by its name: a
+// level above, or an engine's runtime name of the usual shapes ("runsc",
+// "kata-runtime", "io.containerd.kata.v2", "kata-fc", "firecracker");
+// anything else ("", "runc", "crun", ...) is a container.
+func RuntimeIsolation(runtime string) Isolation {
+	r := strings.ToLower(runtime)
+	switch {
+	case r == RuntimeGVisor || strings.Contains(r, "runsc") || strings.Contains(r, "gvisor"):
+		return IsolationGVisor
+	case strings.Contains(r, "kata") || strings.Contains(r, "firecracker"):
+		return IsolationVM
+	}
+	return IsolationContainer
+}
 
 // Capabilities declares what a backend can do, so callers and the config
 // checker can refuse a Spec the backend cannot honour instead of having it
@@ -53,7 +84,14 @@ type Capabilities struct {
 	CapDrop        bool
 	SecurityOpt    bool
 	ReadOnlyRootfs bool
-	Runtimes       []string
+	// Runtimes lists the Spec.Runtime values accepted besides "" (the
+	// backend's default, whose isolation is Isolation): runtime levels
+	// (RuntimeGVisor, ...) the backend can give and its engine's own
+	// runtime names.
+	Runtimes []string
+	// RuntimeHint, when set, tells how to add a runtime the backend
+	// lacks (it ends a runtime's refusal).
+	RuntimeHint string
 	// Platform: Spec.Platform selects the image's platform.
 	Platform bool
 	// ContainerName: Spec.ContainerName names the sandbox's container.
@@ -133,7 +171,16 @@ func (c Capabilities) Check(backendName string, spec Spec) error {
 	need(spec.ContainerName == "" || c.ContainerName, fmt.Sprintf("container_name %q", spec.ContainerName))
 	need(spec.Hostname == "" || c.Hostname, "hostname")
 	need(len(spec.ExtraHosts) == 0 || c.ExtraHosts, "extra hosts (--add-host)")
-	need(spec.Runtime == "" || slices.Contains(c.Runtimes, spec.Runtime), fmt.Sprintf("runtime %q", spec.Runtime))
+	if spec.Runtime != "" && !slices.Contains(c.Runtimes, spec.Runtime) {
+		offers := "it has no runtime to choose"
+		if len(c.Runtimes) > 0 {
+			offers = "it offers " + strings.Join(c.Runtimes, ", ")
+		}
+		if c.RuntimeHint != "" {
+			offers += "; " + c.RuntimeHint
+		}
+		bad = append(bad, fmt.Sprintf("runtime %q (%s)", spec.Runtime, offers))
+	}
 	need(!spec.ImageCommand || c.ImageCommand, `command = "" (the image's own command)`)
 	need(len(spec.Command) == 0 || !c.NoCommand, "command (a main process of the entry's choosing)")
 	need(spec.Build == nil || c.Build, "dockerfile build")

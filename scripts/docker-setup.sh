@@ -10,6 +10,9 @@
 #   scripts/docker-setup.sh --no-debian  without the Debian image (its tests
 #                                        then skip, or fail under
 #                                        SBX_REQUIRE_DOCKER=1)
+#   scripts/docker-setup.sh --no-runsc   without gVisor: by default Debian's
+#                                        runsc is installed and registered
+#                                        with dockerd as runtime "runsc"
 #
 # No image registry is needed: every image is built here from Debian packages
 # (busybox-static, debootstrap) and `docker import`. The Debian mirror comes
@@ -21,11 +24,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_debian=1
+want_runsc=1
 for arg in "$@"; do
 	case "$arg" in
 	--no-debian) want_debian=0 ;;
+	--no-runsc) want_runsc=0 ;;
 	-h | --help) sed -n '2,20p' "$0"; exit 0 ;;
-	*) echo "docker-setup.sh: unknown argument $arg (known: --no-debian)" >&2; exit 2 ;;
+	*) echo "docker-setup.sh: unknown argument $arg (known: --no-debian, --no-runsc)" >&2; exit 2 ;;
 	esac
 done
 
@@ -49,6 +54,8 @@ command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 if [ "$want_debian" = 1 ]; then
 	command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 fi
+# gVisor, registered with dockerd below, for runtime = "gvisor".
+[ "$want_runsc" = 0 ] || command -v runsc >/dev/null 2>&1 || missing+=(runsc)
 if [ ${#missing[@]} -gt 0 ]; then
 	log "installing ${missing[*]}"
 	as_root apt-get update -q
@@ -81,6 +88,44 @@ if ! $DOCKER info >/dev/null 2>&1; then
 		sleep 0.25
 	done
 	log "dockerd is up ($($DOCKER version --format '{{.Server.Version}}'))"
+fi
+
+# --- gVisor: runsc as a runtime of dockerd -------------------------------------
+# Registered in /etc/docker/daemon.json (merged with what is there) and
+# loaded with SIGHUP, which reloads runtimes without a restart. Debian's
+# runsc (2022-12) takes every network namespace for the host's on kernels
+# that show /proc/sys/net/core/rmem_default in each (this machine's), and
+# then refuses its own network stack: --network=host has it use the
+# kernel's stack inside the container's own namespace, which the egress
+# enforcer then governs as it does runc's.
+if [ "$want_runsc" = 1 ] && [ -z "${DOCKER_HOST:-}" ] && command -v runsc >/dev/null 2>&1 &&
+	! $DOCKER info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then
+	log "registering runsc with dockerd"
+	as_root python3 - "$(command -v runsc)" <<'PY'
+import json, os, sys
+p = "/etc/docker/daemon.json"
+cfg = {}
+if os.path.exists(p):
+    with open(p) as f:
+        text = f.read().strip()
+    cfg = json.loads(text) if text else {}
+cfg.setdefault("runtimes", {})["runsc"] = {"path": sys.argv[1], "runtimeArgs": ["--network=host"]}
+os.makedirs(os.path.dirname(p), exist_ok=True)
+with open(p + ".tmp", "w") as f:
+    json.dump(cfg, f, indent=2)
+os.replace(p + ".tmp", p)
+PY
+	pid=$(cat /var/run/docker.pid 2>/dev/null || pgrep -xo dockerd)
+	as_root kill -HUP "$pid"
+	i=0
+	until $DOCKER info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; do
+		i=$((i + 1))
+		if [ "$i" -gt 40 ]; then
+			log "dockerd did not load runsc from /etc/docker/daemon.json within 10s"
+			exit 1
+		fi
+		sleep 0.25
+	done
 fi
 
 have_image() { $DOCKER image inspect "$1" >/dev/null 2>&1; }

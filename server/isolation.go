@@ -54,10 +54,28 @@ func isolationNote(iso backend.Isolation) string {
 			"with the server user's rights and can reach the host's files and network; file tools only reach files inside the sandbox's folder."
 	case backend.IsolationVM:
 		return "A sandbox is an isolated virtual machine (a kernel, file system and processes of its own)."
+	case backend.IsolationGVisor:
+		return "A sandbox is an isolated gVisor container (a file system and processes of its own, under a kernel of its own in user space)."
 	case backend.IsolationContainer:
 		return "A sandbox is an isolated container (a file system and processes of its own, sharing the host's kernel)."
 	}
 	return ""
+}
+
+// isolationMeaning says in a few words what a sandbox's isolation keeps
+// apart, for create_sandbox's answer.
+func isolationMeaning(iso backend.Isolation) string {
+	switch iso {
+	case backend.IsolationNone:
+		return "host processes, not isolated"
+	case backend.IsolationContainer:
+		return "a container sharing the host's kernel"
+	case backend.IsolationGVisor:
+		return "a container under gVisor's own kernel"
+	case backend.IsolationVM:
+		return "a virtual machine with its own kernel"
+	}
+	return "unknown"
 }
 
 // describe returns tool name's description as agents see it on this

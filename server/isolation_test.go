@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/server"
+	"github.com/sandboxkit/sandboxkit/server/servertest"
 )
 
 // fakeIsolatedBackend is a local backend that claims an isolation level: the
@@ -81,6 +82,10 @@ func TestToolTextsSayWhatIsIsolated(t *testing.T) {
 		{"vm", fakeIsolatedBackend{local, backend.IsolationVM}, map[string]string{
 			"create_sandbox": "isolated virtual machine",
 		}, []string{"without isolation"}},
+		{"gvisor", fakeIsolatedBackend{local, backend.IsolationGVisor}, map[string]string{
+			"instructions":   "gVisor",
+			"create_sandbox": "isolated gVisor container",
+		}, []string{"without isolation", "not confined"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newServer(t, c.b, nil)
@@ -109,6 +114,9 @@ func TestToolTextsSayWhatIsIsolated(t *testing.T) {
 					assert.NotContains(t, text, bad, name)
 				}
 			}
+			// create_sandbox's answer says the sandbox's isolation.
+			created := servertest.Must(t, servertest.MCP(cs), "create_sandbox", map[string]any{})
+			assert.Contains(t, created, "isolation "+string(c.b.Capabilities().Isolation)+":")
 		})
 	}
 }

@@ -23,6 +23,9 @@ import (
 type SandboxInfo struct {
 	ID   string `json:"sandbox_id"`
 	Type string `json:"type"`
+	// Isolation is what separates the sandbox from the host: none,
+	// container, gvisor or vm.
+	Isolation backend.Isolation `json:"isolation"`
 	// IdleTTL is how long the sandbox lives without tool calls.
 	IdleTTL time.Duration `json:"-"`
 	// ExpiresAt is when it is removed if no tool call comes first;
@@ -61,7 +64,7 @@ var errNoConversation = toolError("no conversation: HTTP callers must send an X-
 var errShutdown = toolError("the sandbox server is shutting down; retry in a moment")
 
 func (s *Server) info(b *box) SandboxInfo {
-	return SandboxInfo{ID: b.id, Type: b.typ, IdleTTL: b.idleTTL, ExpiresAt: b.expiry(), HardDeadline: b.hardDeadline}
+	return SandboxInfo{ID: b.id, Type: b.typ, Isolation: b.isolation, IdleTTL: b.idleTTL, ExpiresAt: b.expiry(), HardDeadline: b.hardDeadline}
 }
 
 // callContext is ctx, also cancelled when the server closes.

@@ -61,9 +61,11 @@ type Server struct {
 // box is one sandbox the server knows.
 type box struct {
 	id, conv, typ string
-	idleTTL       time.Duration
-	created       time.Time
-	hardDeadline  time.Time // zero: none
+	// isolation is what separates the sandbox from the host.
+	isolation    backend.Isolation
+	idleTTL      time.Duration
+	created      time.Time
+	hardDeadline time.Time // zero: none
 
 	// Guarded by Server.mu.
 	lastActive time.Time
@@ -195,7 +197,10 @@ func (s *Server) register(info backend.Info, sb backend.Sandbox) (*box, bool) {
 		id: info.ID, conv: conv, typ: info.Labels[LabelType],
 		idleTTL: s.opts.IdleTTL, created: info.CreatedAt, hardDeadline: info.ExpiresAt,
 		sb: sb, osbToken: info.Labels[LabelOSBToken], osbNoExpiry: info.Labels[LabelOSBNoTimeout] != "",
-		labels: maps.Clone(info.Labels),
+		labels: maps.Clone(info.Labels), isolation: info.Isolation,
+	}
+	if b.isolation == "" {
+		b.isolation = s.opts.Backend.Capabilities().Isolation
 	}
 	if secs, err := strconv.ParseInt(info.Labels[LabelIdleTTL], 10, 64); err == nil && secs > 0 {
 		b.idleTTL = time.Duration(secs) * time.Second

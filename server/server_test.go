@@ -324,7 +324,7 @@ func TestCreateArguments(t *testing.T) {
 		`unknown sandbox type "mian" (known: main, worker)`)
 	assert.Contains(t, servertest.Fails(t, call, "create_sandbox", map[string]any{"timeout_minutes": -1}), "must not be negative")
 	text := servertest.Must(t, call, "create_sandbox", map[string]any{"type": "worker", "timeout_minutes": 5})
-	assert.Contains(t, text, "(type worker)")
+	assert.Contains(t, text, "(type worker, isolation none:")
 	assert.Contains(t, text, "after 5 minutes without tool calls")
 	assert.Contains(t, servertest.Fails(t, call, "execute", map[string]any{"command": "true"}), "sandbox_id is empty")
 	infos, err := b.List(context.Background(), backend.Filter{})

@@ -119,8 +119,8 @@ func sandboxTools() []toolDef {
 				if err != nil {
 					return Result{}, err
 				}
-				return Result{Output: fmt.Sprintf("Created sandbox %s (type %s).\n%s\nUse sandbox_id=%s in every other tool call.",
-					info.ID, info.Type, s.ttlText(info), info.ID), SandboxID: info.ID}, nil
+				return Result{Output: fmt.Sprintf("Created sandbox %s (type %s, isolation %s: %s).\n%s\nUse sandbox_id=%s in every other tool call.",
+					info.ID, info.Type, info.Isolation, isolationMeaning(info.Isolation), s.ttlText(info), info.ID), SandboxID: info.ID}, nil
 			}),
 		defineTool("connect_sandbox",
 			"Reconnect to a sandbox created earlier in this conversation and renew its time to live. Use it when you resume "+

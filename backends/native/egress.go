@@ -145,8 +145,11 @@ func (b *Backend) joinEnforcer(ctx context.Context, spec backend.Spec, id string
 		CapDrop:      []string{"ALL"},
 		CapAdd:       []string{"NET_ADMIN"},
 		SecurityOpt:  []string{"no-new-privileges:true"},
-		Runtime:      hc.Runtime,
-		Resources:    container.Resources{PidsLimit: &pids},
+		// The engine's default runtime: the enforcer is this project's
+		// code and must program its kernel's netfilter, which a gVisor
+		// sandbox's own kernel lacks; the sandbox, whatever its runtime,
+		// joins the enforcer's network namespace.
+		Resources: container.Resources{PidsLimit: &pids},
 	}
 	cfg.Hostname, cfg.ExposedPorts = "", nil
 	cfg.Labels[labelEgress] = name

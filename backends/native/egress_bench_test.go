@@ -3,13 +3,13 @@ package native_test
 import (
 	"context"
 	"fmt"
-	"github.com/sandboxkit/sandboxkit/internal/agentbench"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backends/native"
+	"github.com/sandboxkit/sandboxkit/internal/agentbench"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
 	"github.com/sandboxkit/sandboxkit/internal/egresstest"
 	"github.com/sandboxkit/sandboxkit/internal/fakenet"

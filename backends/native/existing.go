@@ -67,6 +67,9 @@ func (b *Backend) adopt(ctx context.Context, ref, what string) (*Sandbox, error)
 			backend.ErrInvalidConfig, what, strings.TrimPrefix(c.Name, "/"), state, strings.TrimPrefix(c.Name, "/"))
 	}
 	s := &Sandbox{b: b, id: adoptedPrefix + c.ID[:min(12, len(c.ID))], cid: c.ID, workDir: workDirOf(c), adopted: true}
+	if c.HostConfig != nil {
+		s.runtime = c.HostConfig.Runtime
+	}
 	if err := b.ensureSbxd(ctx, s); err != nil {
 		s.plain = true
 		b.log.Warn("no sbxd in the existing container: commands run as plain execs, and a timeout or cancel cannot kill them inside it",

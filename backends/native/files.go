@@ -40,6 +40,9 @@ func (s *Sandbox) pathErr(op, name string, err error) error {
 // PutArchive extracts tarStream into dir, which must exist.
 func (s *Sandbox) PutArchive(ctx context.Context, dir string, tarStream io.Reader) error {
 	abs := s.resolve(dir)
+	if s.ownKernel() {
+		return s.putInSandbox(ctx, dir, abs, tarStream)
+	}
 	// Docker refuses a missing directory but Podman creates it: look first,
 	// so both behave as the contract says.
 	st, err := s.b.cli.ContainerStatPath(ctx, s.cid, abs)
@@ -63,6 +66,9 @@ func (s *Sandbox) PutArchive(ctx context.Context, dir string, tarStream io.Reade
 
 // GetArchive returns a tar stream of path (see backend.Archiver).
 func (s *Sandbox) GetArchive(ctx context.Context, name string) (io.ReadCloser, error) {
+	if s.ownKernel() {
+		return s.getInSandbox(ctx, name, s.resolve(name))
+	}
 	rc, _, err := s.b.cli.CopyFromContainer(ctx, s.cid, s.resolve(name))
 	if err != nil {
 		if _, ierr := s.inspect(ctx); errors.Is(ierr, backend.ErrNotFound) {
@@ -77,7 +83,7 @@ func (s *Sandbox) GetArchive(ctx context.Context, name string) (io.ReadCloser, e
 // stream, without buffering it.
 func (s *Sandbox) ReadFile(ctx context.Context, name string) (io.ReadCloser, error) {
 	abs := s.resolve(name)
-	if inKernelFS(abs) {
+	if inKernelFS(abs) || s.ownKernel() {
 		return s.readInSandbox(ctx, name, abs)
 	}
 	fi, err := s.Stat(ctx, abs)
@@ -123,6 +129,9 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, r io.Reader, perm 
 	if abs == "/" {
 		return &fs.PathError{Op: "write", Path: name, Err: syscall.EISDIR}
 	}
+	if s.ownKernel() {
+		return s.writeInSandbox(ctx, name, abs, r, perm)
+	}
 	switch fi, err := s.Stat(ctx, abs); {
 	case err == nil && fi.IsDir():
 		return &fs.PathError{Op: "write", Path: name, Err: syscall.EISDIR}
@@ -161,7 +170,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, name string, r io.Reader, perm 
 // Stat describes name, following symlinks.
 func (s *Sandbox) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
 	abs := s.resolve(name)
-	if inKernelFS(abs) {
+	if inKernelFS(abs) || s.ownKernel() {
 		return s.statInSandbox(ctx, name, abs)
 	}
 	st, err := s.b.cli.ContainerStatPath(ctx, s.cid, abs)

@@ -300,10 +300,11 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	ctx, cancel := context.WithTimeout(context.Background(), capsWait)
 	defer cancel()
 	if f, err := b.waitFacts(ctx, true); err == nil {
-		caps.Runtimes = slices.Clone(f.runtimes)
+		caps.Runtimes = offeredRuntimes(f.runtimes)
 	} else {
 		caps.Runtimes = []string{"runc"}
 	}
+	caps.RuntimeHint = runtimeHint
 	return caps
 }
 
@@ -370,6 +371,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if spec.Existing != "" {
 		return b.attachExisting(ctx, spec)
 	}
+	runtime, err := b.runtimeFor(ctx, spec)
+	if err != nil {
+		return fail(err)
+	}
+	spec.Runtime = runtime
 	if spec.Build != nil && spec.Image == "" {
 		return fail(fmt.Errorf("%w: Spec.Build needs Spec.Image, the name to give the built image", backend.ErrInvalidConfig))
 	}
@@ -486,7 +492,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	}
 	b.log.Debug("created sandbox", "id", id, "container", cid, "name", name, "image", spec.Image)
 	return &Sandbox{b: b, id: id, cid: cid, workDir: wd, pool: spec.Labels[backend.LabelPool] != "",
-		autoRemove: hc.AutoRemove, bareInit: !slices.Contains(cfg.Entrypoint, "--"), egress: cfg.Labels[labelEgress]}, nil
+		autoRemove: hc.AutoRemove, bareInit: !slices.Contains(cfg.Entrypoint, "--"), egress: cfg.Labels[labelEgress], runtime: hc.Runtime}, nil
 }
 
 // injectSbxd copies bin into container cid when mountSbxd could not mount
@@ -620,6 +626,9 @@ func (b *Backend) containerConfig(spec backend.Spec, img image.InspectResponse, 
 	hc, err := b.hostConfig(spec)
 	if err != nil {
 		return nil, nil, err
+	}
+	if hc.Runtime != "" {
+		labels[backend.LabelRuntime] = hc.Runtime
 	}
 	if cfg.ExposedPorts, hc.PortBindings, err = portBindings(spec.Ports); err != nil {
 		return nil, nil, err
@@ -897,6 +906,9 @@ func (b *Backend) Get(ctx context.Context, id string) (backend.Sandbox, error) {
 	s := &Sandbox{b: b, id: id, cid: c.ID, workDir: workDirOf(c)}
 	s.pool = c.Config != nil && c.Config.Labels[backend.LabelPool] != ""
 	s.autoRemove = c.HostConfig != nil && c.HostConfig.AutoRemove
+	if c.HostConfig != nil {
+		s.runtime = c.HostConfig.Runtime
+	}
 	s.bareInit = c.Config != nil && !slices.Contains(c.Config.Entrypoint, "--")
 	if c.Config != nil {
 		s.egress = c.Config.Labels[labelEgress]
@@ -993,6 +1005,7 @@ func infoFrom(labels map[string]string, img, state string, created time.Time, wo
 		Labels:    map[string]string{},
 		CreatedAt: created.UTC(),
 		WorkDir:   workDir,
+		Isolation: backend.RuntimeIsolation(labels[backend.LabelRuntime]),
 	}
 	for k, v := range labels {
 		// Blanked labels (see containerConfig) are not there.

@@ -76,8 +76,11 @@ func newBackend(t *testing.T, image string) *native.Backend {
 	return b
 }
 
+// newNative opens the backend the tests use: on the engine's default
+// runtime, or on SBX_NATIVE_RUNTIME's (scripts/test.sh runs the suites
+// again with "gvisor").
 func newNative() (*native.Backend, error) {
-	return native.New(native.Config{PullPolicy: native.PullNever})
+	return native.New(native.Config{PullPolicy: native.PullNever, Runtime: os.Getenv("SBX_NATIVE_RUNTIME")})
 }
 
 // spec is a Spec on image labelled for the leak check.

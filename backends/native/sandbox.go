@@ -46,6 +46,8 @@ type Sandbox struct {
 	// (Spec.AutoRemove; see Discard). bareInit: its first process is sbxd
 	// init keeping it alive, with no command of the entry's.
 	autoRemove, bareInit bool
+	// runtime is the engine runtime it runs with ("" for the default).
+	runtime string
 	// agentUp: its agent answered a dial, so its init runs and ends on
 	// SIGTERM (see Discard).
 	agentUp atomic.Bool

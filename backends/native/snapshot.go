@@ -438,7 +438,7 @@ func (s *Sandbox) startFork(ctx context.Context, c container.InspectResponse, re
 		return madeFork{}, s.b.explainCreate(err)
 	}
 	sb := &Sandbox{b: s.b, id: id, cid: created.ID, workDir: s.workDir, pool: false,
-		autoRemove: hc.AutoRemove, bareInit: s.bareInit}
+		autoRemove: hc.AutoRemove, bareInit: s.bareInit, runtime: hc.Runtime}
 	return madeFork{sb: sb, name: name}, nil
 }
 

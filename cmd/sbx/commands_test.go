@@ -47,7 +47,8 @@ environment = { ROLE = "worker" }
 	out := must(t, "up")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 4 || !strings.HasPrefix(lines[0], "session ") || !strings.HasPrefix(lines[1], "NAME") ||
-		!strings.HasPrefix(lines[2], "main ") || !strings.HasPrefix(lines[3], "worker ") {
+		!strings.HasPrefix(lines[2], "main ") || !strings.HasPrefix(lines[3], "worker ") ||
+		!strings.Contains(lines[1], "ISOLATION") || !strings.Contains(lines[2], " none ") {
 		t.Fatalf("sbx up printed:\n%s", out)
 	}
 	list := listSandboxes(t)
@@ -58,9 +59,13 @@ environment = { ROLE = "worker" }
 		if s.Owner != "" {
 			t.Errorf("sbx up sandbox %s has owner %q", s.ID, s.Owner)
 		}
+		if s.Isolation != backend.IsolationNone {
+			t.Errorf("sbx ls --json says sandbox %s of the local backend has isolation %q", s.ID, s.Isolation)
+		}
 	}
 	ls := must(t, "ls")
-	if !strings.HasPrefix(ls, "ID ") || !strings.Contains(ls, "EXPIRES") || !strings.Contains(ls, "in 23h") {
+	if !strings.HasPrefix(ls, "ID ") || !strings.Contains(ls, "EXPIRES") || !strings.Contains(ls, "in 23h") ||
+		!strings.Contains(ls, "ISOLATION") || !strings.Contains(ls, " none ") {
 		t.Errorf("sbx ls:\n%s", ls)
 	}
 

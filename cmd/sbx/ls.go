@@ -43,6 +43,24 @@ type sandboxJSON struct {
 	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
 	Expired   bool              `json:"expired"`
 	WorkDir   string            `json:"workdir,omitempty"`
+	// Isolation is what separates the sandbox from the host: none,
+	// container, gvisor or vm.
+	Isolation backend.Isolation `json:"isolation"`
+}
+
+// isolationOf returns what a sandbox's Info says its isolation is, else
+// the backend's (asked once: an engine's capabilities may cost a call).
+func isolationOf(b backend.Backend) func(backend.Info) backend.Isolation {
+	var def backend.Isolation
+	return func(i backend.Info) backend.Isolation {
+		if i.Isolation != "" {
+			return i.Isolation
+		}
+		if def == "" {
+			def = b.Capabilities().Isolation
+		}
+		return def
+	}
 }
 
 func (a *app) ls(ctx context.Context, all bool) error {
@@ -67,6 +85,7 @@ func (a *app) ls(ctx context.Context, all bool) error {
 		})
 	}
 	now := time.Now()
+	isolation := isolationOf(b)
 	if a.json {
 		out := make([]sandboxJSON, 0, len(infos))
 		for _, info := range infos {
@@ -74,6 +93,7 @@ func (a *app) ls(ctx context.Context, all bool) error {
 				ID: info.ID, Backend: info.Backend, Name: info.Name, Session: info.Session,
 				Image: info.Image, State: info.State, Owner: info.Owner, Labels: info.Labels,
 				CreatedAt: info.CreatedAt, Expired: info.Expired(now), WorkDir: info.WorkDir,
+				Isolation: isolation(info),
 			}
 			if !info.ExpiresAt.IsZero() {
 				s.ExpiresAt = &info.ExpiresAt
@@ -82,7 +102,7 @@ func (a *app) ls(ctx context.Context, all bool) error {
 		}
 		return printJSON(a.stdout, out)
 	}
-	t := newTable(a.stdout, "ID", "NAME", "SESSION", "STATE", "AGE", "EXPIRES")
+	t := newTable(a.stdout, "ID", "NAME", "SESSION", "STATE", "ISOLATION", "AGE", "EXPIRES")
 	for _, info := range infos {
 		age := "-"
 		if !info.CreatedAt.IsZero() {
@@ -92,7 +112,7 @@ func (a *app) ls(ctx context.Context, all bool) error {
 		if p := info.Labels[backend.LabelPoolState]; p != "" {
 			state += " (pool " + p + ")"
 		}
-		t.row(info.ID, orDash(info.Name), orDash(info.Session), state, age, expires(info, now))
+		t.row(info.ID, orDash(info.Name), orDash(info.Session), state, string(isolation(info)), age, expires(info, now))
 	}
 	if err := t.flush(); err != nil {
 		return err

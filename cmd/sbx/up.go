@@ -64,6 +64,8 @@ type upMember struct {
 	// URLs are the member's services as its initializer names them, with
 	// their paths (gdb_mcp's MCP endpoint, neo4j's bolt and HTTP URIs).
 	URLs []string `json:"urls,omitempty"`
+	// Isolation is what separates the sandbox from the host.
+	Isolation backend.Isolation `json:"isolation"`
 }
 
 type upResult struct {
@@ -168,8 +170,14 @@ func (a *app) upPooled(ctx context.Context, l *sandboxkit.Launcher, b backend.Ba
 // service URLs. A port the host cannot reach is a warning that says why.
 func describeSession(ctx context.Context, s *sandboxkit.Session) (upResult, error) {
 	res := upResult{Session: s.ID, Env: s.Env, Warnings: slices.Clone(s.Warnings)}
+	isolation := isolationOf(s.Backend())
 	for _, m := range s.Members() {
 		um := upMember{Name: m.Name, Type: m.Type, ID: m.Sandbox.ID(), URLs: serviceURLs(m.Handle)}
+		info, err := m.Sandbox.Info(ctx)
+		if err != nil {
+			info = backend.Info{}
+		}
+		um.Isolation = isolation(info)
 		for _, p := range m.Ports {
 			addr, err := s.Endpoint(ctx, m.Name, p)
 			if re, ok := errors.AsType[*opensandbox.RouteError](err); ok {
@@ -216,7 +224,7 @@ func (a *app) printSession(res upResult) error {
 		fmt.Fprintf(a.stderr, "warning: %s\n", w)
 	}
 	fmt.Fprintf(a.stdout, "session %s\n", res.Session)
-	t := newTable(a.stdout, "NAME", "TYPE", "ID", "ENDPOINTS", "URLS")
+	t := newTable(a.stdout, "NAME", "TYPE", "ID", "ISOLATION", "ENDPOINTS", "URLS")
 	for _, m := range res.Sandboxes {
 		var eps []string
 		for _, p := range slices.SortedFunc(maps.Keys(m.Endpoints), func(x, y string) int {
@@ -226,7 +234,7 @@ func (a *app) printSession(res upResult) error {
 		}) {
 			eps = append(eps, p+"->"+m.Endpoints[p])
 		}
-		t.row(m.Name, m.Type, m.ID, orDash(strings.Join(eps, " ")), orDash(strings.Join(m.URLs, " ")))
+		t.row(m.Name, m.Type, m.ID, string(m.Isolation), orDash(strings.Join(eps, " ")), orDash(strings.Join(m.URLs, " ")))
 	}
 	return t.flush()
 }
