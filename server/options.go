@@ -14,10 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/config"
 	"github.com/sandboxkit/sandboxkit/sbxd"
+	"github.com/sandboxkit/sandboxkit/session"
 )
 
 // Environment variables the server reads.
@@ -279,11 +279,11 @@ func validInstance(s string) bool {
 // those that have a [pool] table, and the volumes of $SBX_VOLUME_MOUNTS (mount_host_paths are in every entry's Spec already).
 // Volume specs whose host path is missing are skipped: warnings says so.
 // The caller sets Backend.
-func ConfigOptions(cfg *sandboxkit.Config) (opts Options, warnings []string, err error) {
+func ConfigOptions(cfg *config.Config) (opts Options, warnings []string, err error) {
 	sc := cfg.Sandbox.Serve
 	// Each type is its entry as its initializer makes it, provisioned
 	// (main: pip packages) before create_sandbox answers.
-	l := &sandboxkit.Launcher{Config: cfg}
+	l := &session.Launcher{Config: cfg}
 	opts = Options{
 		Spec: func(typ string) (backend.Spec, error) {
 			spec, _, err := l.Standalone(typ)
@@ -405,7 +405,7 @@ func ParseVolumeMounts(list, dir string) (vols []backend.Volume, warnings []stri
 		if raw == "" {
 			continue
 		}
-		v, skip, err := sandboxkit.ParseVolumeSpec(raw, dir)
+		v, skip, err := config.ParseVolumeSpec(raw, dir)
 		switch {
 		case err != nil:
 			return nil, warnings, fmt.Errorf("volume %q: %v: %w", raw, err, backend.ErrInvalidConfig)
