@@ -189,7 +189,7 @@ func (s *Server) execdUp(w http.ResponseWriter, r *http.Request, t target) bool 
 func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request) {
 	segs := strings.Split(strings.Trim(strings.TrimPrefix(r.URL.Path, "/v1"), "/"), "/")
 	if segs[0] != "sandboxes" || !s.keyOK(r) {
-		s.relay(w, r, nil)
+		s.inner.ServeHTTP(w, r)
 		return
 	}
 	switch {
@@ -203,9 +203,11 @@ func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusConflict, map[string]string{"code": "DOCKER::INVALID_EXPIRATION",
 			"message": fmt.Sprintf("Sandbox %s is missing expiration metadata and cannot be renewed safely.", segs[1])})
 	case len(segs) == 4 && segs[2] == "endpoints" && s.opts.RoutedPorts:
-		s.routedEndpoint(w, r, segs[1], segs[3])
-	default:
+		s.routedEndpoint(w, r, segs[3])
+	case len(segs) == 2 && r.Method == http.MethodGet, len(segs) == 3 && segs[2] == "metadata":
 		s.relay(w, r, s.status)
+	default:
+		s.inner.ServeHTTP(w, r)
 	}
 }
 
@@ -354,14 +356,11 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, id string) {
 
 // routedEndpoint answers for a port other than execd's (and the egress
 // API's) with execd's endpoint and its /proxy/{port} route.
-func (s *Server) routedEndpoint(w http.ResponseWriter, r *http.Request, id, port string) {
+func (s *Server) routedEndpoint(w http.ResponseWriter, r *http.Request, port string) {
 	q := r.URL.Query().Get("use_server_proxy")
-	if q == "true" || q == "1" || port == strconv.Itoa(s.opts.ExecdPort) || port == strconv.Itoa(EgressPort) {
-		s.relay(w, r, nil)
-		return
-	}
-	if _, err := strconv.Atoi(port); err != nil {
-		s.relay(w, r, nil)
+	n, err := strconv.Atoi(port)
+	if q == "true" || q == "1" || err != nil || n == s.opts.ExecdPort || n == EgressPort {
+		s.inner.ServeHTTP(w, r)
 		return
 	}
 	execd := r.Clone(r.Context())
