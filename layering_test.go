@@ -31,6 +31,16 @@ func TestLayering(t *testing.T) {
 			}
 		}
 	})
+	t.Run("server imports no backend", func(t *testing.T) {
+		// sbx serve's backend comes from cmd/sbx (the catalog), so that
+		// a backend's own tests can run against the server's OpenSandbox
+		// API (opensandboxtest) without an import cycle.
+		for _, p := range goDeps(t, "./server") {
+			if strings.HasPrefix(p, module+"/backends/") || p == module || p == module+"/catalog" {
+				t.Errorf("server imports %s", p)
+			}
+		}
+	})
 	t.Run("backend imports only the standard library", func(t *testing.T) {
 		// ... and internal/errdefs, the sentinels it shares with the
 		// agent, a leaf of the standard library alone.

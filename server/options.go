@@ -14,10 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/config"
 	"github.com/sandboxkit/sandboxkit/sbxd"
+	"github.com/sandboxkit/sandboxkit/session"
 )
 
 // Environment variables the server reads.
@@ -114,6 +114,10 @@ type Options struct {
 	// OSBAllowedHostPaths are the host folders under which a create's
 	// host volumes may lie (none: host volumes are refused).
 	OSBAllowedHostPaths []string
+	// OSBExecdPort is the sandbox port at which the OpenSandbox API
+	// serves execd (default OSBExecdPort, execd's own): clients
+	// configured with another execd_port find it there.
+	OSBExecdPort int
 
 	// APIKey, when set, is required on every HTTP request but /health. A
 	// key callers could not send in a header (whitespace around it, control
@@ -215,6 +219,7 @@ func (o *Options) setDefaults() error {
 	o.MaxLifetime = cmp.Or(o.MaxLifetime, DefaultMaxLifetime)
 	o.OutputLimit = cmp.Or(o.OutputLimit, DefaultOutputLimit)
 	o.Instance = cmp.Or(o.Instance, DefaultInstance)
+	o.OSBExecdPort = cmp.Or(o.OSBExecdPort, OSBExecdPort)
 	o.ReapInterval = cmp.Or(o.ReapInterval, DefaultReapInterval)
 	if o.MaxConns == 0 {
 		o.MaxConns = DefaultMaxConns
@@ -251,6 +256,8 @@ func (o *Options) setDefaults() error {
 		return fmt.Errorf("server: Options.AdminKey %s: no caller could send it: %w", apiKeyProblem(o.AdminKey), backend.ErrInvalidConfig)
 	case o.AdminKey != "" && o.AdminKey == o.APIKey:
 		return fmt.Errorf("server: the admin key is the API key, so every agent would hold it: set $%s (or [sandbox.serve] admin_key) to another key: %w", EnvAdminKey, backend.ErrInvalidConfig)
+	case o.OSBExecdPort < 1 || o.OSBExecdPort > 65535 || o.OSBExecdPort == OSBEgressPort:
+		return fmt.Errorf("server: Options.OSBExecdPort %d: want a port other than the egress API's %d: %w", o.OSBExecdPort, OSBEgressPort, backend.ErrInvalidConfig)
 	case !validInstance(o.Instance):
 		return fmt.Errorf("server: instance %q: want 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit (it is a label value on every backend): %w",
 			o.Instance, backend.ErrInvalidConfig)
@@ -279,11 +286,11 @@ func validInstance(s string) bool {
 // those that have a [pool] table, and the volumes of $SBX_VOLUME_MOUNTS (mount_host_paths are in every entry's Spec already).
 // Volume specs whose host path is missing are skipped: warnings says so.
 // The caller sets Backend.
-func ConfigOptions(cfg *sandboxkit.Config) (opts Options, warnings []string, err error) {
+func ConfigOptions(cfg *config.Config) (opts Options, warnings []string, err error) {
 	sc := cfg.Sandbox.Serve
 	// Each type is its entry as its initializer makes it, provisioned
 	// (main: pip packages) before create_sandbox answers.
-	l := &sandboxkit.Launcher{Config: cfg}
+	l := &session.Launcher{Config: cfg}
 	opts = Options{
 		Spec: func(typ string) (backend.Spec, error) {
 			spec, _, err := l.Standalone(typ)
@@ -405,7 +412,7 @@ func ParseVolumeMounts(list, dir string) (vols []backend.Volume, warnings []stri
 		if raw == "" {
 			continue
 		}
-		v, skip, err := sandboxkit.ParseVolumeSpec(raw, dir)
+		v, skip, err := config.ParseVolumeSpec(raw, dir)
 		switch {
 		case err != nil:
 			return nil, warnings, fmt.Errorf("volume %q: %v: %w", raw, err, backend.ErrInvalidConfig)

@@ -54,13 +54,15 @@ import (
 // Headers and names of the OpenSandbox API.
 const (
 	osbHeaderAPIKey = "OPEN-SANDBOX-API-KEY"
-	// osbHeaderRoute carries the per-sandbox secret of the direct execd
-	// endpoint (the API key never goes there).
-	osbHeaderRoute = "X-Sandboxkit-Execd-Route"
+	// OSBHeaderRoute carries the per-sandbox secret of the direct execd
+	// endpoint, and the per-port one of a port's (the API key never goes
+	// there).
+	OSBHeaderRoute = "X-Sandboxkit-Execd-Route"
 	osbHeaderToken = "X-EXECD-ACCESS-TOKEN"
 	osbEnvToken    = "EXECD_ACCESS_TOKEN"
 	// OSBExecdPort is the port execd has in an OpenSandbox sandbox; the
-	// endpoints API answers for it with this server's execd.
+	// endpoints API answers for it (or for Options.OSBExecdPort) with this
+	// server's execd.
 	OSBExecdPort = 44772
 	// osbConversation owns the sandboxes made through the API.
 	osbConversation = "opensandbox"
@@ -883,9 +885,9 @@ func (s *Server) osbEndpoint(w http.ResponseWriter, r *http.Request, conv string
 		case useProxy:
 			ep["endpoint"] = r.Host + "/sandboxes/" + id + "/proxy/" + strconv.Itoa(port)
 			return nil
-		case port == OSBExecdPort:
+		case port == s.opts.OSBExecdPort:
 			ep["endpoint"] = r.Host + "/execd/" + id
-			ep["headers"] = map[string]string{osbHeaderRoute: s.osbRoute(id)}
+			ep["headers"] = map[string]string{OSBHeaderRoute: s.osbRoute(id)}
 			return nil
 		case port != OSBEgressPort:
 			if e, ok := backend.As[backend.Endpointer](b.sb); ok {
@@ -899,7 +901,7 @@ func (s *Server) osbEndpoint(w http.ResponseWriter, r *http.Request, conv string
 		// through the server, with a per-port route header standing for
 		// the API key.
 		ep["endpoint"] = r.Host + "/port/" + id + "/" + strconv.Itoa(port)
-		ep["headers"] = map[string]string{osbHeaderRoute: s.osbRoute(id + ":" + strconv.Itoa(port))}
+		ep["headers"] = map[string]string{OSBHeaderRoute: s.osbRoute(id + ":" + strconv.Itoa(port))}
 		return nil
 	})
 	if err != nil {
@@ -937,14 +939,14 @@ func (s *Server) osbDirectPort(w http.ResponseWriter, r *http.Request) {
 	port, err := strconv.Atoi(r.PathValue("port"))
 	if err != nil {
 		dropBody(w, r)
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized: missing or wrong " + osbHeaderRoute + " (ask the endpoints API for this port's endpoint)"})
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized: missing or wrong " + OSBHeaderRoute + " (ask the endpoints API for this port's endpoint)"})
 		return
 	}
 	conv, ok := s.osbRouted(w, r, id+":"+r.PathValue("port"), "this port's")
 	if !ok {
 		return
 	}
-	r.Header.Del(osbHeaderRoute)
+	r.Header.Del(OSBHeaderRoute)
 	s.osbPort(w, r, conv, id, port, "/"+r.PathValue("path"))
 }
 
@@ -953,10 +955,10 @@ func (s *Server) osbDirectPort(w http.ResponseWriter, r *http.Request) {
 // request's conversation; false when it answered the request (401, or
 // 400 for a bad conversation) with the body unread.
 func (s *Server) osbRouted(w http.ResponseWriter, r *http.Request, key, whose string) (string, bool) {
-	got := r.Header.Get(osbHeaderRoute)
+	got := r.Header.Get(OSBHeaderRoute)
 	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.osbRoute(key))) != 1 {
 		dropBody(w, r)
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized: missing or wrong " + osbHeaderRoute + " (ask the endpoints API for " + whose + " endpoint)"})
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized: missing or wrong " + OSBHeaderRoute + " (ask the endpoints API for " + whose + " endpoint)"})
 		return "", false
 	}
 	conv, err := osbConv(r)
@@ -971,7 +973,7 @@ func (s *Server) osbRouted(w http.ResponseWriter, r *http.Request, key, whose st
 // osbPort serves path p of port on conv's sandbox id.
 func (s *Server) osbPort(w http.ResponseWriter, r *http.Request, conv, id string, port int, p string) {
 	switch port {
-	case OSBExecdPort:
+	case s.opts.OSBExecdPort:
 		s.osbExecd(w, r, conv, id, p)
 		return
 	case OSBEgressPort:

@@ -21,7 +21,8 @@ import (
 
 // OpenSandbox's execd API (execd-api.yaml) for one sandbox, over the
 // backend (through sbxd where it runs): commands with execd's event stream,
-// bash sessions, files and directories, metrics, ping. What differs from
+// bash sessions, files and directories, metrics, ping, and execd's
+// /proxy/{port}/ route to the sandbox's other ports. What differs from
 // execd: a foreground command's stream ends with its last event (execd
 // holds it open about a second more), a foreground command ends when its
 // client goes, and commands run with bash where the image has it, else sh.
@@ -39,6 +40,10 @@ func osbExecdError(w http.ResponseWriter, status int, code, format string, args 
 
 // osbExecd serves execd's path p for conv's sandbox id.
 func (s *Server) osbExecd(w http.ResponseWriter, r *http.Request, conv, id, p string) {
+	if rest, ok := strings.CutPrefix(p, "/proxy/"); ok {
+		s.osbExecdProxy(w, r, conv, id, rest)
+		return
+	}
 	err := s.withBox(r.Context(), conv, id, func(ctx context.Context, b *box) error {
 		if b.osbToken != "" {
 			sum := sha256.Sum256([]byte(r.Header.Get(osbHeaderToken)))
@@ -123,6 +128,23 @@ func (s *Server) osbExecd(w http.ResponseWriter, r *http.Request, conv, id, p st
 	if err != nil {
 		s.osbFail(w, err, "RUNTIME_ERROR")
 	}
+}
+
+// osbExecdProxy is execd's /proxy/{port}/{path...}: HTTP to a port of
+// the sandbox, as execd forwards it to localhost:PORT inside. Deployments
+// that cannot map a port hand out that route as the port's endpoint, so a
+// client given one works here too. As the server's own route to a port
+// (/port/...), it needs no execd access token: the route header that
+// brought the request here stands for the key.
+func (s *Server) osbExecdProxy(w http.ResponseWriter, r *http.Request, conv, id, rest string) {
+	portText, sub, _ := strings.Cut(rest, "/")
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 1 || port > 65535 {
+		dropBody(w, r)
+		osbExecdError(w, http.StatusBadRequest, "INVALID_REQUEST_BODY", "invalid port %q in /proxy/{port}/: want 1 to 65535", portText)
+		return
+	}
+	s.osbPort(w, r, conv, id, port, "/"+sub)
 }
 
 // osbExecd is one request's view of a sandbox's execd.

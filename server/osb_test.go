@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -350,6 +353,48 @@ func TestOpenSandboxAPIWire(t *testing.T) {
 	assert.Equal(t, 404, code)
 	code, _, _ = c.do("DELETE", "/v1/sandboxes/"+id, nil, nil)
 	assert.Equal(t, 404, code)
+}
+
+// TestOpenSandboxAPIExecdProxy: execd's /proxy/{port}/ route reaches a
+// port of the sandbox (the route deployments hand out for ports they
+// cannot map) at execd's direct endpoint and through the server proxy,
+// without the execd access token; and execd answers at the port
+// Options.OSBExecdPort names.
+func TestOpenSandboxAPIExecdProxy(t *testing.T) {
+	s := newServer(t, localBackend(t), func(o *server.Options) { o.APIKey, o.OSBExecdPort = osbKey, 4000 })
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	c := osbWire{t: t, base: hs.URL}
+	id := c.create(map[string]any{"env": map[string]string{"EXECD_ACCESS_TOKEN": "tok"}})
+
+	// A service "in the sandbox": local sandboxes share the host's network.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	svc := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "service saw %s %s", r.Method, r.URL.Path)
+	})}
+	go svc.Serve(l)
+	t.Cleanup(func() { svc.Close() })
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+
+	code, out, _ := c.do("GET", "/v1/sandboxes/"+id+"/endpoints/4000", nil, nil)
+	require.Equal(t, 200, code)
+	direct := "/" + strings.SplitN(out["endpoint"].(string), "/", 2)[1]
+	route := map[string]string{"OPEN-SANDBOX-API-KEY": "", server.OSBHeaderRoute: out["headers"].(map[string]any)[server.OSBHeaderRoute].(string)}
+	assert.Equal(t, "/execd/"+id, direct)
+	code, _, _ = c.do("GET", direct+"/ping", nil, route)
+	assert.Equal(t, 401, code, "execd itself needs the token")
+	code, out, _ = c.do("POST", direct+"/proxy/"+port+"/a/b", nil, route)
+	assert.Equal(t, 200, code)
+	assert.Equal(t, "service saw POST /a/b", out["raw"])
+	code, out, _ = c.do("GET", "/sandboxes/"+id+"/proxy/4000/proxy/"+port+"/c", nil, nil)
+	assert.Equal(t, 200, code)
+	assert.Equal(t, "service saw GET /c", out["raw"])
+	code, out, _ = c.do("GET", direct+"/proxy/70000/x", nil, route)
+	assert.Equal(t, 400, code)
+	assert.Equal(t, "INVALID_REQUEST_BODY", out["code"])
+	code, _, _ = c.do("GET", "/sandboxes/"+id+"/proxy/4000/ping", nil, map[string]string{"X-EXECD-ACCESS-TOKEN": "tok"})
+	assert.Equal(t, 200, code)
 }
 
 // events reads execd's command stream to its end: one JSON object and a

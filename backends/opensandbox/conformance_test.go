@@ -23,8 +23,9 @@ const testAPIKey = "osb-test-key-5f1e2d3c4b5a"
 // The image the in-process server records (it runs host processes).
 const testImage = "ubuntu:24.04"
 
-// newServer starts the in-process OpenSandbox server (not the real one: a
-// faithful implementation of the published specs on host processes) and
+// newServer starts the in-process OpenSandbox server (not the real one: sbx
+// serve's OpenSandbox API over the local backend's host processes, with the
+// real server's quirks that clients must cope with added) and
 // checks, when the test ends, that the client never broke the protocol (the
 // API key sent to execd, endpoint headers left out).
 func newServer(t *testing.T, opts opensandboxtest.Options) *opensandboxtest.Server {

@@ -115,8 +115,11 @@ func TestEndpointOfARoutedPort(t *testing.T) {
 	re, ok := errors.AsType[*opensandbox.RouteError](err)
 	require.True(t, ok, "%T: %v", err, err)
 	assert.Equal(t, port, re.Port)
-	assert.Regexp(t, `^http://127\.0\.0\.1:\d+/proxy/`+fmt.Sprint(port)+`$`, re.URL)
 	assert.ErrorContains(t, err, re.URL)
+	execd, _, err := sb.(*opensandbox.Sandbox).HTTPEndpoint(testCtx(t), 44772)
+	require.NoError(t, err)
+	assert.Regexp(t, `^http://127\.0\.0\.1:\d+/`, re.URL)
+	assert.Equal(t, execd+"/proxy/"+fmt.Sprint(port), re.URL, "execd's endpoint and its proxy route")
 
 	url, h, err := sb.(*opensandbox.Sandbox).HTTPEndpoint(testCtx(t), port)
 	require.NoError(t, err)

@@ -94,7 +94,9 @@ ports = { "9000/tcp" = 0 }
 	r := sbx(t, "--progress", "none", "up", "--id", id)
 	r.expect(t, 0)
 	t.Cleanup(func() { sbx(t, "down", id) })
-	if !regexp.MustCompile(`9000->http://127\.0\.0\.1:\d+/proxy/9000`).MatchString(r.stdout) {
+	// execd's endpoint (sbx serve's: /execd/ID on the server) and its
+	// proxy route to the port.
+	if !regexp.MustCompile(`9000->http://127\.0\.0\.1:\d+/execd/[0-9a-f]+/proxy/9000 `).MatchString(r.stdout) {
 		t.Errorf("up does not show the port's URL:\n%s", r.stdout)
 	}
 	if !strings.Contains(r.stderr, "warning: web:") || !strings.Contains(r.stderr, "port 9000 has no TCP address") {
