@@ -40,7 +40,7 @@ func (s *suite) testOptional(t *testing.T) {
 		{"Forker", s.testForker},
 		{"LogReader", s.testLogReader},
 		{"AgentDialer", testAgentDialer(s.cfg.agentCheck)},
-		{"Terminaler", testTerminaler},
+		{"Terminaler", s.testTerminaler},
 		{"VolumeManager", func(t *testing.T, _ backend.Sandbox) { s.testVolumeManager(t) }},
 		{"NetworkManager", func(t *testing.T, _ backend.Sandbox) { s.testNetworkManager(t) }},
 		{"Labeler", func(t *testing.T, _ backend.Sandbox) { s.testLabeler(t) }},

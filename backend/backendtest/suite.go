@@ -67,6 +67,8 @@ type config struct {
 	rerunsHidden bool
 	removeImage  func(ctx context.Context, ref string) error
 	agentCheck   func(ctx context.Context, id string, conn net.Conn) error
+	// noTermSignals: why the backend's terminals raise no signals.
+	noTermSignals string
 }
 
 // WithSpec sets the base Spec of every sandbox the suite creates. The suite
@@ -104,6 +106,16 @@ func WithImageRemover(remove func(ctx context.Context, ref string) error) Option
 // check.
 func WithAgentCheck(check func(ctx context.Context, id string, conn net.Conn) error) Option {
 	return func(c *config) { c.agentCheck = check }
+}
+
+// WithoutTerminalSignals says why the backend's terminals raise no signals
+// for their program: no SIGWINCH when resized, no SIGINT on Ctrl-C (a
+// kernel whose ptys do not, such as the gVisor releases before
+// google/gvisor#13317 was fixed in 2026). The Terminaler case then checks
+// that the program sees the new size and its exit status, and skips the
+// signals with that reason.
+func WithoutTerminalSignals(why string) Option {
+	return func(c *config) { c.noTermSignals = why }
 }
 
 // Limits on how long the suite waits for the backend. They are generous

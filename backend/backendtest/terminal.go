@@ -20,7 +20,7 @@ import (
 // foreground program, the exit code, a program that does not exist, and,
 // where terminals outlive their client, detaching and attaching again with
 // the kept output replayed.
-func testTerminaler(t *testing.T, sb backend.Sandbox) {
+func (s *suite) testTerminaler(t *testing.T, sb backend.Sandbox) {
 	tr, ok := backend.As[backend.Terminaler](sb)
 	if !ok {
 		t.Skip("the sandbox is not a Terminaler")
@@ -43,6 +43,28 @@ func testTerminaler(t *testing.T, sb backend.Sandbox) {
 			}
 		}
 		expect("echo tty-''$(stty size)-''end\r", "tty-24 80-end")
+		exit3 := func() {
+			t.Helper()
+			if _, err := io.WriteString(term, "exit 3\r"); err != nil {
+				t.Fatal(err)
+			}
+			if r := out.Read(ctx, nil, 0); !errors.Is(r.Err, io.EOF) {
+				t.Fatalf("after exit: the output did not end (%v); got %q", r.Err, r.Output)
+			}
+			if code, ok := term.ExitCode(); !ok || code != 3 {
+				t.Errorf("ExitCode() = %d, %v; want 3, true", code, ok)
+			}
+		}
+		if why := s.cfg.noTermSignals; why != "" {
+			// The new size still reaches the terminal; only the signals
+			// are left unchecked.
+			if err := term.Resize(ctx, backend.TermSize{Rows: 40, Cols: 100}); err != nil {
+				t.Fatalf("Resize: %v", err)
+			}
+			expect("echo after-''$(stty size)-''resize\r", "after-40 100-resize")
+			exit3()
+			t.Skipf("SIGWINCH on a resize and SIGINT on Ctrl-C not checked: %s", why)
+		}
 		// A foreground program that reports SIGWINCH, then dies of Ctrl-C.
 		expect(`sh -c 'trap "echo got-''winch" WINCH; echo wai''ting; while :; do sleep 0.1; done'`+"\r", "waiting")
 		if err := term.Resize(ctx, backend.TermSize{Rows: 40, Cols: 100}); err != nil {
@@ -56,15 +78,7 @@ func testTerminaler(t *testing.T, sb backend.Sandbox) {
 			t.Fatal(err)
 		}
 		expect("echo after-''$(stty size)-''ctrlc\r", "after-40 100-ctrlc")
-		if _, err := io.WriteString(term, "exit 3\r"); err != nil {
-			t.Fatal(err)
-		}
-		if r := out.Read(ctx, nil, 0); !errors.Is(r.Err, io.EOF) {
-			t.Fatalf("after exit: the output did not end (%v); got %q", r.Err, r.Output)
-		}
-		if code, ok := term.ExitCode(); !ok || code != 3 {
-			t.Errorf("ExitCode() = %d, %v; want 3, true", code, ok)
-		}
+		exit3()
 	})
 	t.Run("NotFound", func(t *testing.T) {
 		ctx := testCtx(t)

@@ -7,7 +7,6 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/attach"
-	"github.com/sandboxkit/sandboxkit/internal/procfs"
 )
 
 // Attach starts a long-lived command (how sbxd's stream mode is started)
@@ -45,7 +44,7 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest) (backend.
 	proc := attach.New(ctx, stdin, stdout, func(done <-chan struct{}) {
 		go func() {
 			for {
-				procfs.KillByEnv(envExecID, execID)
+				s.killMarked(m, execID)
 				select {
 				case <-done:
 					return

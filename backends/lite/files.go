@@ -259,17 +259,34 @@ func (s *Sandbox) pathErr(op, name string, err error) error {
 	return &fs.PathError{Op: op, Path: name, Err: err}
 }
 
+// sentryMiss makes a miss on the host side of a gVisor sandbox
+// errors.ErrUnsupported as well as fs.ErrNotExist, so that sbfiles asks
+// the sandbox through Exec: gVisor keeps the named pipes made inside in
+// its sentry, not in the root file system the host sees, and the
+// sandbox's answer (not found, or what the file is) is the one that
+// counts. runc's host side sees every file, so there a miss is final.
+func (s *Sandbox) sentryMiss(err error) error {
+	var pe *fs.PathError
+	if !errors.Is(err, fs.ErrNotExist) || !errors.As(err, &pe) {
+		return err
+	}
+	if m, merr := s.meta(); merr != nil || !m.runtime().gvisor() {
+		return err
+	}
+	return &fs.PathError{Op: pe.Op, Path: pe.Path, Err: fmt.Errorf("%w on the host's side of this gVisor sandbox (%w there: its named pipes live in its sentry)", pe.Err, errUnsupported)}
+}
+
 func (s *Sandbox) ReadFile(ctx context.Context, name string) (io.ReadCloser, error) {
 	_, v, _, r, rel, err := s.open("read", name, true)
 	if err != nil {
-		return nil, err
+		return nil, s.sentryMiss(err)
 	}
 	defer v.close()
 	// Without blocking, and regular files only: a named pipe would block
 	// the open until a writer came.
 	f, err := r.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, s.pathErr("read", name, err)
+		return nil, s.sentryMiss(s.pathErr("read", name, err))
 	}
 	fi, err := f.Stat()
 	if err == nil {
@@ -378,12 +395,12 @@ func mkdirAllOwned(r *os.Root, dir string, uid, gid int) error {
 func (s *Sandbox) Stat(ctx context.Context, name string) (fs.FileInfo, error) {
 	_, v, _, r, rel, err := s.open("stat", name, true)
 	if err != nil {
-		return nil, err
+		return nil, s.sentryMiss(err)
 	}
 	defer v.close()
 	fi, err := r.Stat(rel)
 	if err != nil {
-		return nil, s.pathErr("stat", name, err)
+		return nil, s.sentryMiss(s.pathErr("stat", name, err))
 	}
 	return fi, nil
 }

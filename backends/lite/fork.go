@@ -267,7 +267,7 @@ func forkMeta(parent *meta, id string, req backend.ForkRequest) *meta {
 		Image:     parent.Image, ImageDigest: parent.ImageDigest,
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
 		WorkDir:   parent.WorkDir, Runtime: parent.Runtime, RuntimeRoot: parent.RuntimeRoot,
-		ContainerID: containerID(id, 0), Lower: parent.Lower, Network: parent.Network,
+		ContainerID: containerID(parent.runtime(), id, 0), Lower: parent.Lower, Network: parent.Network,
 		ReadOnly: parent.ReadOnly, Volumes: parent.Volumes, UID: parent.UID, GID: parent.GID,
 		Agent: parent.Agent, Rootless: parent.Rootless,
 	}

@@ -221,7 +221,7 @@ func (b *Backend) Close() error {
 
 func (b *Backend) Capabilities() backend.Capabilities {
 	iso := backend.IsolationContainer
-	if b.runtime.name == "runsc" {
+	if b.runtime.gvisor() {
 		iso = backend.IsolationVM
 	}
 	rootful := b.userns == nil
@@ -389,10 +389,23 @@ func rootfsDir(dir string, gen int) string { return filepath.Join(bundleDir(dir,
 func upperDir(dir string, gen int) string  { return filepath.Join(dir, "upper"+genSuffix(gen)) }
 func workDir(dir string, gen int) string   { return filepath.Join(dir, "work"+genSuffix(gen)) }
 
-// containerID is the runtime's ID of sandbox id's container of generation
-// gen; cgroupName is its cgroup under cgroupParent.
-func containerID(id string, gen int) string { return containerPrefix + id + genSuffix(gen) }
-func cgroupName(id string, gen int) string  { return id + genSuffix(gen) }
+// containerID is the ID, in runtime rt, of sandbox id's container of
+// generation gen; cgroupName is its cgroup under cgroupParent.
+//
+// gVisor's runsc takes any unique prefix of an ID for the ID, and so
+// refuses an ID that is the prefix of another one (sbxlite-X of
+// sbxlite-X.1, sbxlite-X.1 of sbxlite-X.10) as ambiguous: there a later
+// generation's ID puts the generation first (sbxlite-g1-X), which no
+// other ID begins with (sandbox IDs are hex, and the dash ends the
+// generation). Generation 0 has the same ID in every runtime.
+func containerID(rt *ociRuntime, id string, gen int) string {
+	if gen != 0 && rt.gvisor() {
+		return containerPrefix + "g" + strconv.Itoa(gen) + "-" + id
+	}
+	return containerPrefix + id + genSuffix(gen)
+}
+
+func cgroupName(id string, gen int) string { return id + genSuffix(gen) }
 
 func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
 	createErr := func(err error) error { return &backend.OpError{Op: "create", Backend: Name, Err: err} }
@@ -421,7 +434,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		Owner: spec.Owner, Labels: maps.Clone(spec.Labels),
 		Lifecycle: statedir.Lifecycle{Creator: owner.Self()},
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
-		Runtime:   rt.path, RuntimeRoot: rt.root, ContainerID: containerID(id, 0),
+		Runtime:   rt.path, RuntimeRoot: rt.root, ContainerID: containerID(rt, id, 0),
 		Lower: img.rootfs, Network: network, ReadOnly: spec.ReadOnlyRootfs, Volumes: spec.Volumes,
 		Rootless: b.userns != nil,
 	}

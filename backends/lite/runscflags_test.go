@@ -1,7 +1,10 @@
 package lite
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -9,8 +12,8 @@ import (
 
 // runsc's network follows the bundle's network namespace: none for a new
 // one with no path (lite's network "none"), sandbox for the namespace lite
-// made (a path), host without one; the agent's socket and lite's overlay
-// options are always there.
+// made (a path), host without one; the agent's socket, lite's overlay and
+// the shared root file system options are always there.
 func TestRunscFlags(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -26,8 +29,74 @@ func TestRunscFlags(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := runscFlags(bundle)
-		if !slices.Contains(got, c.want) || !slices.Contains(got, "--host-uds=all") || !slices.Contains(got, "--overlay2=none") {
-			t.Errorf("%s: runscFlags = %v, want %s, --host-uds=all and --overlay2=none", c.name, got, c.want)
+		for _, want := range []string{c.want, "--host-uds=all", "--overlay2=none", "--file-access=shared"} {
+			if !slices.Contains(got, want) {
+				t.Errorf("%s: runscFlags = %v, want %s among them", c.name, got, want)
+			}
 		}
+	}
+}
+
+// gVisor's container gets /tmp as a bind mount of its own root file
+// system's /tmp (else runsc hides it under a tmpfs the host cannot see),
+// remade for each bundle, before the mounts inside /tmp, read-only with a
+// read-only root, and never over the spec's own /tmp or through a symlink.
+func TestRunscTmp(t *testing.T) {
+	dir := t.TempDir()
+	bundle := func(gen int, tmp string) string {
+		b := bundleDir(dir, gen)
+		if err := os.MkdirAll(filepath.Join(b, "rootfs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		switch tmp {
+		case "dir":
+			os.Mkdir(filepath.Join(b, "rootfs", "tmp"), 0o1777)
+		case "symlink":
+			os.Symlink("/", filepath.Join(b, "rootfs", "tmp"))
+		}
+		return b
+	}
+	tmpMounts := func(s *specs.Spec) []specs.Mount {
+		var out []specs.Mount
+		for _, m := range s.Mounts {
+			if strings.HasPrefix(m.Destination, "/tmp") {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	b0 := bundle(0, "dir")
+	s := &specs.Spec{Root: &specs.Root{Path: "rootfs"}, Mounts: []specs.Mount{
+		{Destination: "/proc", Type: "proc"},
+		{Destination: "/tmp/data", Type: "bind", Source: "/srv/data"},
+	}}
+	if !runscTmp(s, b0) {
+		t.Fatal("runscTmp made no /tmp mount")
+	}
+	want := filepath.Join(b0, "rootfs", "tmp")
+	if got := tmpMounts(s); len(got) != 2 || got[0].Source != want || got[0].Destination != "/tmp" || !slices.Contains(got[0].Options, "rw") || got[1].Destination != "/tmp/data" {
+		t.Fatalf("mounts under /tmp = %+v; want %s on /tmp (rw), then /tmp/data", got, want)
+	}
+	if runscTmp(s, b0) {
+		t.Error("runscTmp changed a config made for its bundle already")
+	}
+	// A standby's copy of the config gets its own generation's folder.
+	b1 := bundle(1, "dir")
+	s.Root.Readonly = true
+	if !runscTmp(s, b1) {
+		t.Fatal("runscTmp kept another generation's /tmp")
+	}
+	if got := tmpMounts(s); len(got) != 2 || got[0].Source != filepath.Join(b1, "rootfs", "tmp") || !slices.Contains(got[0].Options, "ro") {
+		t.Fatalf("mounts under /tmp of generation 1 = %+v; want its own, read-only, first", got)
+	}
+	// No folder to bind (a symlink): no mount, not even the old one.
+	b2 := bundle(2, "symlink")
+	if !runscTmp(s, b2) || len(tmpMounts(s)) != 1 {
+		t.Fatalf("with /tmp a symlink: mounts under /tmp = %+v; want /tmp/data alone", tmpMounts(s))
+	}
+	// The spec's own /tmp stays as it is.
+	own := &specs.Spec{Mounts: []specs.Mount{{Destination: "/tmp", Type: "bind", Source: "/srv/tmp"}}}
+	if runscTmp(own, b0) || len(own.Mounts) != 1 || own.Mounts[0].Source != "/srv/tmp" {
+		t.Fatalf("a volume on /tmp became %+v", own.Mounts)
 	}
 }

@@ -10,11 +10,14 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // ociRuntime drives an OCI runtime binary (runc, crun, runsc: they share
@@ -59,6 +62,13 @@ func lookRuntime(nameOrPath, root string) (*ociRuntime, error) {
 		root = filepath.Join("/run/sandboxkit/lite", name)
 	}
 	return &ociRuntime{path: abs, name: name, root: root}, nil
+}
+
+// gvisor reports whether the runtime is gVisor's runsc (named runsc, or
+// runsc-SOMETHING for a pinned release). Its containers' processes live
+// in its sentry, not on the host: the host's /proc does not show them.
+func (r *ociRuntime) gvisor() bool {
+	return r.name == "runsc" || strings.HasPrefix(r.name, "runsc-")
 }
 
 // command returns the runtime invoked with args after its global options.
@@ -133,7 +143,10 @@ func (r *ociRuntime) launch(ctx context.Context, prefix []string, verb, id, bund
 	if verb == "run" {
 		args = slices.Insert(args, 1, "--detach")
 	}
-	if r.name == "runsc" {
+	if r.gvisor() {
+		if err := runscBundle(bundle); err != nil {
+			return 0, err
+		}
 		args = append(runscFlags(bundle), args...)
 	}
 	cmd := r.commandIn(ctx, prefix, args...)
@@ -163,8 +176,12 @@ func (r *ociRuntime) launch(ctx context.Context, prefix []string, verb, id, bund
 // network from the config's namespaces (none: a namespace of its own with
 // no path, lite's network "none"; host: no network namespace; sandbox: the
 // namespace lite made, whose interfaces gVisor takes over), unix sockets
-// the host may dial (the agent's, in a bind-mounted folder), and no overlay
-// of its own over lite's (whose upper layer snapshots and forks read).
+// the host may dial (the agent's, in a bind-mounted folder), no overlay
+// of its own over lite's (whose upper layer snapshots and forks read), and
+// a root file system shared with the host: lite reads and writes the
+// sandbox's files from the host (its FileSystem, snapshots, forks), which
+// the sentry's caches, were it told it has the root to itself (gVisor's
+// default, exclusive), would not notice.
 func runscFlags(bundle string) []string {
 	network := "host"
 	if s, err := readConfig(bundle); err == nil && s.Linux != nil {
@@ -177,7 +194,71 @@ func runscFlags(bundle string) []string {
 			}
 		}
 	}
-	return []string{"--network=" + network, "--host-uds=all", "--overlay2=none"}
+	return []string{"--network=" + network, "--host-uds=all", "--overlay2=none", "--file-access=shared"}
+}
+
+// runscBundle adapts a bundle's config to gVisor before each launch (see
+// runscTmp).
+func runscBundle(bundle string) error {
+	s, err := readConfig(bundle)
+	if err != nil {
+		return err
+	}
+	if !runscTmp(s, bundle) {
+		return nil
+	}
+	return writeConfig(bundle, s)
+}
+
+// runscTmp gives gVisor's container of the bundle an explicit /tmp: a bind
+// mount of the root file system's own /tmp folder. Without a mount there,
+// runsc puts a tmpfs in the sentry's memory over an empty /tmp, whose files
+// the host never sees: lite's FileSystem, snapshots, forks and Reset would
+// miss them. The mount is made again for each bundle (a standby's or a
+// fork's config is a copy of another generation's), and left out when the
+// spec mounts /tmp itself (a volume) or the image's /tmp is not a folder
+// (the host would follow a symlink). It reports whether s changed.
+func runscTmp(s *specs.Spec, bundle string) bool {
+	root := "rootfs"
+	if s.Root != nil && s.Root.Path != "" {
+		root = s.Root.Path
+	}
+	if !filepath.IsAbs(root) {
+		root = filepath.Join(bundle, root)
+	}
+	own := filepath.Join(root, "tmp")
+	// Lite's /tmp mounts of any generation of this sandbox.
+	ours := filepath.Join(filepath.Dir(bundle), "bundle*", "*", "tmp")
+	changed := false
+	mounts := make([]specs.Mount, 0, len(s.Mounts)+1)
+	for _, m := range s.Mounts {
+		if path.Clean(m.Destination) == "/tmp" {
+			if ok, _ := filepath.Match(ours, m.Source); !ok || m.Type != "bind" {
+				return changed // the spec's own
+			}
+			if m.Source == own {
+				return false // made for this bundle already
+			}
+			changed = true
+			continue
+		}
+		mounts = append(mounts, m)
+	}
+	if fi, err := os.Lstat(own); err == nil && fi.IsDir() {
+		opts := []string{"bind", "rw"}
+		if s.Root != nil && s.Root.Readonly {
+			opts[1] = "ro"
+		}
+		// Before the mounts inside /tmp, which it would hide.
+		at := slices.IndexFunc(mounts, func(m specs.Mount) bool { return strings.HasPrefix(path.Clean(m.Destination), "/tmp/") })
+		if at < 0 {
+			at = len(mounts)
+		}
+		mounts = slices.Insert(mounts, at, specs.Mount{Destination: "/tmp", Type: "bind", Source: own, Options: opts})
+		changed = true
+	}
+	s.Mounts = mounts
+	return changed
 }
 
 // tail returns what was appended to the file at p after offset off.

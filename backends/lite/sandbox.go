@@ -136,10 +136,11 @@ func (s *Sandbox) stop(ctx context.Context, m *meta) error {
 // removeGen removes the container of generation gen, its cgroup and its
 // root file system's mount. Its folders are left.
 func (s *Sandbox) removeGen(ctx context.Context, m *meta, gen int) error {
+	rt := m.runtime()
 	if m.Rootless { // no cgroup; mounted only in the sandbox's namespaces
-		return m.runtime().remove(ctx, containerID(s.id, gen))
+		return rt.remove(ctx, containerID(rt, s.id, gen))
 	}
-	if err := m.runtime().removeEnded(ctx, containerID(s.id, gen)); err != nil {
+	if err := rt.removeEnded(ctx, containerID(rt, s.id, gen)); err != nil {
 		return err
 	}
 	if err := removeCgroups(cgroupName(s.id, gen)); err != nil {
@@ -256,7 +257,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		}
 		// The folder without its meta file: an earlier Destroy stopped
 		// half-way. Finish it with the default runtime.
-		m = &meta{ContainerID: containerID(s.id, 0), Runtime: s.b.runtime.path, RuntimeRoot: s.b.runtime.root}
+		m = &meta{ContainerID: containerID(s.b.runtime, s.id, 0), Runtime: s.b.runtime.path, RuntimeRoot: s.b.runtime.root}
 	case err != nil:
 		return s.opErr("destroy", err)
 	}
@@ -316,7 +317,7 @@ func (s *Sandbox) switchToStandby(ctx context.Context, m *meta) error {
 	if err := s.emptyAgentDir(m); err != nil {
 		return err
 	}
-	id := containerID(s.id, sb.Gen)
+	id := containerID(m.runtime(), s.id, sb.Gen)
 	if err := m.runtime().startCreated(ctx, id); err != nil {
 		return err
 	}
@@ -454,7 +455,7 @@ func (s *Sandbox) makeStandby(ctx context.Context, m *meta) error {
 	if err != nil {
 		return err
 	}
-	pid, err := m.runtime().launch(ctx, prefix, "create", containerID(s.id, gen), bundleDir(s.dir, gen), filepath.Join(s.dir, "main.log"))
+	pid, err := m.runtime().launch(ctx, prefix, "create", containerID(m.runtime(), s.id, gen), bundleDir(s.dir, gen), filepath.Join(s.dir, "main.log"))
 	if err != nil {
 		return err
 	}
@@ -584,8 +585,8 @@ func newExecID(sandboxID string) (string, error) {
 
 // Exec runs req through `runtime exec` and sbxd exec, which owns the
 // timeout and kills the command's process tree inside the sandbox.
-// Cancelling ctx kills every process carrying the command's marker, from
-// the host (the sandbox's processes are visible there).
+// Cancelling ctx kills every process carrying the command's marker (see
+// killMarked).
 func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.ExecResult, error) {
 	argv, err := req.Argv()
 	if err != nil {
@@ -628,7 +629,7 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	}
 	var res backend.ExecResult
 	var waitErr, ctxErr error
-	res.TimedOut, waitErr, ctxErr = waitExec(ctx, cmd, execID, req.Timeout)
+	res.TimedOut, waitErr, ctxErr = waitExec(ctx, cmd, func() { s.killMarked(m, execID) }, req.Timeout)
 	res.Duration = time.Since(start)
 	stdin.Close()
 	out.Finish(&res)
@@ -659,7 +660,7 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 // timeout, and this later deadline only guards against a wrapper that
 // cannot (a frozen sandbox). It returns whether that deadline passed,
 // Wait's error and ctx's.
-func waitExec(ctx context.Context, cmd *exec.Cmd, execID string, timeout time.Duration) (timedOut bool, waitErr, ctxErr error) {
+func waitExec(ctx context.Context, cmd *exec.Cmd, kill func(), timeout time.Duration) (timedOut bool, waitErr, ctxErr error) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var backstop <-chan time.Time
@@ -672,12 +673,32 @@ func waitExec(ctx context.Context, cmd *exec.Cmd, execID string, timeout time.Du
 	case waitErr = <-done:
 	case <-ctx.Done():
 		ctxErr = ctx.Err()
-		waitErr = killExec(cmd, execID, done)
+		waitErr = killExec(cmd, kill, done)
 	case <-backstop:
 		timedOut = true
-		waitErr = killExec(cmd, execID, done)
+		waitErr = killExec(cmd, kill, done)
 	}
 	return timedOut, waitErr, ctxErr
+}
+
+// killMarked kills every process of the sandbox that carries the marker
+// execID, with their descendants. runc's containers are processes of the
+// host, so its /proc finds them. gVisor's live in its sentry, which the
+// host's /proc does not show: there sbxd kill does the same inside,
+// started through the runtime's exec as root (the marked processes may
+// be any user's). It is that exec's own work, detached from the caller's
+// context, which is usually what was cancelled.
+func (s *Sandbox) killMarked(m *meta, execID string) {
+	rt := m.runtime()
+	if !rt.gvisor() {
+		procfs.KillByEnv(envExecID, execID)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := rt.run(ctx, "exec", "--user", "0:0", m.ContainerID, sbxdPath, "kill", execID); err != nil {
+		s.b.log.Debug("killing a command through the runtime", "sandbox", s.id, "exec", execID, "err", err)
+	}
 }
 
 // execFailure explains a runtime's refusal to exec: the sandbox is gone or
@@ -694,15 +715,15 @@ func (s *Sandbox) execFailure(err error) error {
 	return err
 }
 
-// killExec kills a command's processes by their marker until the runtime's
-// exec returns (a process that was still being started when the kill came
-// gets the next one), then the runtime itself if it lingers.
-func killExec(cmd *exec.Cmd, execID string, done <-chan error) error {
+// killExec kills a command's processes by their marker (kill) until the
+// runtime's exec returns (a process that was still being started when the
+// kill came gets the next one), then the runtime itself if it lingers.
+func killExec(cmd *exec.Cmd, kill func(), done <-chan error) error {
 	deadline := time.After(5 * time.Second)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		procfs.KillByEnv(envExecID, execID)
+		kill()
 		select {
 		case err := <-done:
 			return err

@@ -12,7 +12,6 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/pipeterm"
-	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/pty"
 )
 
@@ -74,7 +73,7 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 	return pipeterm.StartPTY(pipeterm.PTYProgram{
 		ID: execID, Master: master, Wait: cmd.Wait,
 		Kill: func(context.Context) error {
-			procfs.KillByEnv(envExecID, execID)
+			s.killMarked(m, execID)
 			return nil
 		},
 		End: func(out io.Writer) int {
