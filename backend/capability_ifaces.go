@@ -273,3 +273,23 @@ type Readlinker interface {
 	// is not a symbolic link and fs.ErrNotExist when it does not exist.
 	Readlink(ctx context.Context, name string) (string, error)
 }
+
+// SpecChecker is implemented by backends whose Create refuses a Spec for
+// more than Capabilities.Check does (a runtime the engine lacks, an egress
+// policy it cannot enforce with the Spec's network, ...): CheckSpec runs
+// every check Create runs on a Spec before it makes anything, and makes
+// nothing. sbx config check asks it for every entry, so that what it
+// passes Create accepts.
+type SpecChecker interface {
+	CheckSpec(ctx context.Context, spec Spec) error
+}
+
+// CheckSpec is what Create of b would refuse spec for before making
+// anything: b's SpecChecker when it has one, else its Capabilities'
+// Check.
+func CheckSpec(ctx context.Context, b Backend, spec Spec) error {
+	if c, ok := AsBackend[SpecChecker](b); ok {
+		return c.CheckSpec(ctx, spec)
+	}
+	return b.Capabilities().Check(b.Name(), spec)
+}

@@ -70,7 +70,20 @@ type Factory struct {
 	// host_shared_mem_dir, mounted into every sandbox, is then refused by
 	// name when a sandbox is made, instead of being dropped.
 	NoHostFolders bool
+	// RuntimeKind says what kind of runtime names Spec.Runtime takes
+	// besides the levels (RuntimeGVisor, ...): RuntimeKindDocker (an
+	// engine's runtime names) or RuntimeKindKubernetes (RuntimeClass
+	// names). OpenSandbox's [secure_runtime] table names the runtime of its
+	// type for each kind (docker_runtime, k8s_runtime_class), and the
+	// config gives those names to backends of that kind.
+	RuntimeKind string
 }
+
+// Runtime kinds (Factory.RuntimeKind).
+const (
+	RuntimeKindDocker     = "docker"
+	RuntimeKindKubernetes = "kubernetes"
+)
 
 // OpenRequest is what Factory.Open gets.
 type OpenRequest struct {

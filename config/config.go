@@ -81,6 +81,8 @@ type Config struct {
 
 	backends map[string]any // decoded [sandbox.NAME] tables by backend name
 	build    BuildConfig    // the root [build] table (build.go)
+	// secure is the root [secure_runtime] table (runtime.go).
+	secure SecureRuntime
 	// mcp holds the root [mcp.services.NAME] tables (mcp.go).
 	mcp map[string]MCPService
 	// noSandboxTable: the file has no [sandbox] table (OpenSage: an agent
@@ -107,6 +109,11 @@ type SandboxConfig struct {
 	// DefaultTTL is the TTL of entries without their own ttl (0: no
 	// expiry). Default 24h.
 	DefaultTTL time.Duration `toml:"default_ttl"`
+	// Runtime is the runtime of entries without their own runtime key:
+	// "runc", "gvisor", "kata", "firecracker" or a runtime name of the
+	// backend's engine. "": the backend's default (or [secure_runtime]
+	// type).
+	Runtime string `toml:"runtime"`
 	// ToolsConfig holds [sandbox.tools]; its fields are promoted
 	// (cfg.Sandbox.ExecuteTimeout).
 	ToolsConfig `toml:"tools"`

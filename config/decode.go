@@ -74,6 +74,7 @@ func (p *parser) parse(data []byte) error {
 	p.vars = templateVars(doc)
 	p.decodeBuild(doc)
 	p.decodeMCP(doc)
+	p.decodeSecureRuntime(doc)
 
 	sbx := map[string]any{}
 	switch v := doc["sandbox"].(type) {

@@ -152,7 +152,7 @@ func (c *Config) buildSpec(e *Entry, loading bool) (spec backend.Spec, warnings,
 		CapDrop:        slices.Clone(e.CapDrop),
 		SecurityOpt:    slices.Clone(e.SecurityOpt),
 		ReadOnlyRootfs: e.ReadOnly,
-		Runtime:        e.Runtime,
+		Runtime:        c.entryRuntime(e),
 		Platform:       e.Platform,
 		TTL:            c.Sandbox.DefaultTTL,
 	}

@@ -298,6 +298,12 @@ func (s *suite) testCapabilities(t *testing.T) {
 			}
 			marker := map[string]string{labelRun: s.runID, "backendtest.case": randomHex(6)}
 			maps.Copy(spec.Labels, marker)
+			// What sbx config check asks refuses it too, without
+			// making anything (backend.CheckSpec: the backend's
+			// backend.SpecChecker, else its Capabilities).
+			if err := backend.CheckSpec(testCtx(t), s.b, spec); !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), o.name) {
+				t.Errorf("CheckSpec with %s = %v, want the refusal Create gives (errors.ErrUnsupported naming it)", o.name, err)
+			}
 			sb, err := s.b.Create(testCtx(t), spec)
 			if err == nil {
 				destroyAtCleanup(t, sb)

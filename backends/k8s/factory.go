@@ -33,6 +33,7 @@ var entryExtraKeys = []struct {
 // paths.
 var Factory = backend.Factory{
 	Name:      Name,
+	RuntimeKind: backend.RuntimeKindKubernetes,
 	NewConfig: func() any { return new(Config) },
 	Open:      openFromConfig,
 	EntryExtraKeys: []string{"namespace", "k8s_namespace", "k8s_context", "context", "kubeconfig",

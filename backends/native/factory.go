@@ -14,6 +14,7 @@ import (
 // prefers it when its daemon (Docker, or Podman's Docker API) answers.
 var Factory = backend.Factory{
 	Name:      Name,
+	RuntimeKind: backend.RuntimeKindDocker,
 	NewConfig: func() any { return new(Config) },
 	Open: func(_ context.Context, req backend.OpenRequest) (backend.Backend, error) {
 		c, err := backend.TableAs[Config](Name, req.Table)

@@ -362,10 +362,7 @@ func (b *Backend) labels(spec backend.Spec, id string, now time.Time) map[string
 // command), or runs the entry's command or the image's own one.
 func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
 	fail := func(err error) (backend.Sandbox, error) { return nil, b.opErr("create", "", err) }
-	if err := b.Capabilities().Check(Name, spec); err != nil {
-		return fail(err)
-	}
-	if err := b.checkEgress(spec); err != nil {
+	if err := b.checkSpec(spec); err != nil {
 		return fail(err)
 	}
 	if spec.Existing != "" {

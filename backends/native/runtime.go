@@ -99,3 +99,28 @@ func (b *Backend) runtimeFor(ctx context.Context, spec backend.Spec) (string, er
 	return "", fmt.Errorf("%w: %s %q: the Docker engine at %s has no such runtime (it has %s); %s",
 		errors.ErrUnsupported, key, name, b.cli.DaemonHost(), strings.Join(f.runtimes, ", "), runtimeHint)
 }
+
+// checkSpec is what Create refuses a Spec for before it asks the engine.
+func (b *Backend) checkSpec(spec backend.Spec) error {
+	if err := b.Capabilities().Check(Name, spec); err != nil {
+		return err
+	}
+	return b.checkEgress(spec)
+}
+
+// CheckSpec runs Create's checks of spec, making nothing (see
+// backend.SpecChecker): the capabilities, the egress policy and the
+// runtime the engine must have.
+func (b *Backend) CheckSpec(ctx context.Context, spec backend.Spec) error {
+	if err := b.checkSpec(spec); err != nil {
+		return b.opErr("check", "", err)
+	}
+	if spec.Existing == "" {
+		if _, err := b.runtimeFor(ctx, spec); err != nil {
+			return b.opErr("check", "", err)
+		}
+	}
+	return nil
+}
+
+var _ backend.SpecChecker = (*Backend)(nil)

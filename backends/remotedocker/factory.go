@@ -17,6 +17,7 @@ import (
 // host, where it must exist (it is not made from here).
 var Factory = backend.Factory{
 	Name:      Name,
+	RuntimeKind: backend.RuntimeKindDocker,
 	NewConfig: func() any { return new(Config) },
 	Open: func(_ context.Context, req backend.OpenRequest) (backend.Backend, error) {
 		c, err := backend.TableAs[Config](Name, req.Table)

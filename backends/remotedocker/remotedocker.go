@@ -183,6 +183,18 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	return b.nat.Capabilities()
 }
 
+// CheckSpec runs Create's checks of spec on the remote engine (native's),
+// making nothing (see backend.SpecChecker).
+func (b *Backend) CheckSpec(ctx context.Context, spec backend.Spec) error {
+	if err := b.Capabilities().Check(Name, spec); err != nil {
+		return b.opErr("check", "", err)
+	}
+	if err := b.ready(ctx); err != nil {
+		return b.opErr("check", "", err)
+	}
+	return b.rewrap(b.nat.CheckSpec(ctx, spec))
+}
+
 // Create makes a sandbox on the remote engine. In "remote" ports mode, a
 // port whose entry names no host address is published on all the remote's
 // interfaces (so RemoteHost reaches it); in "tunnel" mode on its loopback.

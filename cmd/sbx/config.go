@@ -2,13 +2,17 @@ package main
 
 import (
 	"cmp"
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxkit/sandboxkit"
+	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/initializers"
 	"github.com/sandboxkit/sandboxkit/session"
 )
@@ -28,7 +32,10 @@ that the host files a launch reads exist (the shared data, each Dockerfile
 and its build context), and prints its warnings, the project root that
 project_relative_* keys resolve against, with where it came from, and each
 entry whose type has no initializer (it runs as a plain sandbox from its
-keys, as in OpenSage). It opens no backend and makes nothing.`,
+keys, as in OpenSage). Then it opens the backend and asks it about every
+entry as create would (its capabilities, a runtime its engine lacks, ...),
+and prints each entry's isolation; a backend it cannot open is reported
+as a warning, with the entries left unchecked by it. It makes nothing.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usageError(cmd, "want at most one FILE, got %d", len(args))
@@ -40,7 +47,7 @@ keys, as in OpenSage). It opens no backend and makes nothing.`,
 			if len(args) == 1 {
 				path = args[0]
 			}
-			return a.configCheck(path)
+			return a.configCheck(cmd.Context(), path)
 		},
 	})
 	return cmd
@@ -62,9 +69,12 @@ type configCheckResult struct {
 	Warnings           []string `json:"warnings"`
 	// Notes say which entries have no initializer of their type.
 	Notes []string `json:"notes"`
+	// Isolation is each entry's isolation, as the backend gives it (none
+	// when the backend could not be opened: see Warnings).
+	Isolation map[string]backend.Isolation `json:"isolation,omitempty"`
 }
 
-func (a *app) configCheck(path string) error {
+func (a *app) configCheck(ctx context.Context, path string) error {
 	cfg, err := a.loadConfig(path)
 	if err != nil {
 		return err
@@ -86,6 +96,13 @@ func (a *app) configCheck(path string) error {
 	// OpenSage's [extra] is a free map: keys nothing selected reads are
 	// named, not refused.
 	extraWarnings := session.EntryWarnings(cfg, nil)
+	isolation, err := checkWithBackend(ctx, cfg, names, a.logger)
+	if err != nil {
+		if !errors.Is(err, errNotOpened) {
+			return err
+		}
+		extraWarnings = append(extraWarnings, err.Error())
+	}
 	bashTools, bashToolsFrom, scripts, scriptsFrom := cfg.ToolFolders()
 	where := cfg.Path
 	if where == "" {
@@ -97,7 +114,7 @@ func (a *app) configCheck(path string) error {
 			ProjectRoot: cfg.ProjectRoot, ProjectRootFrom: cfg.ProjectRootFrom,
 			BashTools: bashTools, BashToolsFrom: bashToolsFrom, SandboxScripts: scripts, SandboxScriptsFrom: scriptsFrom,
 			Sandboxes: append([]string{}, names...), Warnings: slices.Concat([]string{}, cfg.Warnings, extraWarnings),
-			Notes: plainSandboxes(cfg, names),
+			Notes: plainSandboxes(cfg, names), Isolation: isolation,
 		})
 	}
 	for _, w := range extraWarnings {
@@ -116,10 +133,51 @@ func (a *app) configCheck(path string) error {
 			fmt.Fprintf(a.stdout, "%s: %s (from %s)\n", f.what, f.dir, f.from)
 		}
 	}
+	if len(isolation) > 0 {
+		var each []string
+		for _, name := range names {
+			each = append(each, name+" "+string(isolation[name]))
+		}
+		fmt.Fprintf(a.stdout, "isolation: %s\n", strings.Join(each, ", "))
+	}
 	for _, n := range plainSandboxes(cfg, names) {
 		fmt.Fprintln(a.stdout, n)
 	}
 	return nil
+}
+
+// errNotOpened: config check could not open the backend, so it did not ask
+// it about the entries.
+var errNotOpened = errors.New("the backend was not opened")
+
+// checkWithBackend asks the config's backend about every entry as Create
+// would (backend.CheckSpec), and returns each entry's isolation. A backend
+// that cannot be opened (no daemon here) is an error wrapping errNotOpened,
+// worth a warning only.
+func checkWithBackend(ctx context.Context, cfg *sandboxkit.Config, names []string, logger *slog.Logger) (map[string]backend.Isolation, error) {
+	b, err := sandboxkit.Open(ctx, cfg, logger)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the entries were not checked against backend %s, which could not be opened here: %v", errNotOpened, cfg.Sandbox.Backend, err)
+	}
+	defer b.Close()
+	caps := b.Capabilities()
+	out := map[string]backend.Isolation{}
+	for _, name := range names {
+		// Made again now that the backend is known (backend = "auto", and
+		// [secure_runtime]'s engine names, depend on it).
+		spec, err := cfg.CheckSpec(name)
+		if err != nil {
+			return nil, err
+		}
+		if err := backend.CheckSpec(ctx, b, spec); err != nil {
+			return nil, fmt.Errorf("sandbox %s: %w", name, err)
+		}
+		out[name] = caps.Isolation
+		if spec.Runtime != "" {
+			out[name] = backend.RuntimeIsolation(spec.Runtime)
+		}
+	}
+	return out, nil
 }
 
 // plainSandboxes says which entries' types have no initializer, so get the

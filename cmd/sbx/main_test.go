@@ -337,7 +337,8 @@ func TestConfigCheck(t *testing.T) {
 	r := sbx(t, "config", "check")
 	r.expect(t, 0)
 	if want := "ok: built-in default config (backend local, 1 sandbox: main)\n" +
-		"project root: " + wd + " (from the config's folder: no .git, pyproject.toml, go.mod or setup.py at or above it)\n"; r.stdout != want {
+		"project root: " + wd + " (from the config's folder: no .git, pyproject.toml, go.mod or setup.py at or above it)\n" +
+		"isolation: main none\n"; r.stdout != want {
 		t.Errorf("stdout %q, want %q", r.stdout, want)
 	}
 
@@ -452,7 +453,8 @@ project_relative_dockerfile_path = "docker/main/Dockerfile"
 	if _, err := os.Stat(mem); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("config check made host_shared_mem_dir %s (stat: %v); only a launch makes it", mem, err)
 	}
-	if want := "project root: " + root + " (from the nearest folder holding .git at or above the config's folder)\n"; !strings.HasSuffix(r.stdout, want) {
+	if want := "project root: " + root + " (from the nearest folder holding .git at or above the config's folder)\n" +
+		"isolation: main container\n"; !strings.HasSuffix(r.stdout, want) {
 		t.Errorf("stdout %q, want it to end with %q", r.stdout, want)
 	}
 
