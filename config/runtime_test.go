@@ -16,7 +16,9 @@ import (
 // (docker_runtime, k8s_runtime_class) on a backend of that kind.
 func TestEntryRuntime(t *testing.T) {
 	r := NewRegistry()
-	open := func(context.Context, backend.OpenRequest) (backend.Backend, error) { return &fakeBackend{name: "x"}, nil }
+	open := func(context.Context, backend.OpenRequest) (backend.Backend, error) {
+		return &fakeBackend{name: "x"}, nil
+	}
 	r.Register(backend.Factory{Name: "dock", RuntimeKind: backend.RuntimeKindDocker, Open: open})
 	r.Register(backend.Factory{Name: "kube", RuntimeKind: backend.RuntimeKindKubernetes, Open: open})
 	r.Register(backend.Factory{Name: "plain", Open: open})

@@ -32,10 +32,10 @@ var entryExtraKeys = []struct {
 // must agree). kubeconfig and sbxd_path resolve like the file's other host
 // paths.
 var Factory = backend.Factory{
-	Name:      Name,
+	Name:        Name,
 	RuntimeKind: backend.RuntimeKindKubernetes,
-	NewConfig: func() any { return new(Config) },
-	Open:      openFromConfig,
+	NewConfig:   func() any { return new(Config) },
+	Open:        openFromConfig,
 	EntryExtraKeys: []string{"namespace", "k8s_namespace", "k8s_context", "context", "kubeconfig",
 		"tolerations", "k8s"},
 }

@@ -353,3 +353,32 @@ func TestImageCacheWarnings(t *testing.T) {
 	assert.Contains(t, w[0], "$OPENSAGE_K8S_NERDCTL")
 	assert.Contains(t, w[0], "cannot be checkpointed")
 }
+
+// A runtime level picks the configured RuntimeClass that gives it, by the
+// class's usual name; Capabilities offer the levels the classes give; a
+// level no class gives is refused naming the key to set.
+func TestRuntimeLevels(t *testing.T) {
+	b := newBackend(Config{RuntimeClasses: []string{"runsc", "kata-fc", "kata-qemu"}}, nil, nil, clientsetKube{fake.NewClientset()}, "ns")
+	caps := b.Capabilities()
+	assert.Equal(t, backend.IsolationContainer, caps.Isolation)
+	for _, want := range []string{"runsc", "kata-fc", "kata-qemu", backend.RuntimeGVisor, backend.RuntimeKata, backend.RuntimeFirecracker} {
+		assert.Contains(t, caps.Runtimes, want)
+	}
+	for level, class := range map[string]string{
+		backend.RuntimeGVisor: "runsc", backend.RuntimeFirecracker: "kata-fc", backend.RuntimeKata: "kata-qemu", "kata-fc": "kata-fc",
+	} {
+		pod, err := b.podFor("sbx-main-1", backend.Spec{Name: "main", Image: "img:1", Runtime: level})
+		require.NoError(t, err, level)
+		assert.Equal(t, class, *pod.Spec.RuntimeClassName, level)
+		assert.Equal(t, backend.RuntimeIsolation(class), infoOf(pod).Isolation, level)
+	}
+
+	plain := newBackend(Config{}, nil, nil, clientsetKube{fake.NewClientset()}, "ns")
+	err := plain.Capabilities().Check(Name, backend.Spec{Runtime: backend.RuntimeGVisor})
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+	assert.Contains(t, err.Error(), "runtime_classes")
+	pod, err := plain.podFor("sbx-main-2", backend.Spec{Name: "main", Image: "img:1"})
+	require.NoError(t, err)
+	assert.Nil(t, pod.Spec.RuntimeClassName)
+	assert.Equal(t, backend.IsolationContainer, infoOf(pod).Isolation)
+}

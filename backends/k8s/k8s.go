@@ -128,9 +128,8 @@ func (b *Backend) Namespace() string { return b.ns }
 // limits are a node setting, so not offered; network "none" needs a CNI
 // plugin that enforces NetworkPolicies (Create checks).
 func (b *Backend) Capabilities() backend.Capabilities {
-	runtimes := slices.DeleteFunc(append([]string{b.cfg.RuntimeClass}, b.cfg.RuntimeClasses...), func(s string) bool { return s == "" })
 	return backend.Capabilities{
-		Isolation:      backend.IsolationContainer,
+		Isolation:      backend.RuntimeIsolation(b.cfg.RuntimeClass),
 		Egress:         true,
 		NetworkModes:   []string{"bridge", "host", "none"},
 		Images:         true,
@@ -147,7 +146,8 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		CapDrop:        true,
 		SecurityOpt:    true,
 		ReadOnlyRootfs: true,
-		Runtimes:       runtimes,
+		Runtimes:       offeredRuntimes(b.classes()),
+		RuntimeHint:    runtimeHint,
 		ImageCommand:   true,
 		Hostname:       true,
 		ExtraHosts:     true,
@@ -363,6 +363,10 @@ func infoOf(pod *corev1.Pod) backend.Info {
 		ExpiresAt: expiresAt(all),
 		State:     stateOf(pod),
 		WorkDir:   pod.Annotations[annotationWorkDir],
+		Isolation: backend.IsolationContainer,
+	}
+	if rc := pod.Spec.RuntimeClassName; rc != nil {
+		info.Isolation = backend.RuntimeIsolation(*rc)
 	}
 	for _, c := range pod.Spec.Containers {
 		if c.Name == containerName {

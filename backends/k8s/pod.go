@@ -129,7 +129,11 @@ func (b *Backend) podFor(id string, spec backend.Spec) (*corev1.Pod, error) {
 	if err := applyHosts(&ps, spec); err != nil {
 		return nil, err
 	}
-	if rc := cmpOr(spec.Runtime, b.cfg.RuntimeClass); rc != "" {
+	rc, err := b.podClass(spec)
+	if err != nil {
+		return nil, err
+	}
+	if rc != "" {
 		ps.RuntimeClassName = &rc
 	}
 	return &corev1.Pod{

@@ -13,9 +13,9 @@ import (
 // sbxd_path resolves like the file's other host paths. backend = "auto"
 // prefers it when its daemon (Docker, or Podman's Docker API) answers.
 var Factory = backend.Factory{
-	Name:      Name,
+	Name:        Name,
 	RuntimeKind: backend.RuntimeKindDocker,
-	NewConfig: func() any { return new(Config) },
+	NewConfig:   func() any { return new(Config) },
 	Open: func(_ context.Context, req backend.OpenRequest) (backend.Backend, error) {
 		c, err := backend.TableAs[Config](Name, req.Table)
 		if err != nil {

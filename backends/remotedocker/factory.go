@@ -16,9 +16,9 @@ import (
 // [sandbox] host_shared_mem_dir: it is mounted at /mem/shared from that
 // host, where it must exist (it is not made from here).
 var Factory = backend.Factory{
-	Name:      Name,
+	Name:        Name,
 	RuntimeKind: backend.RuntimeKindDocker,
-	NewConfig: func() any { return new(Config) },
+	NewConfig:   func() any { return new(Config) },
 	Open: func(_ context.Context, req backend.OpenRequest) (backend.Backend, error) {
 		c, err := backend.TableAs[Config](Name, req.Table)
 		if err != nil {
