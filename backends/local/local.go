@@ -103,6 +103,7 @@ func (b *Backend) Close() error { return nil }
 func (b *Backend) Capabilities() backend.Capabilities {
 	return backend.Capabilities{
 		Isolation:        backend.IsolationNone,
+		RuntimeHint:      "its sandboxes are host processes, with no runtime to choose (isolation none); pick an isolating backend (lite, native, k8s) for a runtime",
 		EgressWhy:        "host processes have no network of their own to enforce a policy on",
 		NetworkModes:     []string{"host"},
 		User:             os.Geteuid() == 0,

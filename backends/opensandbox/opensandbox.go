@@ -139,6 +139,7 @@ func (b *Backend) Close() error {
 func (b *Backend) Capabilities() backend.Capabilities {
 	return backend.Capabilities{
 		Isolation:        backend.IsolationContainer,
+		RuntimeHint:      "an OpenSandbox server runs every sandbox on one runtime, its [secure_runtime] (gVisor, Kata, Firecracker): set it in the server's config",
 		Egress:           true,
 		Images:           true,
 		BindVolumes:      true,
