@@ -29,6 +29,10 @@ func (b *Backend) translate(err error) error {
 		return fmt.Errorf("%w: %s", backend.ErrNotFound, msg)
 	case apierrors.IsAlreadyExists(err):
 		return fmt.Errorf("%w: %s", backend.ErrAlreadyExists, msg)
+	case apierrors.IsForbidden(err) && strings.Contains(msg, "RuntimeClass") && strings.Contains(msg, "not found"):
+		// The RuntimeClass admission plugin's refusal, not RBAC's.
+		return fmt.Errorf("%w: %s (the cluster has no such RuntimeClass: create it with the node's handler for that runtime, "+
+			"e.g. name gvisor, handler runsc, or remove the runtime from the entry and from [sandbox.k8s] runtime_classes)", backend.ErrInvalidConfig, msg)
 	case apierrors.IsForbidden(err):
 		return fmt.Errorf("%s (the kubeconfig's user needs RBAC rights on pods, pods/exec, pods/portforward, events and persistentvolumeclaims in namespace %q (services with service = true, networkpolicies for network = \"none\"): bind it a Role, or pick another namespace or context)",
 			msg, b.ns)
