@@ -23,6 +23,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
@@ -85,8 +86,14 @@ type Backend struct {
 type daemonFacts struct {
 	arch     string // GOARCH name
 	runtimes []string
-	driver   string // storage driver ("overlay2")
-	root     string // the engine's data folder (/var/lib/docker)
+	// defaultRuntime is the runtime of containers that name none.
+	defaultRuntime string
+	// podman: the engine is Podman's Docker-compatible API, which (in
+	// Podman 4) ignores a container's HostConfig.Runtime: every container
+	// runs on defaultRuntime.
+	podman bool
+	driver string // storage driver ("overlay2")
+	root   string // the engine's data folder (/var/lib/docker)
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -246,11 +253,15 @@ func (b *Backend) runProbe(done chan struct{}) {
 	var f *daemonFacts
 	info, err := b.cli.Info(ctx)
 	if err == nil {
-		f = &daemonFacts{arch: sbxdbin.NormalizeArch(info.Architecture), driver: info.Driver, root: info.DockerRootDir}
+		f = &daemonFacts{arch: sbxdbin.NormalizeArch(info.Architecture), driver: info.Driver, root: info.DockerRootDir,
+			defaultRuntime: info.DefaultRuntime}
 		for name := range info.Runtimes {
 			f.runtimes = append(f.runtimes, name)
 		}
 		sort.Strings(f.runtimes)
+		if v, verr := b.cli.ServerVersion(ctx); verr == nil {
+			f.podman = slices.ContainsFunc(v.Components, func(c types.ComponentVersion) bool { return c.Name == "Podman Engine" })
+		}
 	} else {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w: the Docker engine at %s did not answer within %s", backend.ErrUnavailable, b.cli.DaemonHost(), factsTimeout)
@@ -299,12 +310,18 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	// usual default so a Spec naming none is still accepted.
 	ctx, cancel := context.WithTimeout(context.Background(), capsWait)
 	defer cancel()
+	caps.RuntimeHint = runtimeHint
 	if f, err := b.waitFacts(ctx, true); err == nil {
+		caps.Isolation = backend.RuntimeIsolation(f.defaultRuntime)
 		caps.Runtimes = offeredRuntimes(f.runtimes)
+		if f.podman {
+			// It would run every container on its default runtime
+			// whatever the Spec says: offer no choice.
+			caps.Runtimes, caps.RuntimeHint = nil, podmanRuntimeHint
+		}
 	} else {
 		caps.Runtimes = []string{"runc"}
 	}
-	caps.RuntimeHint = runtimeHint
 	return caps
 }
 
@@ -385,6 +402,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	facts, err := b.facts(ctx)
 	if err != nil {
 		return fail(err)
+	}
+	if spec.Runtime == "" {
+		// Named, so the sandbox's label (and isolation) says what it
+		// runs on.
+		spec.Runtime = facts.defaultRuntime
 	}
 	bin, err := sbxdbin.Lookup(b.cfg.SbxdPath, facts.arch)
 	if err != nil {

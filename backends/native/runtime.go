@@ -21,6 +21,10 @@ import (
 const runtimeHint = `to give a Docker engine gVisor, install runsc and add {"runtimes": {"runsc": {"path": "/usr/bin/runsc"}}} ` +
 	`to /etc/docker/daemon.json, then reload dockerd (kill -HUP); Podman: runsc = ["/usr/bin/runsc"] under [engine.runtimes] in containers.conf`
 
+// podmanRuntimeHint says why Podman offers no runtime to choose.
+const podmanRuntimeHint = "Podman's Docker-compatible API ignores a container's runtime and runs every container on its default; " +
+	`to run them all under gVisor, set runtime = "runsc" under [engine] in Podman's containers.conf (the isolation shown then says gvisor)`
+
 // levelRuntime is the engine runtime of engine's (sorted) runtimes that
 // gives level, preferring the usual name; "" when none does.
 func levelRuntime(level string, engine []string) string {
@@ -85,6 +89,9 @@ func (b *Backend) runtimeFor(ctx context.Context, spec backend.Spec) (string, er
 		// Without the engine's answer, pass the name on: the engine
 		// refuses one it lacks.
 		return name, nil
+	}
+	if f.podman {
+		return "", fmt.Errorf("%w: runtime %q: %s", errors.ErrUnsupported, name, podmanRuntimeHint)
 	}
 	if slices.Contains(f.runtimes, name) {
 		return name, nil
