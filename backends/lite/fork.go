@@ -296,7 +296,7 @@ func forkMeta(parent *meta, id string, req backend.ForkRequest) *meta {
 func (b *Backend) startFork(ctx context.Context, p *forkPlan) error {
 	m := p.m
 	if p.standby {
-		return m.runtime().startCreated(ctx, m.ContainerID)
+		return m.runtime().startCreated(ctx, m.ContainerID, bundleDir(p.sb.dir, 0))
 	}
 	if !m.Rootless {
 		if err := mountOverlay(m.Lower, p.sb.dir, 0); err != nil {

@@ -154,7 +154,7 @@ func (s *Sandbox) takeForkStandby(pm *meta, req backend.ForkRequest) *forkPlan {
 // system of standby p, which it holds in its mount namespace (see
 // mergeLayer).
 func (s *Sandbox) mergeInto(pm *meta, p *forkPlan) error {
-	mounts, err := mountPoints(fmt.Sprintf("/proc/%d/mountinfo", p.m.InitPID))
+	mounts, err := s.b.standbyMounts(p)
 	if err != nil {
 		return err
 	}
@@ -162,6 +162,25 @@ func (s *Sandbox) mergeInto(pm *meta, p *forkPlan) error {
 		return errors.New("the container made for the fork is gone")
 	}
 	return mergeLayer(upperDir(s.dir, pm.Gen), rootfsDir(p.sb.dir, 0), mounts, pm.WorkDir)
+}
+
+// standbyMounts returns the mount points of standby p's container, inside
+// it: those its first process's mount namespace shows, or under gVisor,
+// whose mounts are the sentry's and whose first process on the host (the
+// sentry) shows none of them, the mounts of its config.
+func (b *Backend) standbyMounts(p *forkPlan) ([]string, error) {
+	if !p.m.runtime().gvisor() {
+		return mountPoints(fmt.Sprintf("/proc/%d/mountinfo", p.m.InitPID))
+	}
+	cfg, err := readConfig(bundleDir(p.sb.dir, 0))
+	if err != nil {
+		return nil, err
+	}
+	mounts := []string{"/"}
+	for _, m := range cfg.Mounts {
+		mounts = append(mounts, m.Destination)
+	}
+	return mounts, nil
 }
 
 // pruneForkStandbys destroys fork standbys that no sandbox names and whose

@@ -11,9 +11,10 @@ import (
 )
 
 // runsc's network follows the bundle's network namespace: none for a new
-// one with no path (lite's network "none"), sandbox for the namespace lite
-// made (a path), host without one; the agent's socket, lite's overlay and
-// the shared root file system options are always there.
+// one with no path (lite's network "none"), host for the namespace lite
+// made (a path: see runscFlags for why not gVisor's own stack) and without
+// one; the agent's socket, lite's overlay and the shared root file system
+// options are always there.
 func TestRunscFlags(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -21,7 +22,7 @@ func TestRunscFlags(t *testing.T) {
 		want string
 	}{
 		{"none", []specs.LinuxNamespace{{Type: "pid"}, {Type: "network"}}, "--network=none"},
-		{"sandbox", []specs.LinuxNamespace{{Type: "network", Path: "/run/netns/x"}}, "--network=sandbox"},
+		{"egress", []specs.LinuxNamespace{{Type: "network", Path: "/run/netns/x"}}, "--network=host"},
 		{"host", []specs.LinuxNamespace{{Type: "pid"}}, "--network=host"},
 	} {
 		bundle := t.TempDir()

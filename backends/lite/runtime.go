@@ -172,25 +172,31 @@ func (r *ociRuntime) launch(ctx context.Context, prefix []string, verb, id, bund
 	return pid, nil
 }
 
-// runscFlags are gVisor's options for a container of the bundle: its
-// network from the config's namespaces (none: a namespace of its own with
-// no path, lite's network "none"; host: no network namespace; sandbox: the
-// namespace lite made, whose interfaces gVisor takes over), unix sockets
-// the host may dial (the agent's, in a bind-mounted folder), no overlay
-// of its own over lite's (whose upper layer snapshots and forks read), and
-// a root file system shared with the host: lite reads and writes the
-// sandbox's files from the host (its FileSystem, snapshots, forks), which
-// the sentry's caches, were it told it has the root to itself (gVisor's
+// runscFlags are gVisor's options for a container of the bundle, given to
+// its create or run and again to its start (this runsc keeps no options
+// of its own between its commands): its network from the config's
+// namespaces (none: a namespace of its own with no path, lite's network
+// "none", where gVisor's stack has loopback only; host: no network
+// namespace, or the one lite made for an egress policy, which the sandbox
+// joins and reaches through the kernel's stack there), unix sockets the
+// host may dial (the agent's, in a bind-mounted folder), no overlay of its
+// own over lite's (whose upper layer snapshots and forks read), and a root
+// file system shared with the host: lite reads and writes the sandbox's
+// files from the host (its FileSystem, snapshots, forks), which the
+// sentry's caches, were it told it has the root to itself (gVisor's
 // default, exclusive), would not notice.
+//
+// gVisor's own stack in lite's namespace ("--network=sandbox") would keep
+// more of the kernel away, but Debian's runsc (2022-12) takes every network
+// namespace for the host's on kernels that show
+// /proc/sys/net/core/rmem_default in each (5.x and later), and refuses to
+// run its stack there. The egress enforcer holds the namespace either way.
 func runscFlags(bundle string) []string {
 	network := "host"
 	if s, err := readConfig(bundle); err == nil && s.Linux != nil {
 		for _, ns := range s.Linux.Namespaces {
-			if ns.Type == "network" {
-				network = "sandbox"
-				if ns.Path == "" {
-					network = "none"
-				}
+			if ns.Type == "network" && ns.Path == "" {
+				network = "none"
 			}
 		}
 	}
@@ -270,7 +276,7 @@ func tail(p string, off int64) string {
 	return strings.TrimSpace(string(data[off:]))
 }
 
-// startCreated starts container id, made with launch's "create". For runc
+// startCreated starts container id of bundle, made with launch's "create". For runc
 // it does what `runc start` does, without starting the runtime's binary
 // (about 8 ms of a Reset here): runc's first process waits to open the
 // write end of the exec FIFO in the container's state folder, then writes
@@ -278,14 +284,18 @@ func tail(p string, off int64) string {
 // that byte and removes the FIFO, after which runc reports the container
 // running. Other runtimes, and a runc state folder without the FIFO, get
 // `runtime start`.
-func (r *ociRuntime) startCreated(ctx context.Context, id string) error {
+func (r *ociRuntime) startCreated(ctx context.Context, id, bundle string) error {
 	if r.name == "runc" {
 		fifo := filepath.Join(r.root, id, "exec.fifo")
 		if fi, err := os.Lstat(fifo); err == nil && fi.Mode()&fs.ModeNamedPipe != 0 {
 			return releaseFIFO(ctx, fifo)
 		}
 	}
-	_, err := r.run(ctx, "start", id)
+	args := []string{"start", id}
+	if r.gvisor() {
+		args = append(runscFlags(bundle), args...)
+	}
+	_, err := r.run(ctx, args...)
 	return err
 }
 

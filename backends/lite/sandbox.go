@@ -318,7 +318,7 @@ func (s *Sandbox) switchToStandby(ctx context.Context, m *meta) error {
 		return err
 	}
 	id := containerID(m.runtime(), s.id, sb.Gen)
-	if err := m.runtime().startCreated(ctx, id); err != nil {
+	if err := m.runtime().startCreated(ctx, id, bundleDir(s.dir, sb.Gen)); err != nil {
 		return err
 	}
 	old := m.Gen
