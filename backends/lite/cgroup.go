@@ -48,7 +48,9 @@ func cgroupDirs(id string) []string {
 // make it again. An empty cgroup goes at its first rmdir (the usual case:
 // its processes ended with the container's first process); one that is
 // busy has its processes killed and its sub-cgroups removed, until it goes
-// or 5 s have passed.
+// or 5 s have passed. Under gVisor the cgroup holds runsc's gofer, its
+// sandbox (the sentry) and the sentry's stubs: they go with it too, also
+// when runsc no longer knows the container (killed while making it).
 func removeCgroups(id string) error {
 	deadline := time.Now().Add(5 * time.Second)
 	for {

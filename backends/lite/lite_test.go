@@ -196,6 +196,11 @@ func (e *testEnv) checkNothingLeft(t *testing.T) {
 			}
 		}
 	}
+	// runsc's gofer and sandbox name their bundle, in the state folder:
+	// one left runs on after its container is gone.
+	if procs := processesNaming(e.cfg.StateDir + "/"); len(procs) > 0 {
+		t.Errorf("leak check: processes of the state folder left: %q", procs)
+	}
 	if vols, err := os.ReadDir(filepath.Join(e.cfg.StateDir, volumesDir)); err == nil {
 		t.Errorf("leak check: the volumes folder is left, holding %d entries", len(vols))
 	}
@@ -217,6 +222,20 @@ func (e *testEnv) checkNothingLeft(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// processesNaming returns the command lines of the host's processes
+// that name s (a path) in an argument.
+func processesNaming(s string) []string {
+	files, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var out []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err == nil && strings.Contains(string(data), s) {
+			out = append(out, strings.ReplaceAll(strings.TrimSuffix(string(data), "\x00"), "\x00", " "))
+		}
+	}
+	return out
 }
 
 func TestSmoke(t *testing.T) {
