@@ -3,8 +3,10 @@
 # Debian's packages: an OCI runtime (runc; crun too), busybox-static (the
 # tests build their root file system from it) and docker-registry (the pull
 # test), and for egress policies iproute2 and nftables (the enforcer's
-# rules; the tests' fake internet). Idempotent: what is installed already is
-# kept. Needs root.
+# rules; the tests' fake internet). Then gVisor's runsc, for lite's suites'
+# second pass (scripts/test.sh): a failure to install it only says so, and
+# that pass skips (or fails, under SBX_REQUIRE_RUNSC=1). Idempotent: what
+# is installed already is kept. Needs root.
 set -euo pipefail
 
 need=()
@@ -29,4 +31,18 @@ fi
 if ! grep -qw overlay /proc/filesystems; then
 	modprobe overlay 2>/dev/null || true
 	grep -qw overlay /proc/filesystems || { echo "lite-setup: the kernel has no overlayfs" >&2; exit 1; }
+fi
+
+# gVisor (Debian's runsc): optional for lite itself.
+if ! command -v runsc >/dev/null 2>&1 && [ ! -x /usr/sbin/runsc ]; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+		echo "lite-setup: installing runsc" >&2
+		if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends runsc >/dev/null; then
+			apt-get update -qq >/dev/null || true
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends runsc >/dev/null ||
+				echo "lite-setup: runsc could not be installed; lite's gVisor pass will skip" >&2
+		fi
+	else
+		echo "lite-setup: no runsc (Debian: apt-get install runsc, as root); lite's gVisor pass will skip" >&2
+	fi
 fi

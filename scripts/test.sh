@@ -101,6 +101,20 @@ if [ -n "$podman_host" ]; then
 		tail -n 40 "${SBX_PODMAN_DIR:-/run/sandboxkit-podman}/service.log" >&2 || true
 	}
 fi
+# lite on gVisor: its conformance and fileops suites a second time with
+# runsc as the OCI runtime (about a minute and a half; without -race, which
+# the main run gave lite's code on runc: this pass is about the runtime).
+if [ $# -eq 0 ]; then
+	if command -v runsc >/dev/null 2>&1 || [ -x /usr/sbin/runsc ]; then
+		echo "== lite backend on gVisor (runsc)"
+		SBX_LITE_RUNTIME=runsc go test -count=1 -timeout 10m -run '^(TestConformance|TestFileops)$' ./backends/lite/ || rc=$?
+	elif [ "${SBX_REQUIRE_RUNSC:-}" = 1 ]; then
+		echo "scripts/test.sh: no runsc for lite's gVisor pass and SBX_REQUIRE_RUNSC=1 (scripts/lite-setup.sh installs Debian's)" >&2
+		rc=1
+	else
+		echo "scripts/test.sh: no runsc; lite's gVisor pass skips" >&2
+	fi
+fi
 # examples/bubblewrap: a backend in a module of its own, with public
 # packages only, through both suites (plain and through sbxd).
 if [ $# -eq 0 ]; then
