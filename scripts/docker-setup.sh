@@ -97,9 +97,11 @@ fi
 # that show /proc/sys/net/core/rmem_default in each (this machine's), and
 # then refuses its own network stack: --network=host has it use the
 # kernel's stack inside the container's own namespace, which the egress
-# enforcer then governs as it does runc's.
+# enforcer then governs as it does runc's. --host-uds=all lets the sandbox's
+# agent make its socket on the host (in a volume native dials), as lite's
+# does: without it each command goes through the engine's exec.
 if [ "$want_runsc" = 1 ] && [ -z "${DOCKER_HOST:-}" ] && command -v runsc >/dev/null 2>&1 &&
-	! $DOCKER info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then
+	! $DOCKER info --format '{{json .Runtimes.runsc}}' 2>/dev/null | grep -q -- '--host-uds=all'; then
 	log "registering runsc with dockerd"
 	as_root python3 - "$(command -v runsc)" <<'PY'
 import json, os, sys
@@ -109,7 +111,7 @@ if os.path.exists(p):
     with open(p) as f:
         text = f.read().strip()
     cfg = json.loads(text) if text else {}
-cfg.setdefault("runtimes", {})["runsc"] = {"path": sys.argv[1], "runtimeArgs": ["--network=host"]}
+cfg.setdefault("runtimes", {})["runsc"] = {"path": sys.argv[1], "runtimeArgs": ["--network=host", "--host-uds=all"]}
 os.makedirs(os.path.dirname(p), exist_ok=True)
 with open(p + ".tmp", "w") as f:
     json.dump(cfg, f, indent=2)
@@ -118,7 +120,7 @@ PY
 	pid=$(cat /var/run/docker.pid 2>/dev/null || pgrep -xo dockerd)
 	as_root kill -HUP "$pid"
 	i=0
-	until $DOCKER info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; do
+	until $DOCKER info --format '{{json .Runtimes.runsc}}' 2>/dev/null | grep -q -- '--host-uds=all'; do
 		i=$((i + 1))
 		if [ "$i" -gt 40 ]; then
 			log "dockerd did not load runsc from /etc/docker/daemon.json within 10s"

@@ -44,9 +44,18 @@ func WithAgentDialer(dial func(ctx context.Context, path string) (net.Conn, erro
 	return func(b *Backend) { b.agentDial = dial }
 }
 
-// withAgent adds the agent's tmpfs and flags to a new sandbox's config,
-// when the sandbox runs as root.
-func withAgent(spec backend.Spec, img image.InspectResponse, id string, cfg *container.Config, hc *container.HostConfig) {
+// Under gVisor the sandbox's tmpfs is its own kernel's, which the host
+// cannot see: the agent's folder is an anonymous volume instead (removed
+// with the container), and the socket the agent makes there is a host
+// socket when the engine runs runsc with --host-uds=create (or all), as
+// scripts/docker-setup.sh registers it; the host dials it at the volume's
+// folder. Without that flag the sandbox gets no agent of its own, and
+// commands go through the engine's exec.
+
+// withAgent adds the agent's folder and flags to a new sandbox's config,
+// when the sandbox runs as root. runtimeArgs are the engine's flags for
+// the sandbox's runtime.
+func withAgent(spec backend.Spec, img image.InspectResponse, id string, cfg *container.Config, hc *container.HostConfig, runtimeArgs []string) {
 	user := spec.User
 	if user == "" && img.Config != nil {
 		user = img.Config.User
@@ -55,6 +64,17 @@ func withAgent(spec backend.Spec, img image.InspectResponse, id string, cfg *con
 		return
 	}
 	if len(cfg.Entrypoint) < 2 || cfg.Entrypoint[1] != "init" {
+		return
+	}
+	if backend.RuntimeIsolation(hc.Runtime) == backend.IsolationGVisor {
+		if !hostUDS(runtimeArgs) {
+			return
+		}
+		cfg.Entrypoint = append([]string{sbxdPath, "init", "--agent", agentSock, "--sandbox", id}, cfg.Entrypoint[2:]...)
+		if cfg.Volumes == nil {
+			cfg.Volumes = map[string]struct{}{}
+		}
+		cfg.Volumes[agentDir] = struct{}{}
 		return
 	}
 	cfg.Entrypoint = append([]string{sbxdPath, "init", "--agent", agentSock, "--sandbox", id}, cfg.Entrypoint[2:]...)
@@ -79,7 +99,7 @@ func (s *Sandbox) agentSocket(ctx context.Context) (string, error) {
 	if s.agentHost == "" {
 		return "", fmt.Errorf("%w: sandbox %s has no agent of its own (it does not run as root, is not running, or was made by an older sandboxkit)", errors.ErrUnsupported, s.id)
 	}
-	return s.agentHost + agentSock, nil
+	return s.agentHost, nil
 }
 
 // setAgent records how c's agent socket is reached from the engine's host.
@@ -90,8 +110,26 @@ func (s *Sandbox) setAgent(c container.InspectResponse) {
 		return
 	}
 	if _, ok := c.HostConfig.Tmpfs[agentDir]; ok {
-		s.agentHost = fmt.Sprintf("/proc/%d/root", c.State.Pid)
+		s.agentHost = fmt.Sprintf("/proc/%d/root", c.State.Pid) + agentSock
+		return
 	}
+	for _, m := range c.Mounts {
+		if m.Destination == agentDir && m.Type == "volume" && m.Source != "" {
+			s.agentHost = m.Source + "/" + path.Base(agentSock)
+		}
+	}
+}
+
+// hostUDS reports whether runsc flags args let a sandbox make host Unix
+// sockets (--host-uds=create or all).
+func hostUDS(args []string) bool {
+	for _, a := range args {
+		switch strings.TrimLeft(a, "-") {
+		case "host-uds=create", "host-uds=all":
+			return true
+		}
+	}
+	return false
 }
 
 // DialAgent connects to the agent sbxd init serves, waiting (at most 2 s

@@ -152,7 +152,7 @@ func BenchmarkEgressExec(b *testing.B) {
 // native-agent-exec).
 func BenchmarkAgentExec(b *testing.B) {
 	dockertest.RequireImage(b, dockertest.Client(b), dockertest.BusyboxImage)
-	nb, err := native.New(native.Config{PullPolicy: native.PullNever})
+	nb, err := newNative() // SBX_NATIVE_RUNTIME=gvisor: under gVisor (perfgate's native-gvisor-agent-exec)
 	if err != nil {
 		b.Fatal(err)
 	}

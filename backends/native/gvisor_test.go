@@ -54,6 +54,15 @@ func TestGVisor(t *testing.T) {
 	require.GreaterOrEqual(t, i, 0)
 	require.Equal(t, backend.IsolationGVisor, infos[i].Isolation, "List's isolation")
 
+	// The agent's socket is a host socket in a volume (runsc registered
+	// with --host-uds=all, as scripts/docker-setup.sh does): commands skip
+	// the engine's exec.
+	ad, ok := backend.As[backend.AgentDialer](sb)
+	require.True(t, ok)
+	conn, err := ad.DialAgent(ctx)
+	require.NoError(t, err, "the gVisor sandbox's agent is not reachable from the host")
+	conn.Close()
+
 	_, err = sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"sh", "-c", "echo inside > /tmp/in.txt"}})
 	require.NoError(t, err)
 	rc, err := sbfiles.ReadFile(ctx, sb, "/tmp/in.txt")

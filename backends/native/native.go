@@ -86,8 +86,10 @@ type Backend struct {
 type daemonFacts struct {
 	arch     string // GOARCH name
 	runtimes []string
-	// defaultRuntime is the runtime of containers that name none.
+	// defaultRuntime is the runtime of containers that name none;
+	// runtimeArgs are the flags the engine gives each runtime.
 	defaultRuntime string
+	runtimeArgs    map[string][]string
 	// podman: the engine is Podman's Docker-compatible API, which (in
 	// Podman 4) ignores a container's HostConfig.Runtime: every container
 	// runs on defaultRuntime.
@@ -255,8 +257,10 @@ func (b *Backend) runProbe(done chan struct{}) {
 	if err == nil {
 		f = &daemonFacts{arch: sbxdbin.NormalizeArch(info.Architecture), driver: info.Driver, root: info.DockerRootDir,
 			defaultRuntime: info.DefaultRuntime}
-		for name := range info.Runtimes {
+		f.runtimeArgs = map[string][]string{}
+		for name, rt := range info.Runtimes {
 			f.runtimes = append(f.runtimes, name)
+			f.runtimeArgs[name] = rt.Args
 		}
 		sort.Strings(f.runtimes)
 		if v, verr := b.cli.ServerVersion(ctx); verr == nil {
@@ -418,7 +422,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	}
 	id := newID()
 	now := time.Now()
-	cfg, hc, err := b.containerConfig(spec, img, id, now)
+	cfg, hc, err := b.containerConfig(spec, img, id, now, facts)
 	if err != nil {
 		return fail(err)
 	}
@@ -603,7 +607,7 @@ func (b *Backend) explainCreate(err error) error {
 }
 
 // containerConfig turns spec into the engine's create request.
-func (b *Backend) containerConfig(spec backend.Spec, img image.InspectResponse, id string, now time.Time) (*container.Config, *container.HostConfig, error) {
+func (b *Backend) containerConfig(spec backend.Spec, img image.InspectResponse, id string, now time.Time, facts *daemonFacts) (*container.Config, *container.HostConfig, error) {
 	labels := b.labels(spec, id, now)
 	cfg := &container.Config{
 		Image:      spec.Image,
@@ -652,7 +656,7 @@ func (b *Backend) containerConfig(spec backend.Spec, img image.InspectResponse, 
 	if cfg.ExposedPorts, hc.PortBindings, err = portBindings(spec.Ports); err != nil {
 		return nil, nil, err
 	}
-	withAgent(spec, img, id, cfg, hc)
+	withAgent(spec, img, id, cfg, hc, facts.runtimeArgs[hc.Runtime])
 	return cfg, hc, nil
 }
 

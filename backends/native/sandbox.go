@@ -55,11 +55,28 @@ type Sandbox struct {
 	// network ("": none; egress.go).
 	egress string
 
-	// The host folder of the sandbox's agent socket (agent.go), once
+	// The host path of the sandbox's agent socket (agent.go), once
 	// known; "" when it has none.
 	agentMu    sync.Mutex
 	agentKnown bool
 	agentHost  string
+
+	// destroyed is closed once Destroy removed the container: a command
+	// whose stream the engine has not ended yet ends then (a gVisor
+	// sandbox's teardown can outlast the removal by seconds under load).
+	destroyedOnce, destroyedClose sync.Once
+	destroyed                     chan struct{}
+}
+
+func (s *Sandbox) destroyedCh() chan struct{} {
+	s.destroyedOnce.Do(func() { s.destroyed = make(chan struct{}) })
+	return s.destroyed
+}
+
+// markDestroyed ends the streams of this Sandbox's running commands.
+func (s *Sandbox) markDestroyed() {
+	ch := s.destroyedCh()
+	s.destroyedClose.Do(func() { close(ch) })
 }
 
 var (
@@ -228,6 +245,13 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 		s.kill(execID)
 		hr.Close()
 		<-copied
+	case <-s.destroyedCh():
+		hr.Close()
+		<-copied
+		res.Duration = time.Since(start)
+		out.Finish(&res)
+		res.ExitCode = -1
+		return res, s.opErr("exec", fmt.Errorf("%w: the sandbox was destroyed while the command ran", backend.ErrNotFound))
 	}
 	res.Duration = time.Since(start)
 	out.Finish(&res)
@@ -319,6 +343,9 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	}
 	err := s.b.cli.ContainerRemove(ctx, s.cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	err = s.b.translate(err)
+	if err == nil || errors.Is(err, backend.ErrNotFound) {
+		s.markDestroyed()
+	}
 	switch {
 	case err != nil && strings.Contains(err.Error(), "already in progress"):
 		return nil // a concurrent Destroy is removing it, and its record after it

@@ -20,6 +20,8 @@ type env struct {
 	work                                             string
 	sbx, nop                                         string
 	localConfig, liteConfig, nativeConfig, k8sConfig string
+	// nativeGVisorConfig is nativeConfig with runtime = "gvisor".
+	nativeGVisorConfig string
 	bundle, runcRoot                                 string
 }
 
@@ -47,6 +49,9 @@ func newEnv() (*env, error) {
 		return nil, err
 	}
 	if e.nativeConfig, err = write("native.toml", fmt.Sprintf("[sandbox]\nbackend = \"native\"\n[sandbox.native]\npull_policy = \"never\"\n[sandbox.sandboxes.main]\nimage = %q\n", testImage)); err != nil {
+		return nil, err
+	}
+	if e.nativeGVisorConfig, err = write("native-gvisor.toml", fmt.Sprintf("[sandbox]\nbackend = \"native\"\nruntime = \"gvisor\"\n[sandbox.native]\npull_policy = \"never\"\n[sandbox.sandboxes.main]\nimage = %q\n", testImage)); err != nil {
 		return nil, err
 	}
 	if needDocker(e) == "" {

@@ -120,6 +120,16 @@ var pairs = []pair{
 		"./backends/lite/", "BenchmarkFork/standby", "fork", "create-baseline", needRoot("runc")),
 	ttfcPair("lite-ttfc", "lite", needRoot("runc")),
 	ttfcPair("native-ttfc", "native", needDocker),
+	ttfcPair("native-gvisor-ttfc", "native-gvisor", needDockerGVisor),
+	{
+		name: "native-gvisor-run", figure: "sbx run -- true (native, gVisor)", floor: "the same on the engine's default runtime (runc)",
+		needs: needDockerGVisor,
+		measure: func(e *env, n int) ([]float64, []float64, string, error) {
+			return alternate(n, e.cmd(e.sbx, "--config", e.nativeGVisorConfig, "run", "--", "true"), e.cmd(e.sbx, "--config", e.nativeConfig, "run", "--", "true"))
+		},
+	},
+	withEnv(benchPair("native-gvisor-agent-exec", "exec of true through the sandbox's agent (native, gVisor, in process)", "a host spawn of true plus a local socket round trip",
+		"./backends/native/", "BenchmarkAgentExec", "agent", "spawn", needDockerGVisor), "SBX_NATIVE_RUNTIME=gvisor"),
 	ttfcPair("k8s-ttfc", "k8s", needK8s),
 }
 
@@ -130,7 +140,7 @@ func ttfcPair(name, backend string, needs func(*env) string) pair {
 		name: name, figure: "time to first command from a warm pool (" + backend + ")", floor: "the same, cold (create, agent, command)",
 		needs: needs,
 		measure: func(e *env, n int) ([]float64, []float64, string, error) {
-			cfg := map[string]string{"lite": e.liteConfig, "native": e.nativeConfig, "k8s": e.k8sConfig}[backend]
+			cfg := map[string]string{"lite": e.liteConfig, "native": e.nativeConfig, "k8s": e.k8sConfig, "native-gvisor": e.nativeGVisorConfig}[backend]
 			rounds := 3
 			if backend == "k8s" {
 				rounds = 1 // cold pods take seconds each
@@ -352,6 +362,19 @@ func needDocker(*env) string {
 	return ""
 }
 
+// needDockerGVisor: a Docker engine with gVisor registered as runtime
+// "runsc" (scripts/docker-setup.sh).
+func needDockerGVisor(e *env) string {
+	if why := needDocker(e); why != "" {
+		return why
+	}
+	out, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output()
+	if err != nil || !strings.Contains(string(out), `"runsc"`) {
+		return "the Docker engine has no runsc runtime (scripts/docker-setup.sh registers it)"
+	}
+	return ""
+}
+
 func needK8s(e *env) string {
 	if e.k8sConfig == "" {
 		return "no k8s harness (scripts/k8s-harness.sh up)"
@@ -364,4 +387,26 @@ func stderrOf(err error) string {
 		return strings.TrimSpace(string(ee.Stderr))
 	}
 	return ""
+}
+
+// withEnv is p with the environment variables kv ("NAME=value") set while
+// it measures, for the commands it starts (pairs run one at a time).
+func withEnv(p pair, kv ...string) pair {
+	measure := p.measure
+	p.measure = func(e *env, n int) ([]float64, []float64, string, error) {
+		for _, x := range kv {
+			k, v, _ := strings.Cut(x, "=")
+			old, had := os.LookupEnv(k)
+			os.Setenv(k, v)
+			defer func() {
+				if had {
+					os.Setenv(k, old)
+				} else {
+					os.Unsetenv(k)
+				}
+			}()
+		}
+		return measure(e, n)
+	}
+	return p
 }
