@@ -119,7 +119,9 @@
 // process. sbxd runs ARGV in a process group with SBX_EXEC_ID=EXECID and, on
 // timeout, kills the group and every process carrying the marker, then
 // exits 124. Cancelling the context kills every process carrying the marker
-// from the host (the sandbox's processes are visible there). The runtime's
+// from the host (the sandbox's processes are visible there; under gVisor,
+// where they are not, sbxd kill does it inside through the runtime's exec).
+// The runtime's
 // stdio is the command's, with no copy in between for files; its own errors
 // go to a JSON log and come back as errors (a stopped sandbox wraps
 // backend.ErrUnavailable). Attach runs the same way with pipes.
@@ -180,6 +182,26 @@
 // Linux 5.11 or later mounts overlayfs in a user namespace. It needs overlayfs and an OCI
 // runtime; runc 1.1 works on cgroup v1, hybrid and v2 hosts. crun 1.8
 // refuses hosts whose cgroup v2 hierarchy holds controllers in hybrid mode
-// ("cgroups in hybrid mode not supported"); the error is passed on. runsc
-// is accepted but untested.
+// ("cgroups in hybrid mode not supported"); the error is passed on.
+//
+// # gVisor
+//
+// runtime = "runsc" (or a sandbox's runtime = "gvisor") runs sandboxes on
+// gVisor's runsc (Debian's 2022-12 release is tested; the ptrace platform
+// works without KVM), isolation "gvisor". The sandbox's root file system
+// is shared with the host side (--file-access=shared) and /tmp is a bind
+// of the root file system's own (runsc would hide an empty one under a
+// tmpfs of its memory), so files, snapshots, forks and Reset behave as on
+// runc; an egress policy's namespace runs on the kernel's stack inside it
+// (that runsc refuses its own stack in any namespace on 5.x kernels).
+// What differs: named pipes made inside live in gVisor's kernel, not in
+// the root file system, so forks and snapshots lack them and file access
+// from the host asks the sandbox (through Exec) about a path it misses;
+// there is no /dev/mqueue and, without a network, no addresses or routes
+// to add; and the agent's terminals are gVisor's ptys, which in that
+// release raise no SIGWINCH on a resize and no SIGINT on Ctrl-C
+// (google/gvisor#13317; lite's own terminals, on the host's ptys, do).
+// A later generation's container is named sbxlite-g<N>-<id> (runsc takes
+// a prefix of an ID for the ID). runsc's gofer and sandbox processes live
+// in the sandbox's cgroup, which Destroy empties.
 package lite

@@ -113,6 +113,10 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 			}
 		}
 	}
+	// The runtime level "gvisor" names runsc (see Backend.checkCreate).
+	if slices.Contains(b.runtimes, "runsc") {
+		b.runtimes = append(b.runtimes, backend.RuntimeGVisor)
+	}
 	slices.Sort(b.runtimes)
 
 	dir := cfg.StateDir
@@ -222,7 +226,7 @@ func (b *Backend) Close() error {
 func (b *Backend) Capabilities() backend.Capabilities {
 	iso := backend.IsolationContainer
 	if b.runtime.gvisor() {
-		iso = backend.IsolationVM
+		iso = backend.IsolationGVisor
 	}
 	rootful := b.userns == nil
 	return backend.Capabilities{
@@ -357,6 +361,10 @@ func (m *meta) info() backend.Info {
 		ID: m.ID, Backend: Name, Name: m.Name, Session: m.Session, Image: m.Image,
 		State: state, Owner: m.Owner,
 		CreatedAt: m.CreatedAt, ExpiresAt: m.ExpiresAt, WorkDir: m.WorkDir,
+	}
+	if m.Runtime != "" {
+		// Each sandbox's own: Spec.Runtime may differ from the default.
+		i.Isolation = backend.RuntimeIsolation(filepath.Base(m.Runtime))
 	}
 	i.Labels = statedir.Labels(m.Labels, i)
 	m.Lifecycle.Label(i.Labels)
@@ -536,8 +544,12 @@ func (b *Backend) checkCreate(ctx context.Context, spec backend.Spec) (rt *ociRu
 		return nil, "", nil, err
 	}
 	rt = b.runtime
-	if spec.Runtime != "" && spec.Runtime != rt.name {
-		if rt, err = b.lookRuntime(spec.Runtime, ""); err != nil {
+	name := spec.Runtime
+	if name == backend.RuntimeGVisor {
+		name = "runsc"
+	}
+	if name != "" && name != rt.name {
+		if rt, err = b.lookRuntime(name, ""); err != nil {
 			return nil, "", nil, fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err)
 		}
 	}

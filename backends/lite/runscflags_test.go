@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandboxkit/sandboxkit/backend"
 )
 
 // runsc's network follows the bundle's network namespace: none for a new
@@ -99,5 +101,34 @@ func TestRunscTmp(t *testing.T) {
 	own := &specs.Spec{Mounts: []specs.Mount{{Destination: "/tmp", Type: "bind", Source: "/srv/tmp"}}}
 	if runscTmp(own, b0) || len(own.Mounts) != 1 || own.Mounts[0].Source != "/srv/tmp" {
 		t.Fatalf("a volume on /tmp became %+v", own.Mounts)
+	}
+}
+
+// Spec.Runtime "gvisor", the runtime level, picks runsc on a backend
+// whose default is another runtime; the sandbox reports gVisor's
+// isolation through the runtime it runs on.
+func TestRuntimeLevelGVisor(t *testing.T) {
+	if _, err := lookRuntime("runsc", ""); err != nil {
+		t.Skipf("no runsc: %v", err)
+	}
+	e := newTestEnv(t)
+	e.cfg.Runtime = "runc"
+	b := e.open(t)
+	if !slices.Contains(b.Capabilities().Runtimes, backend.RuntimeGVisor) {
+		t.Fatalf("Capabilities().Runtimes = %v, want %q among them", b.Capabilities().Runtimes, backend.RuntimeGVisor)
+	}
+	spec := e.spec("gvisor-level")
+	spec.Runtime = backend.RuntimeGVisor
+	sb := create(t, b, spec)
+	m, err := sb.meta()
+	if err != nil || !m.runtime().gvisor() {
+		t.Fatalf("the sandbox runs on %q (%v), want runsc", m.Runtime, err)
+	}
+	if info, err := sb.Info(t.Context()); err != nil || info.Isolation != backend.IsolationGVisor {
+		t.Errorf("Info: isolation %q (%v), want %q", info.Isolation, err, backend.IsolationGVisor)
+	}
+	res, err := sb.Exec(t.Context(), backend.ExecRequest{Shell: "dmesg | grep -qi gvisor && echo gvisor"})
+	if err != nil || string(res.Stdout) != "gvisor\n" {
+		t.Errorf("dmesg in the sandbox: %q %q (%v), want gVisor's", res.Stdout, res.Stderr, err)
 	}
 }
