@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -30,7 +31,7 @@ import (
 func egressBackend(t *testing.T, fn *fakenet.Net) *native.Backend {
 	t.Helper()
 	dockertest.RequireImage(t, dockertest.Client(t), dockertest.BusyboxImage)
-	b, err := native.New(native.Config{PullPolicy: native.PullNever, EgressDNS: fn.DNS.String()})
+	b, err := native.New(native.Config{PullPolicy: native.PullNever, EgressDNS: fn.DNS.String(), Runtime: os.Getenv("SBX_NATIVE_RUNTIME")})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 	return b
@@ -233,7 +234,7 @@ func TestEgressSpares(t *testing.T) {
 	// Not parallel: it changes the package's grace for enforcers.
 	fn := fakenet.Start(t)
 	dockertest.RequireImage(t, dockertest.Client(t), dockertest.BusyboxImage)
-	b, err := native.New(native.Config{PullPolicy: native.PullNever, EgressDNS: fn.DNS.String(), EgressSpares: 1})
+	b, err := native.New(native.Config{PullPolicy: native.PullNever, EgressDNS: fn.DNS.String(), EgressSpares: 1, Runtime: os.Getenv("SBX_NATIVE_RUNTIME")})
 	require.NoError(t, err)
 	closed := false
 	t.Cleanup(func() {
