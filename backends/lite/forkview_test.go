@@ -49,10 +49,16 @@ done; hostname`
 		lines := strings.SplitAfter(want, "\n")
 		want = strings.Join(slices.DeleteFunc(lines, func(l string) bool { return strings.Contains(l, " fifo ") }), "")
 	}
+	destroyAtCleanup := func(forks []backend.Sandbox) {
+		for _, fk := range forks {
+			t.Cleanup(func() { fk.Destroy(context.WithoutCancel(ctx)) })
+		}
+	}
 	forks, err := parent.Fork(ctx, backend.ForkRequest{N: 2})
 	if err != nil {
 		t.Fatalf("Fork: %v", err)
 	}
+	destroyAtCleanup(forks)
 	// The next fork starts the container made ahead meanwhile, with the
 	// parent's layer merged into its root file system.
 	b.bg.Wait()
@@ -64,12 +70,12 @@ done; hostname`
 	if err != nil {
 		t.Fatalf("Fork: %v", err)
 	}
+	destroyAtCleanup(next)
 	if next[0].ID() != standby {
 		t.Errorf("the fork is %s, not the container made ahead (%s)", next[0].ID(), standby)
 	}
 	forks = append(forks, next...)
 	for i, fk := range forks {
-		t.Cleanup(func() { fk.Destroy(context.WithoutCancel(ctx)) })
 		got := view(fk)
 		if w := strings.ReplaceAll(want, parent.ID(), fk.ID()); got != w {
 			t.Errorf("fork %d sees:\n%s\nthe parent:\n%s", i, got, w)
