@@ -114,6 +114,19 @@ if [ $# -eq 0 ]; then
 	else
 		echo "scripts/test.sh: no runsc; lite's gVisor pass skips" >&2
 	fi
+	# native on gVisor: its conformance, fileops and egress suites with
+	# runtime = "gvisor" (runsc registered with dockerd by
+	# scripts/docker-setup.sh; about two minutes).
+	if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then
+		echo "== native backend on gVisor (runsc)"
+		SBX_NATIVE_RUNTIME=gvisor go test -count=1 -timeout 10m \
+			-run '^(TestConformanceBusybox|TestFileopsBusybox|TestEgress.*)$' ./backends/native/ || rc=$?
+	elif [ "${SBX_REQUIRE_RUNSC:-}" = 1 ]; then
+		echo "scripts/test.sh: dockerd has no runsc runtime for native's gVisor pass and SBX_REQUIRE_RUNSC=1 (scripts/docker-setup.sh registers it)" >&2
+		rc=1
+	else
+		echo "scripts/test.sh: dockerd has no runsc runtime; native's gVisor pass skips" >&2
+	fi
 fi
 # examples/bubblewrap: a backend in a module of its own, with public
 # packages only, through both suites (plain and through sbxd).
