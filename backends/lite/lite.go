@@ -527,6 +527,47 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 
 // checkCreate checks spec before Create makes anything, and resolves the
 // OCI runtime and the image (ref, the entry's or the default) it names.
+// checkSpec is Create's check of spec that reads nothing but the host's
+// runtimes: its capabilities, its runtime and its volumes; it returns the
+// runtime to run it with.
+func (b *Backend) checkSpec(spec backend.Spec) (*ociRuntime, error) {
+	if err := b.Capabilities().Check(Name, spec); err != nil {
+		return nil, err
+	}
+	rt := b.runtime
+	name := spec.Runtime
+	if name == backend.RuntimeGVisor {
+		name = "runsc"
+	}
+	if name != "" && name != rt.name {
+		var err error
+		if rt, err = b.lookRuntime(name, ""); err != nil {
+			return nil, fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err)
+		}
+	}
+	for _, v := range spec.Volumes {
+		if err := b.checkVolume(v); err != nil {
+			return nil, err
+		}
+	}
+	return rt, nil
+}
+
+// CheckSpec runs Create's checks of spec, making nothing (see
+// backend.SpecChecker): its egress policy, capabilities, runtime and
+// volumes; the image is resolved only by Create.
+func (b *Backend) CheckSpec(ctx context.Context, spec backend.Spec) error {
+	if err := b.checkEgress(spec); err != nil {
+		return &backend.OpError{Op: "check", Backend: Name, Err: err}
+	}
+	if _, err := b.checkSpec(spec); err != nil {
+		return &backend.OpError{Op: "check", Backend: Name, Err: err}
+	}
+	return nil
+}
+
+var _ backend.SpecChecker = (*Backend)(nil)
+
 func (b *Backend) checkCreate(ctx context.Context, spec backend.Spec) (rt *ociRuntime, ref string, img *image, err error) {
 	// First: it says why better than Check's "egress" would.
 	if err := b.checkEgress(spec); err != nil {
@@ -540,23 +581,8 @@ func (b *Backend) checkCreate(ctx context.Context, spec backend.Spec) (rt *ociRu
 		}
 		spec.Build = nil
 	}
-	if err := b.Capabilities().Check(Name, spec); err != nil {
+	if rt, err = b.checkSpec(spec); err != nil {
 		return nil, "", nil, err
-	}
-	rt = b.runtime
-	name := spec.Runtime
-	if name == backend.RuntimeGVisor {
-		name = "runsc"
-	}
-	if name != "" && name != rt.name {
-		if rt, err = b.lookRuntime(name, ""); err != nil {
-			return nil, "", nil, fmt.Errorf("%w: %v", backend.ErrInvalidConfig, err)
-		}
-	}
-	for _, v := range spec.Volumes {
-		if err := b.checkVolume(v); err != nil {
-			return nil, "", nil, err
-		}
 	}
 	ref = spec.Image
 	if ref == "" {

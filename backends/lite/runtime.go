@@ -369,6 +369,24 @@ func (r *ociRuntime) removeEnded(ctx context.Context, id string) error {
 	return os.RemoveAll(dir)
 }
 
+// forget removes what runsc keeps of container id, whose processes are
+// all gone: its state and lock files under the root (named
+// ID_sandbox:SANDBOX.state and .lock by this runsc), as its delete does
+// after a wait that costs a second. A root with no such files (another
+// runsc's layout, or a container it never made) goes to remove.
+func (r *ociRuntime) forget(ctx context.Context, id string) error {
+	files, err := filepath.Glob(filepath.Join(r.root, id+"_sandbox:*"))
+	if err != nil || len(files) == 0 {
+		return r.remove(ctx, id)
+	}
+	for _, f := range files {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
 // list returns the IDs of the containers the runtime knows under its root.
 func (r *ociRuntime) list(ctx context.Context) ([]string, error) {
 	out, err := r.run(ctx, "list", "--quiet")

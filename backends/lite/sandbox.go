@@ -140,6 +140,19 @@ func (s *Sandbox) removeGen(ctx context.Context, m *meta, gen int) error {
 	if m.Rootless { // no cgroup; mounted only in the sandbox's namespaces
 		return rt.remove(ctx, containerID(rt, s.id, gen))
 	}
+	if rt.gvisor() && rt.root != "" {
+		// runsc delete --force takes over a second here even when every
+		// process of the container is gone. The cgroup holds them all
+		// (gVisor's sandbox and gofer): once it is emptied and removed,
+		// the state files are all runsc has left of the container.
+		if err := removeCgroups(cgroupName(s.id, gen)); err != nil {
+			return err
+		}
+		if err := rt.forget(ctx, containerID(rt, s.id, gen)); err != nil {
+			return err
+		}
+		return unmount(rootfsDir(s.dir, gen))
+	}
 	if err := rt.removeEnded(ctx, containerID(rt, s.id, gen)); err != nil {
 		return err
 	}

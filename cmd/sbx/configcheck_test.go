@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -138,6 +139,22 @@ func TestConfigCheckAgreesWithCreate(t *testing.T) {
 			`runtime "gvisor"`, "local backend", "no runtime to choose")
 		refused(t, writeConfig(t, "[sandbox]\nbackend = \"local\"\n[secure_runtime]\ntype = \"gvisor\"\n[sandbox.sandboxes.main]\n"),
 			`runtime "gvisor"`, "local backend")
+	})
+	t.Run("lite", func(t *testing.T) {
+		refused(t, liteConfig(t, "", "runtime = \"kata\"\n"), `runtime "kata"`, "lite backend", "it offers")
+		if _, err := exec.LookPath("runsc"); err != nil {
+			if os.Getenv("SBX_REQUIRE_RUNSC") == "1" {
+				t.Fatal("no runsc (scripts/lite-setup.sh installs Debian's)")
+			}
+			t.Skip("no runsc (scripts/lite-setup.sh installs Debian's)")
+		}
+		var res configCheckResult
+		if err := json.Unmarshal([]byte(must(t, "--json", "config", "check", liteConfig(t, "", "runtime = \"gvisor\"\n"))), &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.Isolation["main"] != backend.IsolationGVisor {
+			t.Errorf("config check of lite with runtime = \"gvisor\" says isolation %q", res.Isolation["main"])
+		}
 	})
 	t.Run("native", func(t *testing.T) {
 		cli := dockertest.Client(t)

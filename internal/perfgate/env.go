@@ -20,8 +20,9 @@ type env struct {
 	work                                             string
 	sbx, nop                                         string
 	localConfig, liteConfig, nativeConfig, k8sConfig string
-	// nativeGVisorConfig is nativeConfig with runtime = "gvisor".
-	nativeGVisorConfig string
+	// nativeGVisorConfig and liteGVisorConfig are nativeConfig and
+	// liteConfig with runtime = "gvisor".
+	nativeGVisorConfig, liteGVisorConfig string
 	bundle, runcRoot                                 string
 }
 
@@ -63,6 +64,10 @@ func newEnv() (*env, error) {
 		}
 		lite := filepath.Join(work, "lite")
 		if e.liteConfig, err = write("lite.toml", fmt.Sprintf("[sandbox]\nbackend = \"lite\"\n[sandbox.lite]\nstate_dir = %q\nimage_dir = %q\nruntime_root = %q\n[sandbox.sandboxes.main]\nimage = %q\n",
+			filepath.Join(lite, "state"), filepath.Join(lite, "images"), filepath.Join(lite, "runtime"), "docker-archive:"+archive)); err != nil {
+			return nil, err
+		}
+		if e.liteGVisorConfig, err = write("lite-gvisor.toml", fmt.Sprintf("[sandbox]\nbackend = \"lite\"\nruntime = \"gvisor\"\n[sandbox.lite]\nstate_dir = %q\nimage_dir = %q\nruntime_root = %q\n[sandbox.sandboxes.main]\nimage = %q\n",
 			filepath.Join(lite, "state"), filepath.Join(lite, "images"), filepath.Join(lite, "runtime"), "docker-archive:"+archive)); err != nil {
 			return nil, err
 		}

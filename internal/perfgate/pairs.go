@@ -121,6 +121,16 @@ var pairs = []pair{
 	ttfcPair("lite-ttfc", "lite", needRoot("runc")),
 	ttfcPair("native-ttfc", "native", needDocker),
 	ttfcPair("native-gvisor-ttfc", "native-gvisor", needDockerGVisor),
+	ttfcPair("lite-gvisor-ttfc", "lite-gvisor", needLiteGVisor),
+	{
+		name: "lite-gvisor-run", figure: "sbx run -- true (lite, gVisor)", floor: "the same on runc",
+		needs: needLiteGVisor,
+		measure: func(e *env, n int) ([]float64, []float64, string, error) {
+			return alternate(n, e.cmd(e.sbx, "--config", e.liteGVisorConfig, "run", "--", "true"), e.cmd(e.sbx, "--config", e.liteConfig, "run", "--", "true"))
+		},
+	},
+	withEnv(benchPair("lite-gvisor-agent-exec", "exec of true through the sandbox's agent (lite, gVisor, in process)", "a host spawn of true plus a local socket round trip",
+		"./backends/lite/", "BenchmarkAgentExec", "agent", "spawn", needLiteGVisor), "SBX_LITE_RUNTIME=runsc"),
 	{
 		name: "native-gvisor-run", figure: "sbx run -- true (native, gVisor)", floor: "the same on the engine's default runtime (runc)",
 		needs: needDockerGVisor,
@@ -140,7 +150,7 @@ func ttfcPair(name, backend string, needs func(*env) string) pair {
 		name: name, figure: "time to first command from a warm pool (" + backend + ")", floor: "the same, cold (create, agent, command)",
 		needs: needs,
 		measure: func(e *env, n int) ([]float64, []float64, string, error) {
-			cfg := map[string]string{"lite": e.liteConfig, "native": e.nativeConfig, "k8s": e.k8sConfig, "native-gvisor": e.nativeGVisorConfig}[backend]
+			cfg := map[string]string{"lite": e.liteConfig, "native": e.nativeConfig, "k8s": e.k8sConfig, "native-gvisor": e.nativeGVisorConfig, "lite-gvisor": e.liteGVisorConfig}[backend]
 			rounds := 3
 			if backend == "k8s" {
 				rounds = 1 // cold pods take seconds each
@@ -360,6 +370,14 @@ func needDocker(*env) string {
 		return "no Docker engine with " + testImage + " (scripts/docker-setup.sh)"
 	}
 	return ""
+}
+
+// needLiteGVisor: root, runc and runsc (lite's floor and its gVisor).
+func needLiteGVisor(e *env) string {
+	if why := needRoot("runc")(e); why != "" {
+		return why
+	}
+	return needRoot("runsc")(e)
 }
 
 // needDockerGVisor: a Docker engine with gVisor registered as runtime
