@@ -23,7 +23,7 @@ type env struct {
 	// nativeGVisorConfig and liteGVisorConfig are nativeConfig and
 	// liteConfig with runtime = "gvisor".
 	nativeGVisorConfig, liteGVisorConfig string
-	bundle, runcRoot                                 string
+	bundle, runcRoot                     string
 }
 
 func newEnv() (*env, error) {
