@@ -1,6 +1,7 @@
 package native_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"slices"
@@ -75,6 +76,21 @@ func TestGVisor(t *testing.T) {
 	res, err = sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"cat", "/tmp/out.txt"}})
 	require.NoError(t, err)
 	require.Equal(t, "outside", string(res.Stdout))
+
+	// A fork runs on its parent's runtime, and says so.
+	_, err = sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"sh", "-c", "echo kept > /root/kept.txt"}})
+	require.NoError(t, err)
+	forks, err := sb.(backend.Forker).Fork(ctx, backend.ForkRequest{N: 1})
+	require.NoError(t, err)
+	require.Len(t, forks, 1)
+	t.Cleanup(func() { forks[0].Destroy(context.Background()) })
+	res, err = forks[0].Exec(ctx, backend.ExecRequest{Cmd: []string{"sh", "-c", "cat /root/kept.txt; dmesg"}})
+	require.NoError(t, err)
+	require.Contains(t, string(res.Stdout), "kept\n")
+	require.Contains(t, string(res.Stdout), "gVisor", "the fork does not run under gVisor")
+	info, err = forks[0].Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, backend.IsolationGVisor, info.Isolation, "the fork's isolation")
 }
 
 // A runtime level the engine cannot give is refused at create, naming it,

@@ -382,6 +382,10 @@ func (s *Sandbox) startFork(ctx context.Context, c container.InspectResponse, re
 	cfg.Labels = s.b.labels(spec, id, time.Now())
 	cfg.Labels[labelWorkDir] = old[labelWorkDir]
 	cfg.Labels[labelMaker] = maker
+	if rt := old[backend.LabelRuntime]; rt != "" {
+		// The fork runs on its parent's runtime (its HostConfig's).
+		cfg.Labels[backend.LabelRuntime] = rt
+	}
 	// Labels the image has (from the commit) and this fork does not set
 	// are blanked, as Create does.
 	for k := range labelsOfImage(ctx, s.b, ref) {
