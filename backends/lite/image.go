@@ -31,6 +31,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
+	"github.com/sandboxkit/sandboxkit/internal/tartree"
 )
 
 // Image source prefixes (the transport names skopeo uses).
@@ -286,7 +287,7 @@ func (s *imageStore) fromOCIArchive(p, tag string) (*image, error) {
 	if err != nil {
 		return nil, imageErr(srcOCIArchive+p, err)
 	}
-	err = untar(f, tmp, nil)
+	err = tartree.Extract(f, tmp, nil)
 	f.Close()
 	if err != nil {
 		return nil, imageErr(srcOCIArchive+p, err)
@@ -429,7 +430,7 @@ func (s *imageStore) unpackAs(ref string, img v1.Image, key, id string) (*image,
 	s.log.Info("unpacking image", "image", ref, "digest", id)
 	rc := mutate.Extract(img)
 	var skipped []string
-	err = untar(rc, rootfs, &skipped)
+	err = tartree.Extract(rc, rootfs, &skipped)
 	if err == nil {
 		// Extract ends its tar even when a layer fails, and says so
 		// only after that end.
@@ -458,125 +459,6 @@ func (s *imageStore) unpackAs(ref string, img v1.Image, key, id string) (*image,
 		return nil, imageErr(ref, err)
 	}
 	return s.cached(key)
-}
-
-// untar extracts a tar stream into dst, confined to it with os.Root: names
-// are cleaned of "..", and symlinks in the archive cannot redirect later
-// entries outside dst. Ownership, modes (setuid included) and modification
-// times are kept. Device nodes cannot be made through os.Root; their names
-// go to skipped (nil: ignored silently).
-func untar(r io.Reader, dst string, skipped *[]string) error {
-	root, err := os.OpenRoot(dst)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	tr := tar.NewReader(r)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := extract(root, hdr, tr, skipped); err != nil {
-			return err
-		}
-	}
-}
-
-// extract makes the file hdr describes in root, with content's bytes for a
-// regular file.
-func extract(root *os.Root, hdr *tar.Header, content io.Reader, skipped *[]string) error {
-	name := strings.TrimPrefix(path.Clean("/"+hdr.Name), "/")
-	if name == "" {
-		return nil
-	}
-	if dir := path.Dir(name); dir != "." {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-	}
-	switch hdr.Typeflag {
-	case tar.TypeDir:
-		if fi, err := root.Lstat(name); err == nil && !fi.IsDir() {
-			root.Remove(name)
-		}
-		if err := root.Mkdir(name, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
-		}
-	case tar.TypeReg:
-		removeNonDir(root, name)
-		f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(f, content)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-	case tar.TypeSymlink:
-		removeNonDir(root, name)
-		if err := root.Symlink(hdr.Linkname, name); err != nil {
-			return err
-		}
-		return lchown(root, name, hdr.Uid, hdr.Gid)
-	case tar.TypeLink:
-		removeNonDir(root, name)
-		target := strings.TrimPrefix(path.Clean("/"+hdr.Linkname), "/")
-		return root.Link(target, name)
-	default:
-		if skipped != nil {
-			*skipped = append(*skipped, name)
-		}
-		return nil
-	}
-	// chown before chmod: chown clears setuid and setgid bits.
-	if err := lchown(root, name, hdr.Uid, hdr.Gid); err != nil {
-		return err
-	}
-	if err := root.Chmod(name, tarMode(hdr)); err != nil {
-		return err
-	}
-	if hdr.Typeflag == tar.TypeReg {
-		return root.Chtimes(name, hdr.ModTime, hdr.ModTime)
-	}
-	return nil
-}
-
-// tarMode is the mode of hdr's file: its permissions with the setuid,
-// setgid and sticky bits.
-func tarMode(hdr *tar.Header) fs.FileMode {
-	mode := fs.FileMode(hdr.Mode).Perm()
-	if hdr.Mode&0o4000 != 0 {
-		mode |= fs.ModeSetuid
-	}
-	if hdr.Mode&0o2000 != 0 {
-		mode |= fs.ModeSetgid
-	}
-	if hdr.Mode&0o1000 != 0 {
-		mode |= fs.ModeSticky
-	}
-	return mode
-}
-
-// lchown sets the owner of an unpacked file. Only root may; a rootless
-// backend's images belong to its user (see userNS).
-func lchown(root *os.Root, name string, uid, gid int) error {
-	if os.Geteuid() != 0 {
-		return nil
-	}
-	return root.Lchown(name, uid, gid)
-}
-
-func removeNonDir(root *os.Root, name string) {
-	if fi, err := root.Lstat(name); err == nil && !fi.IsDir() {
-		root.Remove(name)
-	}
 }
 
 // tarHas reports whether the tar file at p has an entry named name at its

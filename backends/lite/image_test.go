@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/sandboxkit/sandboxkit/internal/tartree"
 )
 
 // tarDir returns a tar stream of the folder dir, as a layer holds it.
@@ -228,7 +229,7 @@ func TestImages(t *testing.T) {
 		}
 		tw.Close()
 		dst := t.TempDir()
-		err := untar(&buf, dst, nil)
+		err := tartree.Extract(&buf, dst, nil)
 		if _, serr := os.Lstat(outside); serr == nil {
 			t.Fatalf("untar wrote %s outside its folder", outside)
 		}

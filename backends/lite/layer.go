@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sandboxkit/sandboxkit/internal/tartree"
 	"golang.org/x/sys/unix"
 )
 
@@ -272,7 +273,7 @@ func applyEntry(root *os.Root, name string, hdr *tar.Header, content io.Reader) 
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
 		return mknodIn(root, name, hdr)
 	}
-	if err := extract(root, hdr, content, nil); err != nil {
+	if err := tartree.ExtractEntry(root, hdr, content, nil); err != nil {
 		return err
 	}
 	if hdr.Typeflag != tar.TypeReg && hdr.Typeflag != tar.TypeDir {
@@ -305,7 +306,7 @@ func mknodIn(root *os.Root, name string, hdr *tar.Header) error {
 	if err := root.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	removeNonDir(root, name)
+	tartree.RemoveNonDir(root, name)
 	d, err := root.Open(dir)
 	if err != nil {
 		return err

@@ -285,12 +285,12 @@ func fillVolume(ctx context.Context, data string, src func() (io.ReadCloser, err
 			continue // the root: data/ keeps its own mode and owner
 		}
 		if hdr.Typeflag == tar.TypeDir {
-			dirs = append(dirs, dirMode{name, tarMode(hdr)})
+			dirs = append(dirs, dirMode{name, tartree.Mode(hdr)})
 			h := *hdr
 			h.Mode |= 0o700
 			hdr = &h
 		}
-		if err := extract(root, hdr, tr, nil); err != nil {
+		if err := tartree.ExtractEntry(root, hdr, tr, nil); err != nil {
 			return fmt.Errorf("%s: %w", hdr.Name, err)
 		}
 	}

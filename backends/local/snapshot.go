@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -149,80 +148,7 @@ func unpackArchive(file, dst string) error {
 		return err
 	}
 	defer f.Close()
-	root, err := os.OpenRoot(dst)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	tr := tar.NewReader(f)
-	var dirs []*tar.Header
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		name := strings.TrimPrefix(path.Clean("/"+hdr.Name), "/")
-		if name == "" {
-			continue
-		}
-		if err := unpackEntry(root, name, hdr, tr); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		if hdr.Typeflag == tar.TypeDir {
-			dirs = append(dirs, hdr)
-		}
-	}
-	// Folder times last: making their entries changed them.
-	for _, hdr := range dirs {
-		name := strings.TrimPrefix(path.Clean("/"+hdr.Name), "/")
-		root.Chtimes(name, hdr.ModTime, hdr.ModTime)
-	}
-	return nil
-}
-
-func unpackEntry(root *os.Root, name string, hdr *tar.Header, content io.Reader) error {
-	if dir := path.Dir(name); dir != "." {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-	}
-	mode := hdr.FileInfo().Mode()
-	switch hdr.Typeflag {
-	case tar.TypeDir:
-		if err := root.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
-		}
-	case tar.TypeReg:
-		root.Remove(name)
-		out, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(out, content)
-		if cerr := out.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-	case tar.TypeSymlink:
-		root.Remove(name)
-		return root.Symlink(hdr.Linkname, name)
-	default:
-		return nil
-	}
-	if os.Geteuid() == 0 {
-		if err := root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {
-			return err
-		}
-	}
-	if err := root.Chmod(name, mode&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
-		return err
-	}
-	return root.Chtimes(name, hdr.ModTime, hdr.ModTime)
+	return tartree.Extract(f, dst, nil)
 }
 
 // restoreSnapshot unpacks snapshot ref (Spec.Image) into a new sandbox's
