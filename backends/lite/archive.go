@@ -85,7 +85,7 @@ func (b *Backend) saveImages(ctx context.Context, w io.Writer, refs []string) er
 // archiveImage writes image ref's root file system to file as one layer
 // and returns the image for the archive.
 func (b *Backend) archiveImage(ctx context.Context, ref, file string) (imagearchive.Image, error) {
-	out := imagearchive.Image{Name: snapshotName(ref)}
+	out := imagearchive.Image{Name: backendkit.SnapshotName(ref)}
 	if tag, err := name.NewTag(out.Name, name.WithDefaultTag("")); err != nil || tag.TagStr() == "" {
 		return out, fmt.Errorf("%w: image %q: an image archive names images by reference, NAME:TAG (e.g. snapshot:work/task-1:v1 or busybox:1.36), and %q is not one", backend.ErrInvalidConfig, ref, out.Name)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
 	"github.com/sandboxkit/sandboxkit/internal/harness"
 	"github.com/sandboxkit/sandboxkit/internal/imagearchive"
@@ -204,7 +205,7 @@ func TestPruneTransientImages(t *testing.T) {
 	e2 := newTestEnv(t)
 	b2 := e2.open(t)
 	refs := loadImages(t, b2, archive)
-	name := snapshotName(transient)
+	name := backendkit.SnapshotName(transient)
 	prune := func() []string {
 		t.Helper()
 		names, err := b2.PruneCaches(t.Context(), false)

@@ -50,9 +50,6 @@ func (s *imageStore) names() backendkit.SnapshotNames {
 	return backendkit.SnapshotNames(filepath.Join(s.dir, "snapshots"))
 }
 
-// snapshotName strips the prefix of a snapshot reference.
-func snapshotName(ref string) string { return backendkit.SnapshotName(ref) }
-
 // snapshot resolves a snapshot's name to its unpacked image.
 func (s *imageStore) snapshot(name string) (*image, error) {
 	r, err := s.names().Read(name)
@@ -89,7 +86,7 @@ func (s *Sandbox) snapshot(ctx context.Context, req backend.SnapshotRequest) (ba
 	if req.TTL < 0 {
 		return backend.Snapshot{}, fmt.Errorf("%w: ttl must not be negative, got %s", backend.ErrInvalidConfig, req.TTL)
 	}
-	name := snapshotName(req.Ref)
+	name := backendkit.SnapshotName(req.Ref)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	store := s.b.images
 	id, err := statedir.NewID()
@@ -295,7 +292,7 @@ func (b *Backend) ListSnapshots(ctx context.Context, filter backend.Filter) ([]b
 // RemoveSnapshot removes a snapshot's name and, unless a sandbox runs on
 // it, its folder (else PruneCaches removes that later).
 func (b *Backend) RemoveSnapshot(ctx context.Context, ref string) error {
-	name := snapshotName(ref)
+	name := backendkit.SnapshotName(ref)
 	r, err := b.images.names().Read(name)
 	if errors.Is(err, backend.ErrNotFound) {
 		return nil

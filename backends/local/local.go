@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
@@ -168,7 +169,7 @@ func (b *Backend) create(ctx context.Context, spec backend.Spec, making bool) (*
 	}
 	snapshot := strings.HasPrefix(spec.Image, srcSnapshot)
 	if snapshot {
-		if _, err := b.names().Read(strings.TrimPrefix(spec.Image, srcSnapshot)); err != nil {
+		if _, err := b.names().Read(backendkit.SnapshotName(spec.Image)); err != nil {
 			return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
 		}
 	} else if spec.Image != "" {

@@ -87,7 +87,7 @@ func (s *Sandbox) snapshot(req backend.SnapshotRequest) (backend.Snapshot, error
 	if err != nil {
 		return backend.Snapshot{}, err
 	}
-	name := strings.TrimPrefix(req.Ref, srcSnapshot)
+	name := backendkit.SnapshotName(req.Ref)
 	if name == "" {
 		// The time, and part of the key: two snapshots of one
 		// sandbox in one millisecond must not share a name.
@@ -154,7 +154,7 @@ func unpackArchive(file, dst string) error {
 // restoreSnapshot unpacks snapshot ref (Spec.Image) into a new sandbox's
 // folder.
 func (b *Backend) restoreSnapshot(ref, work string) error {
-	r, err := b.names().Read(strings.TrimPrefix(ref, srcSnapshot))
+	r, err := b.names().Read(backendkit.SnapshotName(ref))
 	if err != nil {
 		return err
 	}
@@ -172,7 +172,7 @@ func (b *Backend) ListSnapshots(ctx context.Context, filter backend.Filter) ([]b
 // RemoveSnapshot removes a snapshot's name and archive. Sandboxes made
 // from it keep their files (each has its own copy).
 func (b *Backend) RemoveSnapshot(ctx context.Context, ref string) error {
-	name := strings.TrimPrefix(ref, srcSnapshot)
+	name := backendkit.SnapshotName(ref)
 	r, err := b.names().Read(name)
 	if errors.Is(err, backend.ErrNotFound) {
 		return nil
