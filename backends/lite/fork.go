@@ -38,10 +38,10 @@ var _ backend.Forker = (*Sandbox)(nil)
 //
 // Until Fork returns them, the forks are this process's: each record
 // names it as the creator, complete forks too, and the marks are cleared
-// together just before Fork returns (handOver). A Fork killed before that
-// leaves forks that List shows as being created by a process that is
-// gone, which sbx gc removes; one killed after it leaves complete forks,
-// which sbx ls shows and sbx gc keeps.
+// together, in one step (statedir.HandOver), just before Fork returns. A
+// Fork killed before that step leaves forks that List shows as being
+// created by a process that is gone, which sbx gc removes; one killed
+// after it leaves complete forks, which sbx ls shows and sbx gc keeps.
 func (s *Sandbox) Fork(ctx context.Context, req backend.ForkRequest) ([]backend.Sandbox, error) {
 	plans, err := s.makeForks(ctx, req)
 	if err == nil {
@@ -65,10 +65,15 @@ func (s *Sandbox) Fork(ctx context.Context, req backend.ForkRequest) ([]backend.
 // handOver clears the creator of the forks of plans: from then on they
 // are the caller's (see Fork).
 func (b *Backend) handOver(plans []*forkPlan) error {
+	ids := make([]string, len(plans))
+	for i, p := range plans {
+		ids[i] = p.m.ID
+	}
+	if err := statedir.HandOver[meta](b.dir, plans[0].m.Batch, ids); err != nil {
+		return err
+	}
 	for _, p := range plans {
-		if err := b.update(p.m, func(cur *meta) { cur.Creator = "" }); err != nil {
-			return err
-		}
+		p.m.Creator, p.m.Batch = "", ""
 	}
 	return nil
 }
@@ -94,13 +99,20 @@ func (s *Sandbox) makeForks(ctx context.Context, req backend.ForkRequest) (_ []*
 	if req.TTL < 0 {
 		return nil, fmt.Errorf("%w: fork: ttl must not be negative, got %s", backend.ErrInvalidConfig, req.TTL)
 	}
+	// Forks of n > 1 are handed over together (statedir.HandOver).
+	batch := ""
+	if req.N > 1 {
+		if batch, err = statedir.NewBatch(); err != nil {
+			return nil, err
+		}
+	}
 	plans := make([]*forkPlan, req.N)
 	defer func() {
 		if err != nil {
 			s.dropForks(ctx, plans)
 		}
 	}()
-	parent, cfg, thawed, err := s.forkFirst(ctx, req, plans)
+	parent, cfg, thawed, err := s.forkFirst(ctx, req, batch, plans)
 	defer thawed()
 	if err != nil {
 		return nil, err
@@ -111,7 +123,7 @@ func (s *Sandbox) makeForks(ctx context.Context, req backend.ForkRequest) (_ []*
 	errs := make([]error, req.N)
 	var wg sync.WaitGroup
 	for i := 1; i < req.N; i++ {
-		wg.Go(func() { plans[i], errs[i] = s.b.prepareFork(s, parent, cfg, req, first, nil) })
+		wg.Go(func() { plans[i], errs[i] = s.b.prepareFork(s, parent, cfg, req, batch, first, nil) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -132,7 +144,7 @@ func (s *Sandbox) makeForks(ctx context.Context, req backend.ForkRequest) (_ []*
 // record and OCI config. The parent is thawed and its lock let go while
 // the caller goes on; thawed waits for that, and the caller calls it
 // before it returns, error or not.
-func (s *Sandbox) forkFirst(ctx context.Context, req backend.ForkRequest, plans []*forkPlan) (_ *meta, _ *specs.Spec, thawed func(), err error) {
+func (s *Sandbox) forkFirst(ctx context.Context, req backend.ForkRequest, batch string, plans []*forkPlan) (_ *meta, _ *specs.Spec, thawed func(), err error) {
 	unlock := s.lock()
 	resume := func() {}
 	done := make(chan struct{})
@@ -178,7 +190,7 @@ func (s *Sandbox) forkFirst(ctx context.Context, req backend.ForkRequest, plans 
 			s.b.background(func() { s.dropStandby(ctx, p.sb) })
 		}
 	}
-	plans[0], err = s.b.prepareFork(s, m, cfg, req, upperDir(s.dir, m.Gen), quiesce)
+	plans[0], err = s.b.prepareFork(s, m, cfg, req, batch, upperDir(s.dir, m.Gen), quiesce)
 	return m, cfg, thawed, err
 }
 
@@ -186,8 +198,8 @@ func (s *Sandbox) forkFirst(ctx context.Context, req backend.ForkRequest, plans 
 // OCI config cfg), writes its bundle and copies the layer at upper as its
 // writable layer: after quiesce, where there is one, has made upper hold
 // still. The bundle is written meanwhile. Nothing is mounted or started.
-func (b *Backend) prepareFork(parent *Sandbox, pm *meta, cfg *specs.Spec, req backend.ForkRequest, upper string, quiesce func() error) (*forkPlan, error) {
-	p, err := b.recordFork(pm, req, "")
+func (b *Backend) prepareFork(parent *Sandbox, pm *meta, cfg *specs.Spec, req backend.ForkRequest, batch, upper string, quiesce func() error) (*forkPlan, error) {
+	p, err := b.recordFork(pm, req, "", batch)
 	if err != nil {
 		return p, err
 	}
@@ -209,18 +221,19 @@ func (b *Backend) prepareFork(parent *Sandbox, pm *meta, cfg *specs.Spec, req ba
 }
 
 // recordFork records a new sandbox like the one of record pm, forked for
-// req, or made ahead for its next fork when standbyFor (its ID) is set: its
+// req (one of batch, see statedir.HandOver), or made ahead for its next
+// fork when standbyFor (its ID) is set: its
 // folder, lock file and record, and nothing else. The record comes first,
 // so that a crash from here on leaves a sandbox that List shows (a
 // standby: that PruneCaches finds) and Destroy removes. On failure the
 // plan is nil when nothing was made.
-func (b *Backend) recordFork(pm *meta, req backend.ForkRequest, standbyFor string) (*forkPlan, error) {
+func (b *Backend) recordFork(pm *meta, req backend.ForkRequest, standbyFor, batch string) (*forkPlan, error) {
 	id, err := statedir.NewID()
 	if err != nil {
 		return nil, err
 	}
 	m := forkMeta(pm, id, req)
-	m.StandbyFor = standbyFor
+	m.StandbyFor, m.Batch = standbyFor, batch
 	dir := filepath.Join(b.dir, id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err

@@ -49,7 +49,7 @@ func (s *Sandbox) prepareForkStandby() {
 	if err != nil {
 		return
 	}
-	p, err := s.b.recordFork(pm, backend.ForkRequest{N: 1}, s.id)
+	p, err := s.b.recordFork(pm, backend.ForkRequest{N: 1}, s.id, "")
 	if err == nil {
 		err = s.makeForkStandby(ctx, p, cfg)
 	}

@@ -369,7 +369,8 @@ const transientGrace = time.Minute
 // backend.LabelTransient that no sandbox runs on (older than
 // transientGrace), and snapshot folders that neither a name nor a sandbox
 // uses (a snapshot removed while a sandbox ran on it), the folders of
-// Snapshots killed on the way, and what a killed
+// Snapshots killed on the way, the hand-over marks of killed forks
+// (statedir.PruneBatches), and what a killed
 // CreateVolume or RemoveVolume left (see volumes.go); with dryRun it only
 // names them. It also thaws sandboxes that a killed Snapshot or Fork left
 // frozen (see thaw.go). sbx gc calls it.
@@ -397,6 +398,11 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 		return append(names, standbys...), &backend.OpError{Op: "prune", Backend: Name, Err: err}
 	} else {
 		names = append(names, standbys...)
+	}
+	if marks, err := statedir.PruneBatches(b.dir, dryRun); err != nil {
+		return append(names, marks...), &backend.OpError{Op: "prune", Backend: Name, Err: err}
+	} else {
+		names = append(names, marks...)
 	}
 	if nets, err := pruneEgress(dryRun); err != nil {
 		return append(names, nets...), &backend.OpError{Op: "prune", Backend: Name, Err: err}

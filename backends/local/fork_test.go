@@ -34,7 +34,7 @@ func TestForkHandOver(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	forks, err := parent.makeForks(ctx, backend.ForkRequest{N: 2})
+	forks, err := parent.makeForks(ctx, backend.ForkRequest{N: 2}, "0123456789ab")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -154,16 +154,17 @@ func (m *meta) info() backend.Info {
 }
 
 func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
-	sb, err := b.create(ctx, spec, false)
+	sb, err := b.create(ctx, spec, "")
 	if err != nil {
 		return nil, err
 	}
 	return sb, nil
 }
 
-// create is Create; with making, the sandbox stays recorded as being
-// created by this process (for Fork to hand it over).
-func (b *Backend) create(ctx context.Context, spec backend.Spec, making bool) (*Sandbox, error) {
+// create is Create; with a batch (see statedir.HandOver), the sandbox
+// stays recorded as being created by this process, for Fork to hand it
+// over with the rest of the batch.
+func (b *Backend) create(ctx context.Context, spec backend.Spec, batch string) (*Sandbox, error) {
 	if err := b.Capabilities().Check(Name, spec); err != nil {
 		return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
 	}
@@ -214,7 +215,7 @@ func (b *Backend) create(ctx context.Context, spec backend.Spec, making bool) (*
 	// The record comes first, naming this process as its creator, so a
 	// Create killed from here on leaves a sandbox that List shows (as
 	// creating, and gc reaps once the creator is gone).
-	m.Creator = owner.Self()
+	m.Creator, m.Batch = owner.Self(), batch
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, &backend.OpError{Op: "create", Backend: Name, Err: err}
 	}
@@ -243,7 +244,7 @@ func (b *Backend) create(ctx context.Context, spec backend.Spec, making bool) (*
 	// write it by now (a claim, a Renew).
 	err = statedir.Update(b.dir, id, func(r *meta) error {
 		r.MainPID, r.MainStart = m.MainPID, m.MainStart
-		if !making {
+		if batch == "" {
 			r.Creator = ""
 		}
 		return nil

@@ -189,15 +189,19 @@ func (b *Backend) RemoveSnapshot(ctx context.Context, ref string) error {
 	return nil
 }
 
-// PruneCaches removes the snapshots whose TTL has run out and archives no
-// name uses (left by a crash); with dryRun it only names them. sbx gc
-// calls it.
+// PruneCaches removes the snapshots whose TTL has run out, archives no
+// name uses (left by a crash) and the hand-over marks of killed forks
+// (statedir.PruneBatches); with dryRun it only names them. sbx gc calls
+// it.
 func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error) {
 	recs, err := b.names().All()
 	if err != nil {
 		return nil, &backend.OpError{Op: "prune", Backend: Name, Err: err}
 	}
-	var names []string
+	names, err := statedir.PruneBatches(b.dir, dryRun)
+	if err != nil {
+		return names, &backend.OpError{Op: "prune", Backend: Name, Err: err}
+	}
 	known := map[string]bool{}
 	now := time.Now()
 	for _, r := range recs {
@@ -238,14 +242,18 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 //
 // Until Fork returns them, the forks are this process's: each record
 // names it as the creator, complete forks too, and the marks are cleared
-// together just before Fork returns. A Fork killed before that leaves
-// forks that List shows as being created by a process that is gone,
-// which sbx gc removes; one killed after it leaves complete forks, which
-// sbx ls shows and sbx gc keeps.
+// together, in one step (statedir.HandOver), just before Fork returns. A
+// Fork killed before that step leaves forks that List shows as being
+// created by a process that is gone, which sbx gc removes; one killed
+// after it leaves complete forks, which sbx ls shows and sbx gc keeps.
 func (s *Sandbox) Fork(ctx context.Context, req backend.ForkRequest) ([]backend.Sandbox, error) {
-	forks, err := s.makeForks(ctx, req)
+	batch, err := statedir.NewBatch()
+	if err != nil {
+		return nil, s.opErr("fork", err)
+	}
+	forks, err := s.makeForks(ctx, req, batch)
 	if err == nil {
-		if err = s.b.handOver(forks); err != nil {
+		if err = s.b.handOver(forks, batch); err != nil {
 			dropForks(ctx, forks)
 		}
 	}
@@ -260,18 +268,13 @@ func (s *Sandbox) Fork(ctx context.Context, req backend.ForkRequest) ([]backend.
 }
 
 // handOver clears the creator of forks: from then on they are the
-// caller's (see Fork).
-func (b *Backend) handOver(forks []*Sandbox) error {
-	for _, f := range forks {
-		err := statedir.Update(b.dir, f.id, func(r *meta) error {
-			r.Creator = ""
-			return nil
-		})
-		if err != nil {
-			return err
-		}
+// caller's (see Fork), all in one step.
+func (b *Backend) handOver(forks []*Sandbox, batch string) error {
+	ids := make([]string, len(forks))
+	for i, f := range forks {
+		ids[i] = f.id
 	}
-	return nil
+	return statedir.HandOver[meta](b.dir, batch, ids)
 }
 
 // dropForks destroys forks after a failure.
@@ -283,7 +286,7 @@ func dropForks(ctx context.Context, forks []*Sandbox) {
 
 // makeForks makes the forks req asks for, each still recorded as being
 // created by this process; on failure it removes those it made.
-func (s *Sandbox) makeForks(ctx context.Context, req backend.ForkRequest) (_ []*Sandbox, err error) {
+func (s *Sandbox) makeForks(ctx context.Context, req backend.ForkRequest, batch string) (_ []*Sandbox, err error) {
 	if req.N < 1 {
 		return nil, fmt.Errorf("%w: fork: n must be at least 1, got %d", backend.ErrInvalidConfig, req.N)
 	}
@@ -320,7 +323,7 @@ func (s *Sandbox) makeForks(ctx context.Context, req backend.ForkRequest) (_ []*
 		}
 	}()
 	for range req.N {
-		f, err := s.b.create(ctx, spec, true)
+		f, err := s.b.create(ctx, spec, batch)
 		if err != nil {
 			return nil, err
 		}

@@ -59,6 +59,7 @@ func Read[M any](dir string) (*M, error) {
 	if err := json.Unmarshal(data, m); err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
+	settle(filepath.Dir(dir), m)
 	return m, nil
 }
 
@@ -200,7 +201,12 @@ type Lifecycle struct {
 	Creator string `json:"creator,omitempty"`
 	// Removing says Destroy began.
 	Removing bool `json:"removing,omitempty"`
+	// Batch, with Creator, names the batch of sandboxes made together
+	// that HandOver hands over at once (see handover.go); "" otherwise.
+	Batch string `json:"batch,omitempty"`
 }
+
+func (l *Lifecycle) lifecycle() *Lifecycle { return l }
 
 // State is the backend.State the lifecycle says, or "" when the sandbox is
 // complete (the backend then tells running from exited).
