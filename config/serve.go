@@ -53,6 +53,16 @@ type ServeConfig struct {
 	// the OpenSandbox API may mount host paths (its volumes' host.path),
 	// as the real server's allowed_host_paths. Empty: none.
 	AllowedHostPaths []string `toml:"allowed_host_paths"`
+	// AuditFile is where the audit trail goes, one JSON line per tool
+	// call, terminal, OpenSandbox API change and admin action (relative
+	// to the config file's folder). Absent: the latest entries are kept
+	// in memory only. GET /admin/audit reads them either way.
+	AuditFile string `toml:"audit_file"`
+	// AuditMaxSize rotates the audit file once it reaches this size
+	// (default 64 MiB) into audit_file.1 ... audit_file.N.
+	AuditMaxSize ByteSize `toml:"audit_max_size"`
+	// AuditKeep is how many rotated files are kept (default 5; -1: none).
+	AuditKeep int `toml:"audit_keep"`
 }
 
 // ParseVolumeSpec parses one "host:sandbox[:ro|rw]" volume spec as the

@@ -108,8 +108,11 @@ func ConversationFromHeader(h http.Header) (string, error) {
 //	                      the operator's: a sandbox's egress policy and
 //	                      denied attempts; replace its policy (see
 //	                      egress.go); need the admin key, not the API key
+//	GET  /admin/audit     the audit trail's latest entries (audit.go):
+//	                      conversation, sandbox, kind, tool, since, limit
+//	GET  /metrics         Prometheus metrics (metrics.go); admin key
 //
-// Everything but /health and /admin needs the API key when one is set, as
+// Everything but /health, /admin and /metrics needs the API key when one is set, as
 // "Authorization: Bearer KEY" or "X-API-Key: KEY". A request body is read
 // only once the key is checked, and within the limits of Options
 // (BodyTimeout, BodyMinRate, BodyBudget).
@@ -122,9 +125,11 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /pools", s.auth(http.HandlerFunc(s.servePools)))
 	mux.Handle("GET /tools", s.auth(http.HandlerFunc(s.serveToolList)))
 	mux.Handle("POST /tools/{name}", s.auth(s.limitBody(MaxJSONBodyBytes, writeError, http.HandlerFunc(s.serveTool))))
-	mux.Handle("GET /sandboxes/{id}/terminal", s.auth(http.HandlerFunc(s.serveTerminal)))
+	mux.Handle("GET /sandboxes/{id}/terminal", s.auth(s.auditRoute(AuditTerminal, http.HandlerFunc(s.serveTerminal))))
 	mux.Handle("GET /admin/sandboxes/{id}/egress", s.adminAuth(http.HandlerFunc(s.serveEgressStatus)))
-	mux.Handle("PUT /admin/sandboxes/{id}/egress", s.adminAuth(s.limitBody(maxSmallBody, writeError, http.HandlerFunc(s.serveSetEgress))))
+	mux.Handle("PUT /admin/sandboxes/{id}/egress", s.adminAuth(s.auditRoute(AuditAdmin, s.limitBody(maxSmallBody, writeError, http.HandlerFunc(s.serveSetEgress)))))
+	mux.Handle("GET /admin/audit", s.adminAuth(http.HandlerFunc(s.serveAudit)))
+	mux.Handle("GET /metrics", s.adminAuth(s.metrics.handler()))
 	s.osbRoutes(mux)
 
 	srv := s.MCPServer(func(req *mcp.CallToolRequest) string {
@@ -153,7 +158,7 @@ func (s *Server) Handler() http.Handler {
 		mcpHandler.ServeHTTP(w, r)
 	})
 	mux.Handle("/mcp", s.auth(s.limitBody(MaxMCPBodyBytes, writeError, checkConv)))
-	return s.guardBodies(mux)
+	return s.observeHTTP(s.guardBodies(mux))
 }
 
 // auth requires the API key, compared in constant time.

@@ -2,12 +2,14 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -73,8 +75,7 @@ func defineTool[In any](name, description string, fn func(context.Context, *Serv
 		register: func(r *mcpRegistrar) {
 			mcp.AddTool(r.srv, &mcp.Tool{Name: name, Description: r.s.describe(name, description)},
 				func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
-					res, err := fn(withTool(ctx, name), r.s, r.conv(req), in)
-					res = r.s.finish(name, res, err)
+					res := runTool(ctx, r.s, name, r.conv(req), in, fn)
 					return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.Output}}, IsError: res.IsError}, nil, nil
 				})
 		},
@@ -85,11 +86,26 @@ func defineTool[In any](name, description string, fn func(context.Context, *Serv
 					return Result{}, &httpError{code: http.StatusBadRequest, msg: fmt.Sprintf("tool %s: bad JSON arguments: %v", name, err)}
 				}
 			}
-			res, err := fn(withTool(ctx, name), s, conv, in)
-			return s.finish(name, res, err), nil
+			return runTool(ctx, s, name, conv, in, fn), nil
 		},
 		schema: func() (any, error) { return jsonschema.For[In](nil) },
 	}
+}
+
+// runTool runs a call of tool name with input in for conversation conv,
+// however it came (MCP, HTTP), and accounts for it: one entry of the
+// audit trail, the tool metrics.
+func runTool[In any](ctx context.Context, s *Server, name, conv string, in In, fn func(context.Context, *Server, string, In) (Result, error)) Result {
+	start := time.Now()
+	e := toolAuditEntry(name, conv, in)
+	res, err := fn(withAudit(withTool(ctx, name), e), s, conv, in)
+	res = s.finish(name, res, err)
+	e.Sandbox = cmp.Or(e.Sandbox, res.SandboxID)
+	e.IsError = res.IsError
+	s.record(e, start)
+	s.metrics.toolCalls.WithLabelValues(name, outcome(res.IsError)).Inc()
+	s.metrics.toolTime.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	return res
 }
 
 // finish turns a tool's outcome into what the agent reads: a ToolError's

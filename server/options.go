@@ -184,6 +184,17 @@ type Options struct {
 	BodyBudget int64
 	BodyWait   time.Duration
 
+	// AuditFile, when set, is where the audit trail goes (one JSON line
+	// per tool call, terminal, OpenSandbox API change and admin action;
+	// see AuditEntry), rotated once it reaches AuditMaxBytes (default
+	// DefaultAuditMaxBytes) into AuditFile.1 ... AuditFile.N, keeping
+	// AuditKeep old files (default DefaultAuditKeep; negative: none).
+	// Without it the latest entries are kept in memory only. Either way
+	// GET /admin/audit reads them.
+	AuditFile     string
+	AuditMaxBytes int64
+	AuditKeep     int
+
 	// Logger receives warnings and errors (default: discard).
 	Logger *slog.Logger
 	// Now is the clock the TTLs use (default time.Now); tests inject one.
@@ -236,6 +247,9 @@ func (o *Options) setDefaults() error {
 	o.BodyMinRate = cmp.Or(o.BodyMinRate, DefaultBodyMinRate)
 	o.BodyBudget = cmp.Or(o.BodyBudget, DefaultBodyBudget)
 	o.BodyWait = cmp.Or(o.BodyWait, DefaultBodyWait)
+	o.AuditMaxBytes = cmp.Or(o.AuditMaxBytes, DefaultAuditMaxBytes)
+	o.AuditKeep = cmp.Or(o.AuditKeep, DefaultAuditKeep)
+	o.AuditKeep = max(o.AuditKeep, 0)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -310,6 +324,14 @@ func ConfigOptions(cfg *config.Config) (opts Options, warnings []string, err err
 		DeleteOnShutdown: sc.DeleteOnShutdown,
 		Instance:         sc.Instance,
 		OSBNoAgentEgress: sc.AgentEgress != nil && !*sc.AgentEgress,
+		AuditMaxBytes:    int64(sc.AuditMaxSize),
+		AuditKeep:        sc.AuditKeep,
+	}
+	if sc.AuditFile != "" {
+		opts.AuditFile = sc.AuditFile
+		if !filepath.IsAbs(opts.AuditFile) {
+			opts.AuditFile = filepath.Join(cfg.Dir, opts.AuditFile)
+		}
 	}
 	for _, p := range sc.AllowedHostPaths {
 		if !filepath.IsAbs(p) {

@@ -105,12 +105,21 @@ func (s *Server) osbRoutes(mux *http.ServeMux) {
 		h := func(pattern string, limit int64, fn func(http.ResponseWriter, *http.Request, string)) {
 			method, rest, _ := strings.Cut(pattern, " ")
 			mux.Handle(method+" "+p+rest, s.osbAuth(func(w http.ResponseWriter, r *http.Request, conv string) {
-				release, ok := s.admitBody(w, r, limit, osbFail)
-				if !ok {
+				call := func(w http.ResponseWriter, r *http.Request) {
+					release, ok := s.admitBody(w, r, limit, osbFail)
+					if !ok {
+						return
+					}
+					defer release()
+					fn(w, r, conv)
+				}
+				if method == http.MethodGet {
+					call(w, r)
 					return
 				}
-				defer release()
-				fn(w, r, conv)
+				// What changes something is audited, once authenticated
+				// (a refused key is only counted, in the metrics).
+				s.auditCall(&AuditEntry{Kind: AuditOpenSandbox, Conversation: conv}, w, r, call)
 			}))
 		}
 		h("POST /sandboxes", MaxJSONBodyBytes, s.osbCreate)
@@ -335,6 +344,7 @@ func (s *Server) osbCreate(w http.ResponseWriter, r *http.Request, conv string) 
 		custom = nil // a ready sandbox of the type's pool is this one
 	}
 	in, err := s.create(r.Context(), conv, typ, idle, custom, labels)
+	noteAudit(r.Context(), func(e *AuditEntry) { e.Sandbox, e.Argv = in.ID, slices.Clone(req.Entrypoint) })
 	if err != nil {
 		s.osbFail(w, err, "SANDBOX::CREATE_FAILED")
 		return

@@ -73,60 +73,71 @@ func (s *Server) osbExecd(w http.ResponseWriter, r *http.Request, conv, id, p st
 			sb = b.agent
 		}
 		x := &osbExecd{s: s, b: b, sb: sb}
-		switch {
-		case route == "GET /ping":
-			w.WriteHeader(http.StatusOK)
-		case route == "POST /command":
-			x.run(ctx, w, r)
-		case route == "DELETE /command":
-			x.interrupt(w, r)
-		case r.Method == http.MethodGet && strings.HasPrefix(p, "/command/status/"):
-			x.status(w, strings.TrimPrefix(p, "/command/status/"))
-		case r.Method == http.MethodGet && strings.HasPrefix(p, "/command/") && strings.HasSuffix(p, "/logs"):
-			x.logs(w, r, strings.TrimSuffix(strings.TrimPrefix(p, "/command/"), "/logs"))
-		case route == "GET /files/info":
-			x.info(ctx, w, r)
-		case route == "GET /files/download":
-			x.download(ctx, w, r)
-		case route == "POST /files/upload":
-			x.upload(ctx, w, r)
-		case route == "POST /files/mv":
-			x.move(ctx, w, r)
-		case route == "POST /files/permissions":
-			x.chmod(ctx, w, r)
-		case route == "DELETE /files":
-			x.removeFiles(ctx, w, r)
-		case route == "GET /files/search":
-			x.search(ctx, w, r)
-		case route == "POST /files/replace":
-			x.replace(ctx, w, r)
-		case route == "GET /directories/list":
-			x.list(ctx, w, r)
-		case route == "POST /directories":
-			x.mkdirs(ctx, w, r)
-		case route == "DELETE /directories":
-			x.removeDirs(ctx, w, r)
-		case route == "POST /session":
-			x.createSession(w, r)
-		case r.Method == http.MethodPost && strings.HasPrefix(p, "/session/") && strings.HasSuffix(p, "/run"):
-			x.runInSession(ctx, w, r, strings.TrimSuffix(strings.TrimPrefix(p, "/session/"), "/run"))
-		case r.Method == http.MethodDelete && strings.HasPrefix(p, "/session/"):
-			x.deleteSession(w, strings.TrimPrefix(p, "/session/"))
-		case r.Method == http.MethodGet && strings.HasPrefix(p, "/ws/session/"):
-			x.sessionSocket(ctx, w, r, strings.TrimPrefix(p, "/ws/session/"))
-		case route == "GET /metrics":
-			x.metrics(ctx, w)
-		case route == "GET /metrics/watch":
-			x.watchMetrics(ctx, w)
-		case p == "/code" || strings.HasPrefix(p, "/code/"):
-			osbExecdError(w, http.StatusNotImplemented, "NOT_SUPPORTED", "sandboxkit's execd has no code interpreter (Jupyter contexts): run code with POST /command (python3 -c ...) or a session")
-		default:
-			osbExecdError(w, http.StatusNotFound, "NOT_FOUND", "execd has no %s", route)
+		if r.Method == http.MethodGet && !strings.HasPrefix(p, "/ws/session/") {
+			x.serve(ctx, w, r, route, p)
+			return nil
 		}
+		// What changes something, and a session's socket, is audited.
+		e := &AuditEntry{Kind: AuditOpenSandbox, Conversation: conv, Sandbox: id, Route: "execd " + route}
+		s.auditCall(e, w, r, func(w http.ResponseWriter, r *http.Request) { x.serve(withAudit(ctx, e), w, r, route, p) })
 		return nil
 	})
 	if err != nil {
 		s.osbFail(w, err, "RUNTIME_ERROR")
+	}
+}
+
+// serve answers execd's route (method and path p).
+func (x *osbExecd) serve(ctx context.Context, w http.ResponseWriter, r *http.Request, route, p string) {
+	switch {
+	case route == "GET /ping":
+		w.WriteHeader(http.StatusOK)
+	case route == "POST /command":
+		x.run(ctx, w, r)
+	case route == "DELETE /command":
+		x.interrupt(w, r)
+	case r.Method == http.MethodGet && strings.HasPrefix(p, "/command/status/"):
+		x.status(w, strings.TrimPrefix(p, "/command/status/"))
+	case r.Method == http.MethodGet && strings.HasPrefix(p, "/command/") && strings.HasSuffix(p, "/logs"):
+		x.logs(w, r, strings.TrimSuffix(strings.TrimPrefix(p, "/command/"), "/logs"))
+	case route == "GET /files/info":
+		x.info(ctx, w, r)
+	case route == "GET /files/download":
+		x.download(ctx, w, r)
+	case route == "POST /files/upload":
+		x.upload(ctx, w, r)
+	case route == "POST /files/mv":
+		x.move(ctx, w, r)
+	case route == "POST /files/permissions":
+		x.chmod(ctx, w, r)
+	case route == "DELETE /files":
+		x.removeFiles(ctx, w, r)
+	case route == "GET /files/search":
+		x.search(ctx, w, r)
+	case route == "POST /files/replace":
+		x.replace(ctx, w, r)
+	case route == "GET /directories/list":
+		x.list(ctx, w, r)
+	case route == "POST /directories":
+		x.mkdirs(ctx, w, r)
+	case route == "DELETE /directories":
+		x.removeDirs(ctx, w, r)
+	case route == "POST /session":
+		x.createSession(w, r)
+	case r.Method == http.MethodPost && strings.HasPrefix(p, "/session/") && strings.HasSuffix(p, "/run"):
+		x.runInSession(ctx, w, r, strings.TrimSuffix(strings.TrimPrefix(p, "/session/"), "/run"))
+	case r.Method == http.MethodDelete && strings.HasPrefix(p, "/session/"):
+		x.deleteSession(w, strings.TrimPrefix(p, "/session/"))
+	case r.Method == http.MethodGet && strings.HasPrefix(p, "/ws/session/"):
+		x.sessionSocket(ctx, w, r, strings.TrimPrefix(p, "/ws/session/"))
+	case route == "GET /metrics":
+		x.metrics(ctx, w)
+	case route == "GET /metrics/watch":
+		x.watchMetrics(ctx, w)
+	case p == "/code" || strings.HasPrefix(p, "/code/"):
+		osbExecdError(w, http.StatusNotImplemented, "NOT_SUPPORTED", "sandboxkit's execd has no code interpreter (Jupyter contexts): run code with POST /command (python3 -c ...) or a session")
+	default:
+		osbExecdError(w, http.StatusNotFound, "NOT_FOUND", "execd has no %s", route)
 	}
 }
 
@@ -338,6 +349,7 @@ var osbPingEvery = 10 * time.Second
 // stream runs req as command content and streams execd's events: in the
 // background, only the init event (the output goes to the command's log).
 func (x *osbExecd) stream(ctx context.Context, w http.ResponseWriter, content string, background bool, req backend.ExecRequest) {
+	noteAudit(ctx, func(e *AuditEntry) { e.Argv = auditArgv(content) })
 	// A foreground command ends with its stream; a background one with
 	// an interrupt, its timeout or its sandbox.
 	parent := ctx
@@ -390,6 +402,8 @@ func (x *osbExecd) stream(ctx context.Context, w http.ResponseWriter, content st
 	out.Flush()
 	errs.Flush()
 	code, msg := cmd.end(res, err, interrupted)
+	x.s.metrics.execTime.WithLabelValues("opensandbox").Observe(time.Since(cmd.started).Seconds())
+	noteAudit(ctx, func(e *AuditEntry) { e.ExitCode, e.IsError = &code, err != nil })
 	switch {
 	case res.TimedOut:
 		ev.send(map[string]any{"type": "error", "error": map[string]any{"ename": "CommandExecError", "evalue": "-1", "traceback": []string{"signal: killed"}}})

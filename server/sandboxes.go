@@ -86,7 +86,7 @@ func (s *Server) Create(ctx context.Context, conv, typ string, idle time.Duratio
 // OpenSandbox API's image, entrypoint, environment and limits), and such a
 // sandbox never comes from a pool; extra labels go on the sandbox either way
 // (with the claim, for one from a pool).
-func (s *Server) create(ctx context.Context, conv, typ string, idle time.Duration, custom func(*backend.Spec) error, extra map[string]string) (SandboxInfo, error) {
+func (s *Server) create(ctx context.Context, conv, typ string, idle time.Duration, custom func(*backend.Spec) error, extra map[string]string) (_ SandboxInfo, failed error) {
 	if conv == "" {
 		return SandboxInfo{}, errNoConversation
 	}
@@ -124,6 +124,18 @@ func (s *Server) create(ctx context.Context, conv, typ string, idle time.Duratio
 		info    backend.Info
 		err     error
 	)
+	start, source := time.Now(), "cold"
+	defer func() {
+		// Time to first command: the sandbox takes commands once create
+		// returns it.
+		if claimed != nil && claimed.Warm {
+			source = "pool"
+		}
+		s.metrics.creates.WithLabelValues(typ, source, outcome(failed != nil)).Inc()
+		if failed == nil {
+			s.metrics.createTime.WithLabelValues(typ, source).Observe(time.Since(start).Seconds())
+		}
+	}()
 	if p := s.pools[typ]; p != nil && custom == nil {
 		claimed, info, err = s.acquire(ctx, p, labels)
 		if err == nil {
@@ -385,6 +397,7 @@ func (s *Server) use(ctx context.Context, b *box) (func(), error) {
 		}
 		s.mu.Unlock()
 		if !wasGone {
+			s.metrics.removals.WithLabelValues(expiryReason(b, now)).Inc()
 			if err := s.destroy(s.life, b); err != nil {
 				s.opts.Logger.Warn("removing expired sandbox failed", "sandbox", b.id, "err", err)
 			}
@@ -512,6 +525,7 @@ func (s *Server) Delete(ctx context.Context, conv, id string) error {
 		delete(s.boxes, b.id)
 	}
 	s.mu.Unlock()
+	s.metrics.removals.WithLabelValues("deleted").Inc()
 	if err := s.destroy(ctx, b); err != nil {
 		return fmt.Errorf("deleting sandbox %s: %w", id, err)
 	}

@@ -56,6 +56,10 @@ type Server struct {
 
 	// budget is Options.BodyBudget (nil: none).
 	budget *bodyBudget
+
+	// metrics are served at /metrics; audit is the trail (audit.go).
+	metrics *metrics
+	audit   *auditLog
 }
 
 // box is one sandbox the server knows.
@@ -139,9 +143,17 @@ func New(opts Options) (*Server, error) {
 	if opts.BodyBudget > 0 {
 		s.budget = &bodyBudget{size: opts.BodyBudget}
 	}
+	audit, err := newAuditLog(opts.AuditFile, opts.AuditMaxBytes, opts.AuditKeep, opts.Logger.Warn)
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.audit = audit
+	s.metrics = newMetrics(s)
 	pools, err := s.newPools()
 	if err != nil {
 		stop()
+		audit.close()
 		return nil, err
 	}
 	s.pools = pools
@@ -270,12 +282,21 @@ func (s *Server) Reap(ctx context.Context) []string {
 	var ids []string
 	for _, b := range dead {
 		s.opts.Logger.Info("removing expired sandbox", "sandbox", b.id, "conversation", b.conv)
+		s.metrics.removals.WithLabelValues(expiryReason(b, now)).Inc()
 		if err := s.destroy(ctx, b); err != nil {
 			s.opts.Logger.Warn("removing expired sandbox failed (sbx gc will retry after its backend TTL)", "sandbox", b.id, "err", err)
 		}
 		ids = append(ids, b.id)
 	}
 	return ids
+}
+
+// expiryReason is the removals metric's reason for an expired b.
+func expiryReason(b *box, now time.Time) string {
+	if b.pastHardDeadline(now) {
+		return "lifetime"
+	}
+	return "idle"
 }
 
 // pastHardDeadline reports whether b's hard limit has passed at now.
@@ -419,6 +440,7 @@ func (s *Server) Close() error {
 		wg.Go(func() {
 			var err error
 			if s.opts.DeleteOnShutdown {
+				s.metrics.removals.WithLabelValues("shutdown").Inc()
 				err = s.destroy(context.Background(), b)
 			} else {
 				ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
@@ -449,6 +471,9 @@ func (s *Server) Close() error {
 		if err := p.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("pool of type %s: removing its sandboxes: %w", p.Name(), err))
 		}
+	}
+	if err := s.audit.close(); err != nil {
+		errs = append(errs, fmt.Errorf("closing the audit file: %w", err))
 	}
 	return errors.Join(errs...)
 }

@@ -246,6 +246,13 @@ func (ts *terminals) add(t *terminal) bool {
 	return true
 }
 
+// count is how many terminals the sandbox has.
+func (ts *terminals) count() int {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return len(ts.m)
+}
+
 // remove forgets t.
 func (ts *terminals) remove(t *terminal) {
 	ts.mu.Lock()
@@ -398,6 +405,12 @@ func (s *Server) startTerminal(ctx context.Context, b *box, tr backend.Terminale
 		return nil, nil, fmt.Errorf("starting a terminal: %w", err)
 	}
 	t := newTerminal(h.ID(), command)
+	api := "websocket"
+	if forTools {
+		api = "tool"
+	}
+	s.metrics.terminals.WithLabelValues(api).Inc()
+	noteAudit(ctx, func(e *AuditEntry) { e.Argv = auditArgv(command) })
 	if forTools {
 		t.pump(h, s.opts.OutputLimit)
 	} else {

@@ -221,10 +221,13 @@ func execTools() []toolDef {
 					if in.Timeout < 0 {
 						return "", toolError("timeout must not be negative (got %d)", in.Timeout)
 					}
+					start := time.Now()
 					res, err := t.Execute(ctx, inOrder(in.Command), time.Duration(in.Timeout)*time.Second)
 					if err != nil {
 						return "", err
 					}
+					s.metrics.execTime.WithLabelValues("tool").Observe(time.Since(start).Seconds())
+					noteAudit(ctx, func(e *AuditEntry) { e.ExitCode = &res.ExitCode })
 					return res.String(), nil
 				})
 			}),
