@@ -25,6 +25,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdwire"
 )
 
 // DefaultAgentPath is where backends put sbxd inside a sandbox (the
@@ -450,7 +451,7 @@ func (c *Client) launch(ctx context.Context, att backend.Attacher, path string) 
 	}
 	// Closing stdin lets the agent exit once its background jobs end; it
 	// is not killed, so they keep their output.
-	conn, err := newAgentConn(procConn{proc, NewCoalescingWriter(proc.Stdin())}, path, stop, func() { proc.Stdin().Close() })
+	conn, err := newAgentConn(procConn{proc, sbxdwire.NewCoalescingWriter(proc.Stdin())}, path, stop, func() { proc.Stdin().Close() })
 	if err != nil {
 		proc.Kill()
 		stop()
@@ -505,7 +506,7 @@ func (c *Client) dial(ctx context.Context, d backend.AgentDialer) (*agentConn, e
 // newAgentConn opens a session over an agent's stream. closeStream ends the
 // stream when the session ends.
 func newAgentConn(stream io.ReadWriteCloser, path string, stop context.CancelFunc, closeStream func()) (*agentConn, error) {
-	sess, err := yamux.Client(stream, yamuxConfig())
+	sess, err := yamux.Client(stream, sbxdwire.YamuxConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -536,8 +537,8 @@ func newAgentConn(stream io.ReadWriteCloser, path string, stop context.CancelFun
 
 // shake checks that the agent speaks this client's protocol.
 func (c *Client) shake(ctx context.Context, conn *agentConn) error {
-	var h hello
-	if err := conn.getJSON(ctx, routeHello, &h); err != nil {
+	var h sbxdwire.Hello
+	if err := conn.getJSON(ctx, sbxdwire.RouteHello, &h); err != nil {
 		return fmt.Errorf("%s serve: no hello: %w", conn.path, err)
 	}
 	if h.Protocol != ProtocolVersion {
@@ -553,7 +554,7 @@ type agentConn struct {
 	path    string
 	sess    *yamux.Session
 	http    *http.Client
-	hello   hello
+	hello   sbxdwire.Hello
 	stop    context.CancelFunc
 	dialled bool // through backend.AgentDialer
 	// closeStream ends the stream under sess (the agent's stdin, or the
@@ -726,13 +727,13 @@ func (a *agentConn) roundTrip(req *http.Request, out any) error {
 }
 
 // remoteError is a failed call as the agent reported it.
-type remoteError struct{ w wireError }
+type remoteError struct{ w sbxdwire.ErrorBody }
 
 func (e *remoteError) Error() string { return e.w.Msg }
-func (e *remoteError) Unwrap() error { return e.w.cause() }
+func (e *remoteError) Unwrap() error { return e.w.Cause() }
 
 func responseError(resp *http.Response) error {
-	var we wireError
+	var we sbxdwire.ErrorBody
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err := json.Unmarshal(body, &we); err != nil || we.Code == "" {
 		return fmt.Errorf("sbxd: unexpected answer %s: %q", resp.Status, bytes.TrimSpace(body))

@@ -2,7 +2,6 @@ package sbxd
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdwire"
 )
 
 // opErr wraps err for op as the wrapped sandbox's backend would, naming
@@ -46,7 +46,7 @@ func (c *Client) Exec(ctx context.Context, req backend.ExecRequest) (backend.Exe
 		return c.sb.Exec(ctx, req)
 	}
 	start := time.Now()
-	wr := execRequest{ID: newID(), Argv: argv, Env: req.Env, Dir: req.WorkDir, User: req.User, Stdin: req.Stdin != nil}
+	wr := sbxdwire.ExecRequest{ID: newID(), Argv: argv, Env: req.Env, Dir: req.WorkDir, User: req.User, Stdin: req.Stdin != nil}
 	if req.Timeout > 0 {
 		wr.TimeoutMS = max(req.Timeout.Milliseconds(), 1)
 	}
@@ -67,11 +67,11 @@ func (c *Client) Exec(ctx context.Context, req backend.ExecRequest) (backend.Exe
 		// transport does not close the caller's reader.
 		body = struct{ io.Reader }{req.Stdin}
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, agentURL+routeExec, body)
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, agentURL+sbxdwire.RouteExec, body)
 	if err != nil {
 		return backend.ExecResult{}, c.opErr("exec", err)
 	}
-	hreq.Header.Set(hdrExec, string(hdr))
+	hreq.Header.Set(sbxdwire.HdrExec, string(hdr))
 	// The agent may answer before it has read all of stdin (a command
 	// that exits without reading it); such a stream is not reusable.
 	hreq.Close = req.Stdin != nil
@@ -84,14 +84,14 @@ func (c *Client) Exec(ctx context.Context, req backend.ExecRequest) (backend.Exe
 		return backend.ExecResult{}, c.opErr("exec", responseError(resp))
 	}
 	out := backend.NewOutputs(req)
-	derr := demux(resp.Body, out.Stdout, out.Stderr)
+	derr := sbxdwire.Demux(resp.Body, out.Stdout, out.Stderr)
 	res := backend.ExecResult{ExitCode: -1, Duration: time.Since(start)}
 	out.Finish(&res)
 	if derr != nil {
 		return c.execFailed(ctx, conn, wr.ID, res, conn.transportErr(ctx, derr))
 	}
-	var r execResult
-	if err := json.Unmarshal([]byte(resp.Trailer.Get(hdrResult)), &r); err != nil {
+	var r sbxdwire.ExecResult
+	if err := json.Unmarshal([]byte(resp.Trailer.Get(sbxdwire.HdrResult)), &r); err != nil {
 		return c.execFailed(ctx, conn, wr.ID, res, conn.transportErr(ctx, fmt.Errorf("the agent sent no exit status: %w", err)))
 	}
 	if r.Error != "" {
@@ -118,50 +118,11 @@ func (c *Client) execFailed(ctx context.Context, conn *agentConn, id string, res
 	// Nothing reads the command's output any more: end it.
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if kerr := conn.postJSON(kctx, routeKill, killRequest{ID: id}, nil); kerr != nil {
+	if kerr := conn.postJSON(kctx, sbxdwire.RouteKill, sbxdwire.KillRequest{ID: id}, nil); kerr != nil {
 		c.opts.log.Warn("sbxd: killing a command failed", "sandbox", c.sb.ID(), "err", kerr)
 	}
 	if ctx.Err() != nil {
 		return res, c.opErr("exec", ctx.Err())
 	}
 	return res, c.opErr("exec", err)
-}
-
-// errBadFrame: the output stream is not made of valid frames.
-var errBadFrame = errors.New("malformed output frame")
-
-// demux copies the exec route's frames to stdout and stderr until the end
-// of r. Frames are never held whole: a payload is copied through a small
-// buffer, so memory stays bounded whatever the agent sends.
-func demux(r io.Reader, stdout, stderr io.Writer) error {
-	var hdr [frameHdrLen]byte
-	buf := make([]byte, 32<<10)
-	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			if err == io.EOF {
-				return nil
-			}
-			return err
-		}
-		n := binary.BigEndian.Uint32(hdr[4:])
-		if hdr[1]|hdr[2]|hdr[3] != 0 || n > maxFrameBytes {
-			return errBadFrame
-		}
-		var dst io.Writer
-		switch hdr[0] {
-		case frameStdout:
-			dst = stdout
-		case frameStderr:
-			dst = stderr
-		default:
-			return errBadFrame
-		}
-		got, err := io.CopyBuffer(dst, io.LimitReader(r, int64(n)), buf)
-		if err != nil {
-			return err
-		}
-		if got < int64(n) {
-			return io.ErrUnexpectedEOF
-		}
-	}
 }

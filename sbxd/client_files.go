@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdwire"
 )
 
 // The file operations resolve relative names against the sandbox's working
@@ -30,7 +31,7 @@ import (
 // anything else into an *backend.OpError.
 func (c *Client) pathErr(op, name string, err error) error {
 	if re, ok := errors.AsType[*remoteError](err); ok {
-		return &fs.PathError{Op: op, Path: name, Err: re.w.cause()}
+		return &fs.PathError{Op: op, Path: name, Err: re.w.Cause()}
 	}
 	return c.opErr(op, err)
 }
@@ -137,7 +138,7 @@ func (c *Client) ReadLines(ctx context.Context, name string, first, n int) (io.R
 		}
 		pr, pw := io.Pipe()
 		go func() {
-			pw.CloseWithError(copyLines(pw, rc, first, n))
+			pw.CloseWithError(sbxdwire.CopyLines(pw, rc, first, n))
 		}()
 		return readCloser{pr, closeBoth{pr, rc}}, nil
 	}
@@ -157,11 +158,11 @@ func (c closeBoth) Close() error { c.a.Close(); return c.b.Close() }
 func (c *Client) read(ctx context.Context, conn *agentConn, name string, q url.Values) (io.ReadCloser, error) {
 	whole := len(q) == 0
 	q.Set("path", name)
-	resp, err := c.get(ctx, conn, routeFile, q)
+	resp, err := c.get(ctx, conn, sbxdwire.RouteFile, q)
 	if err != nil {
 		return nil, c.pathErr("read", name, err)
 	}
-	if size, err := strconv.ParseInt(resp.Header.Get("Sbx-Size"), 10, 64); whole && err == nil && c.isBulk(size) {
+	if size, err := strconv.ParseInt(resp.Header.Get(sbxdwire.HdrSize), 10, 64); whole && err == nil && c.isBulk(size) {
 		if inner, ok := backend.As[backend.FileSystem](c.sb); ok {
 			rc, err := inner.ReadFile(ctx, name)
 			if !errors.Is(err, errors.ErrUnsupported) {
@@ -207,14 +208,14 @@ func (c *Client) bulkWrite(ctx context.Context, conn *agentConn, inner backend.F
 	if err != nil {
 		return false, nil
 	}
-	var prep prepareResult
-	if err := c.call(ctx, conn, routePrepare, prepareRequest{Path: name}, &prep); err != nil {
+	var prep sbxdwire.PrepareResult
+	if err := c.call(ctx, conn, sbxdwire.RoutePrepare, sbxdwire.PrepareRequest{Path: name}, &prep); err != nil {
 		return true, c.pathErr("write", name, err)
 	}
 	cleanup := func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		c.call(rctx, conn, routeRemove, removeRequest{Path: prep.Tmp}, nil)
+		c.call(rctx, conn, sbxdwire.RouteRemove, sbxdwire.RemoveRequest{Path: prep.Tmp}, nil)
 	}
 	if err := inner.WriteFile(ctx, prep.Tmp, r, perm); err != nil {
 		cleanup()
@@ -228,7 +229,7 @@ func (c *Client) bulkWrite(ctx context.Context, conn *agentConn, inner backend.F
 		}
 		return true, err
 	}
-	if err := c.call(ctx, conn, routeMove, moveRequest{From: prep.Tmp, To: prep.Target, Overwrite: true}, nil); err != nil {
+	if err := c.call(ctx, conn, sbxdwire.RouteMove, sbxdwire.MoveRequest{From: prep.Tmp, To: prep.Target, Overwrite: true}, nil); err != nil {
 		cleanup()
 		return true, c.pathErr("write", name, err)
 	}
@@ -254,7 +255,7 @@ func (c *Client) WriteFile(ctx context.Context, name string, r io.Reader, perm f
 	}
 	q := url.Values{"path": {name}, "mode": {strconv.FormatUint(uint64(perm.Perm()), 8)}}
 	body, small := smallBody(r)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, agentURL+routeFile+"?"+q.Encode(), body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, agentURL+sbxdwire.RouteFile+"?"+q.Encode(), body)
 	if err != nil {
 		return c.opErr("write", err)
 	}
@@ -296,11 +297,11 @@ func (c *Client) stat(ctx context.Context, name string, lstat bool) (fs.FileInfo
 	if lstat {
 		q.Set("lstat", "1")
 	}
-	var fi fileInfo
-	if err := c.getJSON(ctx, conn, routeStat, q, &fi); err != nil {
+	var fi sbxdwire.FileInfo
+	if err := c.getJSON(ctx, conn, sbxdwire.RouteStat, q, &fi); err != nil {
 		return nil, c.pathErr("stat", name, err)
 	}
-	return fi.info(), nil
+	return fileInfoOf(fi), nil
 }
 
 func (c *Client) getJSON(ctx context.Context, conn *agentConn, route string, q url.Values, out any) error {
@@ -324,13 +325,13 @@ func (c *Client) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, error
 	if conn == nil {
 		return sbfiles.ReadDir(ctx, c.sb, name)
 	}
-	var list []fileInfo
-	if err := c.getJSON(ctx, conn, routeReadDir, url.Values{"path": {name}}, &list); err != nil {
+	var list []sbxdwire.FileInfo
+	if err := c.getJSON(ctx, conn, sbxdwire.RouteReadDir, url.Values{"path": {name}}, &list); err != nil {
 		return nil, c.pathErr("readdir", name, err)
 	}
 	out := make([]fs.FileInfo, len(list))
 	for i, fi := range list {
-		out[i] = fi.info()
+		out[i] = fileInfoOf(fi)
 	}
 	return out, nil
 }
@@ -338,19 +339,19 @@ func (c *Client) ReadDir(ctx context.Context, name string) ([]fs.FileInfo, error
 // Mkdir makes the directory name (with its missing parents when parents
 // is set; an existing directory is then no error).
 func (c *Client) Mkdir(ctx context.Context, name string, perm fs.FileMode, parents bool) error {
-	return c.simple(ctx, "mkdir", name, routeMkdir, mkdirRequest{Path: name, Mode: perm, Parents: parents})
+	return c.simple(ctx, "mkdir", name, sbxdwire.RouteMkdir, sbxdwire.MkdirRequest{Path: name, Mode: perm, Parents: parents})
 }
 
 // Remove removes name (and everything below it when recursive is set).
 // A missing name is an error wrapping fs.ErrNotExist.
 func (c *Client) Remove(ctx context.Context, name string, recursive bool) error {
-	return c.simple(ctx, "remove", name, routeRemove, removeRequest{Path: name, Recursive: recursive})
+	return c.simple(ctx, "remove", name, sbxdwire.RouteRemove, sbxdwire.RemoveRequest{Path: name, Recursive: recursive})
 }
 
 // Move renames from to to; an existing to is replaced only with overwrite
 // (otherwise the error wraps fs.ErrExist).
 func (c *Client) Move(ctx context.Context, from, to string, overwrite bool) error {
-	return c.simple(ctx, "move", from, routeMove, moveRequest{From: from, To: to, Overwrite: overwrite})
+	return c.simple(ctx, "move", from, sbxdwire.RouteMove, sbxdwire.MoveRequest{From: from, To: to, Overwrite: overwrite})
 }
 
 func (c *Client) simple(ctx context.Context, op, name, route string, in any) error {
@@ -383,8 +384,8 @@ func (c *Client) Edit(ctx context.Context, name, old, new string, all bool) (int
 	if conn == nil {
 		return 0, c.noAgent("edit")
 	}
-	var res editResult
-	if err := c.call(ctx, conn, routeEdit, editRequest{Path: name, Old: old, New: new, ReplaceAll: all}, &res); err != nil {
+	var res sbxdwire.EditResult
+	if err := c.call(ctx, conn, sbxdwire.RouteEdit, sbxdwire.EditRequest{Path: name, Old: old, New: new, ReplaceAll: all}, &res); err != nil {
 		return 0, c.pathErr("edit", name, err)
 	}
 	return res.Replaced, nil
@@ -403,7 +404,7 @@ type Entry struct {
 // entered. Directories below root that cannot be read are skipped. It is
 // the fileops.FileWalker capability.
 func (c *Client) WalkFiles(ctx context.Context, root string, maxDepth int, skip []string, fn func(path string, info fs.FileInfo) error) error {
-	return c.walk(ctx, "walk", root, routeWalk, walkRequest{Root: root, MaxDepth: maxDepth, Skip: skip}, fn)
+	return c.walk(ctx, "walk", root, sbxdwire.RouteWalk, sbxdwire.WalkRequest{Root: root, MaxDepth: maxDepth, Skip: skip}, fn)
 }
 
 // Glob returns the files (not directories) below dir whose path relative
@@ -412,7 +413,7 @@ func (c *Client) WalkFiles(ctx context.Context, root string, maxDepth int, skip 
 // dir. Walks from "/" skip /proc, /sys and /dev.
 func (c *Client) Glob(ctx context.Context, pattern, dir string) ([]Entry, error) {
 	var out []Entry
-	err := c.walk(ctx, "glob", dir, routeGlob, globRequest{Pattern: pattern, Dir: dir}, func(p string, fi fs.FileInfo) error {
+	err := c.walk(ctx, "glob", dir, sbxdwire.RouteGlob, sbxdwire.GlobRequest{Pattern: pattern, Dir: dir}, func(p string, fi fs.FileInfo) error {
 		out = append(out, Entry{Path: p, Info: fi})
 		return nil
 	})
@@ -435,8 +436,8 @@ func (c *Client) walk(ctx context.Context, op, root, route string, in any, fn fu
 	dec := ndjsonReader(resp.Body)
 	for {
 		var line struct {
-			walkEntry
-			walkDone
+			sbxdwire.WalkEntry
+			sbxdwire.WalkDone
 		}
 		if err := dec.Decode(&line); err != nil {
 			return c.opErr(op, conn.transportErr(ctx, fmt.Errorf("reading the agent's answer: %w", err)))
@@ -447,7 +448,7 @@ func (c *Client) walk(ctx context.Context, op, root, route string, in any, fn fu
 			}
 			return nil
 		}
-		if err := fn(line.Path, line.Info.info()); err != nil {
+		if err := fn(line.Path, fileInfoOf(line.Info)); err != nil {
 			return err
 		}
 	}
@@ -486,7 +487,7 @@ func (c *Client) Grep(ctx context.Context, req GrepRequest) (GrepResult, error) 
 	if conn == nil {
 		return GrepResult{}, c.noAgent("grep")
 	}
-	resp, err := c.postStream(ctx, conn, routeGrep, req)
+	resp, err := c.postStream(ctx, conn, sbxdwire.RouteGrep, req)
 	if err != nil {
 		return GrepResult{}, c.pathErr("grep", req.Path, err)
 	}
@@ -494,7 +495,7 @@ func (c *Client) Grep(ctx context.Context, req GrepRequest) (GrepResult, error) 
 	dec := ndjsonReader(bufio.NewReader(resp.Body))
 	var res GrepResult
 	for {
-		var m grepMessage
+		var m sbxdwire.GrepMessage
 		if err := dec.Decode(&m); err != nil {
 			return res, c.opErr("grep", conn.transportErr(ctx, fmt.Errorf("reading the agent's answer: %w", err)))
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdwire"
 )
 
 func jsonBody(v any) (io.Reader, error) {
@@ -48,7 +49,7 @@ func (c *Client) StartJob(ctx context.Context, req backend.ExecRequest, outputLi
 	}
 	var st JobStatus
 	jr := JobRequest{Argv: argv, Env: req.Env, Dir: req.WorkDir, User: req.User, OutputLimit: outputLimit}
-	if err := c.call(ctx, conn, routeJobs, jr, &st); err != nil {
+	if err := c.call(ctx, conn, sbxdwire.RouteJobs, jr, &st); err != nil {
 		return JobStatus{}, c.opErr("job", err)
 	}
 	return st, nil
@@ -64,7 +65,7 @@ func (c *Client) Jobs(ctx context.Context) ([]JobStatus, error) {
 		return nil, c.noAgent("jobs")
 	}
 	var list []JobStatus
-	if err := c.getJSON(ctx, conn, routeJobs, url.Values{}, &list); err != nil {
+	if err := c.getJSON(ctx, conn, sbxdwire.RouteJobs, url.Values{}, &list); err != nil {
 		return nil, c.opErr("jobs", err)
 	}
 	return list, nil
@@ -81,7 +82,7 @@ func (c *Client) Job(ctx context.Context, id string) (JobStatus, error) {
 		return JobStatus{}, c.noAgent("job")
 	}
 	var st JobStatus
-	if err := c.getJSON(ctx, conn, routeJobs+"/"+url.PathEscape(id), url.Values{}, &st); err != nil {
+	if err := c.getJSON(ctx, conn, sbxdwire.RouteJobs+"/"+url.PathEscape(id), url.Values{}, &st); err != nil {
 		return JobStatus{}, c.pathErr("job", id, err)
 	}
 	return st, nil
@@ -111,7 +112,7 @@ func (c *Client) ReadJobOutput(ctx context.Context, id string, cursor, max int64
 		return JobOutput{}, c.noAgent("job")
 	}
 	q := url.Values{"cursor": {strconv.FormatInt(cursor, 10)}, "max": {strconv.FormatInt(max, 10)}}
-	resp, err := c.get(ctx, conn, routeJobs+"/"+url.PathEscape(id)+"/output", q)
+	resp, err := c.get(ctx, conn, sbxdwire.RouteJobs+"/"+url.PathEscape(id)+"/output", q)
 	if err != nil {
 		return JobOutput{}, c.pathErr("job", id, err)
 	}
@@ -120,9 +121,9 @@ func (c *Client) ReadJobOutput(ctx context.Context, id string, cursor, max int64
 	if err != nil {
 		return JobOutput{}, c.opErr("job", conn.transportErr(ctx, err))
 	}
-	next, _ := strconv.ParseInt(resp.Header.Get(hdrNextCursor), 10, 64)
-	dropped, _ := strconv.ParseInt(resp.Header.Get(hdrDropped), 10, 64)
-	return JobOutput{Data: data, Next: next, Dropped: dropped, State: resp.Header.Get(hdrJobState)}, nil
+	next, _ := strconv.ParseInt(resp.Header.Get(sbxdwire.HdrNextCursor), 10, 64)
+	dropped, _ := strconv.ParseInt(resp.Header.Get(sbxdwire.HdrDropped), 10, 64)
+	return JobOutput{Data: data, Next: next, Dropped: dropped, State: resp.Header.Get(sbxdwire.HdrJobState)}, nil
 }
 
 // WaitJob waits until the job ends or ctx is done, and returns its status.
@@ -151,7 +152,7 @@ func (c *Client) jobCall(ctx context.Context, id, verb string, timeout time.Dura
 	if conn == nil {
 		return JobStatus{}, c.noAgent("job")
 	}
-	u := agentURL + routeJobs + "/" + url.PathEscape(id) + "/" + verb
+	u := agentURL + sbxdwire.RouteJobs + "/" + url.PathEscape(id) + "/" + verb
 	if timeout > 0 {
 		u += "?timeout_ms=" + strconv.FormatInt(timeout.Milliseconds(), 10)
 	}

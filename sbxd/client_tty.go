@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdwire"
 )
 
 // Terminal starts req on a pseudo-terminal the agent opens (see
@@ -36,9 +37,9 @@ func (c *Client) Terminal(ctx context.Context, req backend.TerminalRequest) (bac
 	if req.ID == "" {
 		req.ID = newID()
 	}
-	wr := terminalRequest{ID: req.ID, Argv: req.Cmd, Env: req.Env, Dir: req.WorkDir, User: req.User,
+	wr := sbxdwire.TerminalRequest{ID: req.ID, Argv: req.Cmd, Env: req.Env, Dir: req.WorkDir, User: req.User,
 		Rows: req.Size.Rows, Cols: req.Size.Cols}
-	return c.openTerminal(ctx, conn, routeTerminal, wr)
+	return c.openTerminal(ctx, conn, sbxdwire.RouteTerminal, wr)
 }
 
 // AttachTerminal attaches to terminal id of the agent again.
@@ -50,8 +51,8 @@ func (c *Client) AttachTerminal(ctx context.Context, id string, size backend.Ter
 	if conn == nil {
 		return nil, c.opErr("terminal", backend.ErrNotDetachable)
 	}
-	wr := terminalRequest{ID: id, Rows: size.Rows, Cols: size.Cols}
-	return c.openTerminal(ctx, conn, routeTerminal+"/"+url.PathEscape(id)+"/attach", wr)
+	wr := sbxdwire.TerminalRequest{ID: id, Rows: size.Rows, Cols: size.Cols}
+	return c.openTerminal(ctx, conn, sbxdwire.RouteTerminal+"/"+url.PathEscape(id)+"/attach", wr)
 }
 
 // Detachable: a terminal lives as long as the agent does. The agent a
@@ -69,7 +70,7 @@ func (c *Client) Terminals(ctx context.Context) ([]backend.TerminalInfo, error) 
 		return nil, nil
 	}
 	var list []TerminalStatus
-	if err := conn.getJSON(ctx, routeTerminal, &list); err != nil {
+	if err := conn.getJSON(ctx, sbxdwire.RouteTerminal, &list); err != nil {
 		return nil, c.opErr("terminal", err)
 	}
 	out := make([]backend.TerminalInfo, len(list))
@@ -83,7 +84,7 @@ func (c *Client) Terminals(ctx context.Context) ([]backend.TerminalInfo, error) 
 // openTerminal sends a start or attach request whose body is the input
 // and whose answer is the output. The exchange outlives ctx (which bounds
 // only the request's start): Close or Kill ends it.
-func (c *Client) openTerminal(ctx context.Context, conn *agentConn, route string, wr terminalRequest) (backend.Terminal, error) {
+func (c *Client) openTerminal(ctx context.Context, conn *agentConn, route string, wr sbxdwire.TerminalRequest) (backend.Terminal, error) {
 	hdr, _ := json.Marshal(wr)
 	in, inW := io.Pipe()
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -92,7 +93,7 @@ func (c *Client) openTerminal(ctx context.Context, conn *agentConn, route string
 		cancel()
 		return nil, c.opErr("terminal", err)
 	}
-	hreq.Header.Set(hdrTerminal, string(hdr))
+	hreq.Header.Set(sbxdwire.HdrTerminal, string(hdr))
 	hreq.Close = true // the stream is this terminal's alone
 	stop := context.AfterFunc(ctx, cancel)
 	resp, err := conn.do(hreq)
@@ -130,7 +131,7 @@ type agentTerminal struct {
 
 	rmu  sync.Mutex
 	left uint32 // bytes of the current frame not read yet
-	hdr  [frameHdrLen]byte
+	hdr  [sbxdwire.FrameHdrLen]byte
 
 	mu     sync.Mutex
 	code   int
@@ -150,8 +151,8 @@ func (t *agentTerminal) Read(p []byte) (int, error) {
 			return 0, t.lost(err)
 		}
 		n := binary.BigEndian.Uint32(t.hdr[4:])
-		if t.hdr[0] != frameStdout || t.hdr[1]|t.hdr[2]|t.hdr[3] != 0 || n > maxFrameBytes {
-			return 0, t.lost(errBadFrame)
+		if t.hdr[0] != sbxdwire.FrameStdout || t.hdr[1]|t.hdr[2]|t.hdr[3] != 0 || n > sbxdwire.MaxFrameBytes {
+			return 0, t.lost(sbxdwire.ErrBadFrame)
 		}
 		t.left = n
 	}
@@ -171,8 +172,8 @@ func (t *agentTerminal) Read(p []byte) (int, error) {
 
 // ended reads the exit status the answer's trailer carries.
 func (t *agentTerminal) ended() error {
-	var r execResult
-	if err := json.Unmarshal([]byte(t.resp.Trailer.Get(hdrResult)), &r); err != nil {
+	var r sbxdwire.ExecResult
+	if err := json.Unmarshal([]byte(t.resp.Trailer.Get(sbxdwire.HdrResult)), &r); err != nil {
 		return t.lost(errors.New("the agent sent no exit status"))
 	}
 	t.mu.Lock()
@@ -194,7 +195,7 @@ func (t *agentTerminal) Write(p []byte) (int, error) {
 }
 
 func (t *agentTerminal) Resize(ctx context.Context, size backend.TermSize) error {
-	err := t.conn.postJSON(ctx, routeTerminal+"/"+url.PathEscape(t.id)+"/resize", resizeRequest{Rows: size.Rows, Cols: size.Cols}, nil)
+	err := t.conn.postJSON(ctx, sbxdwire.RouteTerminal+"/"+url.PathEscape(t.id)+"/resize", sbxdwire.ResizeRequest{Rows: size.Rows, Cols: size.Cols}, nil)
 	if err != nil {
 		return t.c.opErr("terminal", err)
 	}
@@ -208,7 +209,7 @@ func (t *agentTerminal) ExitCode() (int, bool) {
 }
 
 func (t *agentTerminal) Kill(ctx context.Context) error {
-	if err := t.conn.postJSON(ctx, routeTerminal+"/"+url.PathEscape(t.id)+"/kill", struct{}{}, nil); err != nil {
+	if err := t.conn.postJSON(ctx, sbxdwire.RouteTerminal+"/"+url.PathEscape(t.id)+"/kill", struct{}{}, nil); err != nil {
 		return t.c.opErr("terminal", err)
 	}
 	return nil

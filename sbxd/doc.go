@@ -1,6 +1,19 @@
-// Package sbxd is sandboxkit's in-sandbox agent and its client: one fast,
+// Package sbxd is the host side of sandboxkit's in-sandbox agent: its
+// client, and the description of the protocol. Together they make one fast,
 // multiplexed channel into every sandbox, over the backend's own attached
 // exec stream, so it needs no port, no network and no image changes.
+//
+// # Packages
+//
+// The agent itself (the server that `sbxd serve` runs inside a sandbox) is
+// package [github.com/sandboxkit/sandboxkit/sbxd/agent], and the wire
+// types both ends share are in internal/sbxdwire. cmd/sbxd links those two
+// and nothing of this package, of package backend or of the rest of the
+// host's side, so a change there leaves the agent binaries that
+// internal/sbxdbin embeds as they are. This package keeps the agent's
+// names ([Server], [NewServer], [StartCommand], ...) as aliases of
+// package agent's, and re-exports the wire types its API uses
+// ([JobStatus], [GrepRequest], [TerminalStatus], ...).
 //
 // # How it works
 //

@@ -211,7 +211,7 @@ func TestLargeOutputMemoryBounded(t *testing.T) {
 func buildStale(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "sbxd-stale")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -X github.com/sandboxkit/sandboxkit/sbxd.staleProtocol=0",
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -X github.com/sandboxkit/sandboxkit/sbxd/agent.staleProtocol=0",
 		"-o", bin, "github.com/sandboxkit/sandboxkit/cmd/sbxd")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := cmd.CombinedOutput()

@@ -96,7 +96,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/internal/execframe"
 	"github.com/sandboxkit/sandboxkit/internal/outpipe"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
-	"github.com/sandboxkit/sandboxkit/sbxd"
+	"github.com/sandboxkit/sandboxkit/sbxd/agent"
 )
 
 // EnvExecID is the marker every process of one wrapped command carries.
@@ -116,17 +116,17 @@ func main() {
 	}
 	switch os.Args[1] {
 	case "init":
-		args, agent, sandbox := os.Args[2:], "", ""
+		args, agentSocket, sandbox := os.Args[2:], "", ""
 		if len(args) >= 2 && (args[0] == "--agent" || args[0] == "--agent-tls") {
-			agent, args = args[1], args[2:]
+			agentSocket, args = args[1], args[2:]
 			if os.Args[2] == "--agent-tls" {
-				agent = "tls:" + agent
+				agentSocket = "tls:" + agentSocket
 			}
 		}
 		if len(args) >= 2 && args[0] == "--sandbox" {
 			sandbox, args = args[1], args[2:]
 		}
-		os.Exit(initMain(afterDashes(args), agent, sandbox))
+		os.Exit(initMain(afterDashes(args), agentSocket, sandbox))
 	case "exec":
 		os.Exit(execMain(os.Args[2:]))
 	case "serve":
@@ -223,9 +223,9 @@ func initMain(argv []string, agentSocket, sandbox string) int {
 // soon as the sandbox starts, serves it in this process (a separate agent
 // process would cost a second program start), runs argv if given, and
 // reaps orphans: only those, since the agent waits for its own commands
-// (see sbxd.ReapOrphans).
+// (see agent.ReapOrphans).
 func initAgentMain(argv []string, socket, sandbox string, sigs chan os.Signal) int {
-	sbxd.EnableReaping()
+	agent.EnableReaping()
 	listen := listenSocket
 	if file, ok := strings.CutPrefix(socket, "tls:"); ok {
 		listen = func(string) (net.Listener, error) { return listenTLS(file) }
@@ -244,13 +244,13 @@ func initAgentMain(argv []string, socket, sandbox string, sigs chan os.Signal) i
 	if len(argv) > 0 {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-		if err := sbxd.StartCommand(cmd); err != nil {
+		if err := agent.StartCommand(cmd); err != nil {
 			fmt.Fprintf(os.Stderr, "sbxd init: %v\n", err)
 			return startErrorCode(err)
 		}
 		mainPID = cmd.Process.Pid
 		go func() {
-			sbxd.WaitCommand(cmd)
+			agent.WaitCommand(cmd)
 			exited <- statusCode(cmd.ProcessState.Sys().(syscall.WaitStatus))
 		}()
 	}
@@ -261,7 +261,7 @@ func initAgentMain(argv []string, socket, sandbox string, sigs chan os.Signal) i
 		case sig := <-sigs:
 			switch {
 			case sig == syscall.SIGCHLD:
-				sbxd.ReapOrphans()
+				agent.ReapOrphans()
 			case mainPID == 0:
 				return 0
 			default:
@@ -356,7 +356,7 @@ func execMain(args []string) int {
 	cmd.Stdout, cmd.Stderr = outP.W(), errP.W()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if *userSpec != "" {
-		cred, home, err := sbxd.LookupUser(*userSpec)
+		cred, home, err := agent.LookupUser(*userSpec)
 		if err != nil {
 			outP.Close()
 			errP.Close()

@@ -14,13 +14,13 @@ import (
 	"runtime/debug"
 	"syscall"
 
-	"github.com/sandboxkit/sandboxkit/sbxd"
+	"github.com/sandboxkit/sandboxkit/sbxd/agent"
 )
 
 // serveMain is `sbxd serve [--state-dir DIR]`: the agent, answering
 // sandboxkit's requests multiplexed over its stdin and stdout (see package
-// sbxd). It exits when its stdin closes, once its background jobs have
-// ended.
+// sbxd for the protocol and its client, sbxd/agent for the server). It
+// exits when its stdin closes, once its background jobs have ended.
 func serveMain(args []string) int {
 	fl := flag.NewFlagSet("sbxd serve", flag.ContinueOnError)
 	stateDir := fl.String("state-dir", "", "directory for background jobs (default $TMPDIR/sbxd-jobs)")
@@ -48,7 +48,7 @@ func serveMain(args []string) int {
 	for _, fd := range []uintptr{0, 1} {
 		syscall.Syscall(syscall.SYS_FCNTL, fd, fSetPipeSize, pipeSize)
 	}
-	err := srv.Serve(context.Background(), stdio{sbxd.NewCoalescingWriter(os.Stdout)})
+	err := srv.Serve(context.Background(), stdio{agent.NewCoalescingWriter(os.Stdout)})
 	srv.WaitJobs()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sbxd serve:", err)
@@ -72,7 +72,7 @@ func (stdio) Close() error                  { os.Stdin.Close(); return os.Stdout
 
 // listenMain serves clients connecting to the Unix socket at path (only
 // its owner may: mode 0600) until the process is killed.
-func listenMain(srv *sbxd.Server, path string) int {
+func listenMain(srv *agent.Server, path string) int {
 	l, err := listenSocket(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sbxd serve:", err)
@@ -88,11 +88,11 @@ func listenMain(srv *sbxd.Server, path string) int {
 // newAgent is the agent's server. The agent shares the sandbox's memory
 // with the commands it runs: its heap is kept small even while large files
 // stream through it.
-func newAgent(stateDir, sandbox string) *sbxd.Server {
+func newAgent(stateDir, sandbox string) *agent.Server {
 	debug.SetMemoryLimit(12 << 20)
 	debug.SetGCPercent(50)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return sbxd.NewServer(sbxd.ServerOptions{StateDir: stateDir, Logger: log, Sandbox: sandbox})
+	return agent.NewServer(agent.ServerOptions{StateDir: stateDir, Logger: log, Sandbox: sandbox})
 }
 
 // listenSocket listens on the Unix socket path (mode 0600), replacing one

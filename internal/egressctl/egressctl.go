@@ -29,8 +29,8 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/egress"
+	"github.com/sandboxkit/sandboxkit/internal/atomicfile"
 	"github.com/sandboxkit/sandboxkit/internal/errdefs"
-	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
 // Run is `sbxd egress`. It listens on --listen for DNS (--dns-port, UDP
@@ -401,7 +401,7 @@ func WritePolicy(file string, spec Policy) error {
 	if err != nil {
 		return err
 	}
-	return statedir.WriteFileAtomic(file, data)
+	return atomicfile.Write(file, data)
 }
 
 // guardedDial is the proxy's outbound dial: the host's own addresses,

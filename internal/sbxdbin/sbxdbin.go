@@ -31,8 +31,10 @@ var files embed.FS
 
 // Set is the embedded sbxd binaries. (A function, not a variable: a
 // variable would keep the embedded files in every binary importing this
-// package, sbxd itself included, which could then never be rebuilt to the
-// same bytes.)
+// package, whether it uses them or not. The agent itself was one, through
+// package sbxd's client, and could then never have been rebuilt to the
+// same bytes; it no longer imports this package or sbxd: see
+// TestAgentLinksNoBackend.)
 func Set() *embedbin.Set {
 	return &embedbin.Set{Name: "sbxd", EnvPath: EnvPath, PathKey: "sbxd_path", Files: files}
 }

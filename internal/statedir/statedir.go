@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/atomicfile"
 )
 
 // MetaFile is the record's name inside a sandbox's folder.
@@ -115,27 +116,9 @@ func WriteMeta(dir string, v any) error {
 }
 
 // WriteFileAtomic writes data to a temporary file beside p and renames it
-// over p, so a reader sees the old or the new content, never a mix.
-func WriteFileAtomic(p string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+"-*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(data)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), p)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
-}
+// over p, so a reader sees the old or the new content, never a mix (see
+// package atomicfile, which the agent's egress enforcer shares).
+func WriteFileAtomic(p string, data []byte) error { return atomicfile.Write(p, data) }
 
 // IDs lists the sandbox folders under root, sorted.
 func IDs(root string) ([]string, error) {

@@ -1,16 +1,13 @@
-package sbxd
+package sbxdwire
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/errdefs"
 )
 
@@ -21,23 +18,11 @@ import (
 //
 // 2: error codes not_regular (a read of a named pipe, socket or device,
 // refused at once) and loop (ELOOP); a write follows a dangling symlink.
-// 3: terminals (routeTerminal).
+// 3: terminals (RouteTerminal).
 const ProtocolVersion = 3
 
 // Version is the agent's version string, as `sbxd serve` reports it.
 var Version = fmt.Sprintf("sbxd/%d", ProtocolVersion)
-
-// staleProtocol, when set at link time (-ldflags -X), is the protocol
-// number the agent claims instead of ProtocolVersion: the tests build a
-// stale agent this way.
-var staleProtocol string
-
-func advertisedProtocol() int {
-	if n, err := strconv.Atoi(staleProtocol); err == nil {
-		return n
-	}
-	return ProtocolVersion
-}
 
 // EnvExecID is the marker every process of one command carries in its
 // environment, so the agent can find and kill a whole tree, including
@@ -45,48 +30,50 @@ func advertisedProtocol() int {
 // uses.
 const EnvExecID = "SBX_EXEC_ID"
 
-// Markers a backend may have given the agent itself; commands do not
-// inherit them, so that killing the agent by its marker does not kill
-// background jobs (the local backend uses SANDBOXKIT_EXEC_ID).
-var agentMarkers = []string{EnvExecID, "SANDBOXKIT_EXEC_ID"}
-
 // Routes. Every request is HTTP/1.1 on a yamux stream of its own; bodies
 // are JSON unless a route says otherwise.
 const (
-	routeHello   = "/v1/hello"
-	routeExec    = "/v1/exec" // POST; header hdrExec; body: stdin; response: stdcopy frames, trailer hdrResult
-	routeKill    = "/v1/kill" // POST killRequest
-	routeStat    = "/v1/stat" // GET ?path=&lstat=1
-	routeReadDir = "/v1/readdir"
-	routeFile    = "/v1/file" // GET ?path=&offset=&length=&line=&lines=; PUT ?path=&mode= body: bytes
-	routeMkdir   = "/v1/mkdir"
-	routeRemove  = "/v1/remove"
-	routeMove    = "/v1/move"
-	routeWalk    = "/v1/walk" // POST walkRequest; response: NDJSON of walkEntry
-	routeGlob    = "/v1/glob"
-	routeGrep    = "/v1/grep" // POST GrepRequest; response: NDJSON of GrepFile
-	routeEdit    = "/v1/edit"
-	routePrepare = "/v1/prepare-write" // POST prepareRequest: where a bulk write lands
-	routeJobs    = "/v1/jobs"
-	// Terminals: POST starts one (header hdrTerminal; body: input;
-	// response: frames of output, trailer hdrResult once it ends); GET
+	RouteHello   = "/v1/hello"
+	RouteExec    = "/v1/exec" // POST; header HdrExec; body: stdin; response: frames (see FrameSink), trailer HdrResult
+	RouteKill    = "/v1/kill" // POST KillRequest
+	RouteStat    = "/v1/stat" // GET ?path=&lstat=1
+	RouteReadDir = "/v1/readdir"
+	RouteFile    = "/v1/file" // GET ?path=&offset=&length=&line=&lines=; PUT ?path=&mode= body: bytes
+	RouteMkdir   = "/v1/mkdir"
+	RouteRemove  = "/v1/remove"
+	RouteMove    = "/v1/move"
+	RouteWalk    = "/v1/walk" // POST WalkRequest; response: NDJSON of WalkEntry, then WalkDone
+	RouteGlob    = "/v1/glob"
+	RouteGrep    = "/v1/grep" // POST GrepRequest; response: NDJSON of GrepMessage
+	RouteEdit    = "/v1/edit"
+	RoutePrepare = "/v1/prepare-write" // POST PrepareRequest: where a bulk write lands
+	RouteJobs    = "/v1/jobs"
+	// Terminals: POST starts one (header HdrTerminal; body: input;
+	// response: frames of output, trailer HdrResult once it ends); GET
 	// lists them; {id}/attach, {id}/resize, {id}/kill.
-	routeTerminal = "/v1/terminals"
+	RouteTerminal = "/v1/terminals"
 )
 
-// Headers and trailers of the exec route.
+// Headers and trailers.
 const (
-	hdrExec   = "Sbx-Exec"
-	hdrResult = "Sbx-Result"
+	// HdrExec carries the exec route's ExecRequest; HdrResult is the
+	// trailer with its ExecResult.
+	HdrExec   = "Sbx-Exec"
+	HdrResult = "Sbx-Result"
+	// HdrSize is the file route's answer's size in bytes, when the file
+	// is regular and no line range was asked for.
+	HdrSize = "Sbx-Size"
 	// Job output routes report the cursor to read on from and how many
 	// bytes were dropped before the cursor asked for.
-	hdrNextCursor = "Sbx-Next-Cursor"
-	hdrDropped    = "Sbx-Dropped"
-	hdrJobState   = "Sbx-Job-State"
+	HdrNextCursor = "Sbx-Next-Cursor"
+	HdrDropped    = "Sbx-Dropped"
+	HdrJobState   = "Sbx-Job-State"
+	// HdrTerminal carries a terminal route's TerminalRequest.
+	HdrTerminal = "Sbx-Terminal"
 )
 
-// hello is the agent's answer to the version handshake.
-type hello struct {
+// Hello is the agent's answer to the version handshake.
+type Hello struct {
 	Protocol int    `json:"protocol"`
 	Version  string `json:"version"`
 	PID      int    `json:"pid"`
@@ -99,8 +86,8 @@ type hello struct {
 	Sandbox string `json:"sandbox,omitempty"`
 }
 
-// execRequest is one command on the wire.
-type execRequest struct {
+// ExecRequest is one command on the wire.
+type ExecRequest struct {
 	// ID names the command for the kill route; the client chooses it.
 	ID   string            `json:"id"`
 	Argv []string          `json:"argv"`
@@ -118,13 +105,13 @@ type execRequest struct {
 	StderrLimit int64 `json:"stderr_limit,omitempty"`
 }
 
-// maxIDLen bounds client-chosen IDs (commands, jobs).
-const maxIDLen = 64
+// MaxIDLen bounds client-chosen IDs (commands, jobs).
+const MaxIDLen = 64
 
-// validID reports whether id is a safe identifier: it names files and
+// ValidID reports whether id is a safe identifier: it names files and
 // environment values.
-func validID(id string) bool {
-	if id == "" || len(id) > maxIDLen {
+func ValidID(id string) bool {
+	if id == "" || len(id) > MaxIDLen {
 		return false
 	}
 	for _, c := range id {
@@ -135,14 +122,14 @@ func validID(id string) bool {
 	return true
 }
 
-// decodeExecRequest parses and checks the hdrExec header.
-func decodeExecRequest(s string) (execRequest, error) {
-	var r execRequest
+// DecodeExecRequest parses and checks the HdrExec header.
+func DecodeExecRequest(s string) (ExecRequest, error) {
+	var r ExecRequest
 	if err := json.Unmarshal([]byte(s), &r); err != nil {
 		return r, fmt.Errorf("exec request: %w", err)
 	}
 	switch {
-	case !validID(r.ID):
+	case !ValidID(r.ID):
 		return r, fmt.Errorf("exec request: bad id %q", r.ID)
 	case len(r.Argv) == 0 || r.Argv[0] == "":
 		return r, errors.New("exec request: empty argv")
@@ -162,53 +149,54 @@ func decodeExecRequest(s string) (execRequest, error) {
 	return r, nil
 }
 
-// execResult is the hdrResult trailer.
-type execResult struct {
+// ExecResult is the HdrResult trailer.
+type ExecResult struct {
 	ExitCode  int    `json:"exit_code"`
 	TimedOut  bool   `json:"timed_out,omitempty"`
 	Truncated bool   `json:"truncated,omitempty"`
 	Error     string `json:"error,omitempty"`
 }
 
-type killRequest struct {
+// KillRequest kills the running command ID.
+type KillRequest struct {
 	ID string `json:"id"`
 }
 
-// fileInfo is an fs.FileInfo on the wire.
-type fileInfo struct {
+// FileInfo is an fs.FileInfo on the wire.
+type FileInfo struct {
 	Name  string      `json:"name"`
 	Size  int64       `json:"size"`
 	Mode  fs.FileMode `json:"mode"`
 	MTime int64       `json:"mtime"` // Unix nanoseconds
 }
 
-func toWire(fi fs.FileInfo) fileInfo {
-	return fileInfo{Name: fi.Name(), Size: fi.Size(), Mode: fi.Mode(), MTime: fi.ModTime().UnixNano()}
+// FileInfoOf is fi on the wire.
+func FileInfoOf(fi fs.FileInfo) FileInfo {
+	return FileInfo{Name: fi.Name(), Size: fi.Size(), Mode: fi.Mode(), MTime: fi.ModTime().UnixNano()}
 }
 
-func (f fileInfo) info() fs.FileInfo {
-	return backend.NewFileInfo(f.Name, f.Size, f.Mode, time.Unix(0, f.MTime))
-}
-
-type mkdirRequest struct {
+// MkdirRequest makes a directory (RouteMkdir).
+type MkdirRequest struct {
 	Path    string      `json:"path"`
 	Mode    fs.FileMode `json:"mode"`
 	Parents bool        `json:"parents"`
 }
 
-type removeRequest struct {
+// RemoveRequest removes a file or a tree (RouteRemove).
+type RemoveRequest struct {
 	Path      string `json:"path"`
 	Recursive bool   `json:"recursive"`
 }
 
-type moveRequest struct {
+// MoveRequest renames From to To (RouteMove).
+type MoveRequest struct {
 	From      string `json:"from"`
 	To        string `json:"to"`
 	Overwrite bool   `json:"overwrite"`
 }
 
-// walkRequest lists the entries below Root (see Client.WalkFiles).
-type walkRequest struct {
+// WalkRequest lists the entries below Root (see sbxd's Client.WalkFiles).
+type WalkRequest struct {
 	Root     string   `json:"root"`
 	MaxDepth int      `json:"max_depth,omitempty"`
 	Skip     []string `json:"skip,omitempty"`
@@ -216,45 +204,56 @@ type walkRequest struct {
 	Dirs bool `json:"dirs,omitempty"`
 }
 
-// walkEntry is one line of the walk route's NDJSON answer: an entry, or a
-// final line with Error set when the walk failed part way.
-type walkEntry struct {
+// WalkEntry is one line of the walk and glob routes' NDJSON answers: an
+// entry found.
+type WalkEntry struct {
 	Path string   `json:"path,omitempty"`
-	Info fileInfo `json:"info"`
+	Info FileInfo `json:"info"`
 }
 
-type globRequest struct {
+// WalkDone ends a walk or glob answer: Error is set when it failed part way.
+type WalkDone struct {
+	Done  bool   `json:"done"`
+	Error string `json:"error,omitempty"`
+}
+
+// GlobRequest lists the files below Dir that match Pattern (RouteGlob).
+type GlobRequest struct {
 	Pattern string `json:"pattern"`
 	Dir     string `json:"dir"`
 }
 
-// prepareRequest asks where a write of Path lands (symlinks followed) and
+// PrepareRequest asks where a write of Path lands (symlinks followed) and
 // for a temporary name beside it; missing parents are made. The client
 // then writes the temporary file by another path and moves it over the
 // target, so a bulk write is atomic too.
-type prepareRequest struct {
+type PrepareRequest struct {
 	Path string `json:"path"`
 }
 
-type prepareResult struct {
+// PrepareResult is the answer to a PrepareRequest.
+type PrepareResult struct {
 	Target string `json:"target"`
 	Tmp    string `json:"tmp"`
 }
 
-type editRequest struct {
+// EditRequest replaces Old with New in the file Path (RouteEdit).
+type EditRequest struct {
 	Path       string `json:"path"`
 	Old        string `json:"old"`
 	New        string `json:"new"`
 	ReplaceAll bool   `json:"replace_all"`
 }
 
-type editResult struct {
+// EditResult is how many occurrences an edit replaced.
+type EditResult struct {
 	Replaced int `json:"replaced"`
 }
 
-// wireError is every failed call's body: Code says what kind of failure it
-// is, so the client can rebuild an error that errors.Is understands.
-type wireError struct {
+// ErrorBody is every failed call's body: Code says what kind of failure it
+// is, so the client can rebuild an error that errors.Is understands
+// (Cause).
+type ErrorBody struct {
 	Code  string `json:"code"`
 	Op    string `json:"op,omitempty"`
 	Path  string `json:"path,omitempty"`
@@ -264,38 +263,38 @@ type wireError struct {
 
 // Error codes.
 const (
-	codeNotExist   = "not_exist"
-	codeExist      = "exist"
-	codePermission = "permission"
-	codeIsDir      = "is_dir"
-	codeNotDir     = "not_dir"
-	codeNotEmpty   = "not_empty"
-	codeNotRegular = "not_regular" // a named pipe, socket or device where a file is read
-	codeLoop       = "loop"        // too many levels of symbolic links
-	codeInvalid    = "invalid"
-	codeUnsupport  = "unsupported"
-	codeNoMatch    = "no_match"   // edit: old string not found
-	codeNotUnique  = "not_unique" // edit: old string occurs more than once
-	codeOther      = "other"
+	CodeNotExist   = "not_exist"
+	CodeExist      = "exist"
+	CodePermission = "permission"
+	CodeIsDir      = "is_dir"
+	CodeNotDir     = "not_dir"
+	CodeNotEmpty   = "not_empty"
+	CodeNotRegular = "not_regular" // a named pipe, socket or device where a file is read
+	CodeLoop       = "loop"        // too many levels of symbolic links
+	CodeInvalid    = "invalid"
+	CodeUnsupport  = "unsupported"
+	CodeNoMatch    = "no_match"   // edit: old string not found
+	CodeNotUnique  = "not_unique" // edit: old string occurs more than once
+	CodeOther      = "other"
 )
 
 var errnoCodes = []struct {
 	errno syscall.Errno
 	code  string
 }{
-	{syscall.ENOENT, codeNotExist},
-	{syscall.EEXIST, codeExist},
-	{syscall.EACCES, codePermission},
-	{syscall.EPERM, codePermission},
-	{syscall.EROFS, codePermission},
-	{syscall.EISDIR, codeIsDir},
-	{syscall.ENOTDIR, codeNotDir},
-	{syscall.ENOTEMPTY, codeNotEmpty},
-	{syscall.ELOOP, codeLoop},
+	{syscall.ENOENT, CodeNotExist},
+	{syscall.EEXIST, CodeExist},
+	{syscall.EACCES, CodePermission},
+	{syscall.EPERM, CodePermission},
+	{syscall.EROFS, CodePermission},
+	{syscall.EISDIR, CodeIsDir},
+	{syscall.ENOTDIR, CodeNotDir},
+	{syscall.ENOTEMPTY, CodeNotEmpty},
+	{syscall.ELOOP, CodeLoop},
 }
 
-// codeOf classifies err for the wire.
-func codeOf(err error) string {
+// CodeOf classifies err for the wire.
+func CodeOf(err error) string {
 	for _, e := range errnoCodes {
 		if errors.Is(err, e.errno) {
 			return e.code
@@ -303,49 +302,53 @@ func codeOf(err error) string {
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return codeNotExist
+		return CodeNotExist
 	case errors.Is(err, fs.ErrExist):
-		return codeExist
+		return CodeExist
 	case errors.Is(err, fs.ErrPermission):
-		return codePermission
+		return CodePermission
 	case errors.Is(err, errdefs.ErrNotRegular):
-		return codeNotRegular
+		return CodeNotRegular
 	case errors.Is(err, errors.ErrUnsupported):
-		return codeUnsupport
-	case errors.Is(err, errInvalid):
-		return codeInvalid
+		return CodeUnsupport
+	case errors.Is(err, ErrInvalid):
+		return CodeInvalid
 	}
-	return codeOther
+	return CodeOther
 }
 
-var errInvalid = errors.New("invalid request")
+// ErrInvalid marks the agent's errors about a malformed request (code
+// invalid).
+var ErrInvalid = errors.New("invalid request")
 
-// cause turns a wire code back into the error an *fs.PathError wraps.
-func (e wireError) cause() error {
+// Cause turns a wire code back into the error an *fs.PathError wraps.
+// errdefs' sentinels are package backend's (backend.ErrNotRegular,
+// backend.ErrInvalidConfig), so errors.Is matches those.
+func (e ErrorBody) Cause() error {
 	switch e.Code {
-	case codeNotExist:
+	case CodeNotExist:
 		return fs.ErrNotExist
-	case codeExist:
+	case CodeExist:
 		return fs.ErrExist
-	case codePermission:
+	case CodePermission:
 		return fs.ErrPermission
-	case codeIsDir:
+	case CodeIsDir:
 		return syscall.EISDIR
-	case codeNotDir:
+	case CodeNotDir:
 		return syscall.ENOTDIR
-	case codeNotEmpty:
+	case CodeNotEmpty:
 		return syscall.ENOTEMPTY
-	case codeNotRegular:
-		return backend.ErrNotRegular
-	case codeLoop:
+	case CodeNotRegular:
+		return errdefs.ErrNotRegular
+	case CodeLoop:
 		return syscall.ELOOP
-	case codeUnsupport:
+	case CodeUnsupport:
 		return fmt.Errorf("%w: %s", errors.ErrUnsupported, e.Msg)
-	case codeInvalid:
-		return fmt.Errorf("%w: %s", backend.ErrInvalidConfig, e.Msg)
-	case codeNoMatch:
+	case CodeInvalid:
+		return fmt.Errorf("%w: %s", errdefs.ErrInvalidConfig, e.Msg)
+	case CodeNoMatch:
 		return ErrEditNoMatch
-	case codeNotUnique:
+	case CodeNotUnique:
 		return &NotUniqueError{Count: e.Count}
 	}
 	return errors.New(e.Msg)

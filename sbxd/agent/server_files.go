@@ -1,7 +1,6 @@
-package sbxd
+package agent
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -14,25 +13,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/sandboxkit/sandboxkit/internal/hostfs"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdwire"
 )
-
-// copyBufSize is the buffer of file transfers: large writes become few,
-// large stream frames.
-const copyBufSize = 256 << 10
-
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
-
-// copyBuffered copies with a pooled buffer; it hides ReaderFrom/WriterTo so
-// the buffer size is what decides the frame size.
-func copyBuffered(dst io.Writer, src io.Reader) (int64, error) {
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	return io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *bp)
-}
 
 func (s *Server) handleStat(w http.ResponseWriter, r *http.Request) {
 	name := r.URL.Query().Get("path")
@@ -45,7 +30,7 @@ func (s *Server) handleStat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, "stat", name, err)
 		return
 	}
-	writeJSON(w, toWire(fi))
+	writeJSON(w, sbxdwire.FileInfoOf(fi))
 }
 
 func (s *Server) handleReadDir(w http.ResponseWriter, r *http.Request) {
@@ -55,13 +40,13 @@ func (s *Server) handleReadDir(w http.ResponseWriter, r *http.Request) {
 		writeError(w, "readdir", name, err)
 		return
 	}
-	infos := make([]fileInfo, 0, len(entries))
+	infos := make([]sbxdwire.FileInfo, 0, len(entries))
 	for _, e := range entries {
 		fi, err := e.Info()
 		if err != nil {
 			continue // removed while listing
 		}
-		infos = append(infos, toWire(fi))
+		infos = append(infos, sbxdwire.FileInfoOf(fi))
 	}
 	writeJSON(w, infos)
 }
@@ -95,11 +80,11 @@ func parseRange(q map[string][]string) (readRange, error) {
 	num("line", &line)
 	num("lines", &lines)
 	if err != nil {
-		return rr, errors.Join(errInvalid, err)
+		return rr, errors.Join(sbxdwire.ErrInvalid, err)
 	}
 	rr.line, rr.lines = int(line), int(lines)
 	if rr.line > 0 && (rr.offset != 0 || rr.length >= 0) {
-		return rr, fmt.Errorf("%w: a byte range and a line range cannot be combined", errInvalid)
+		return rr, fmt.Errorf("%w: a byte range and a line range cannot be combined", sbxdwire.ErrInvalid)
 	}
 	return rr, nil
 }
@@ -137,48 +122,14 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 		if rr.length >= 0 {
 			size = min(size, rr.length)
 		}
-		w.Header().Set("Sbx-Size", strconv.FormatInt(max(size, 0), 10))
+		w.Header().Set(sbxdwire.HdrSize, strconv.FormatInt(max(size, 0), 10))
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	if rr.line > 0 {
-		copyLines(w, f, rr.line, rr.lines)
+		sbxdwire.CopyLines(w, f, rr.line, rr.lines)
 		return
 	}
-	copyBuffered(w, src)
-}
-
-// copyLines copies lines first..first+n-1 (1-based; n 0: to the end) of r.
-func copyLines(w io.Writer, r io.Reader, first, n int) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	for i := 1; i < first; i++ {
-		if _, err := br.ReadSlice('\n'); err != nil {
-			if err == bufio.ErrBufferFull {
-				i-- // the same line goes on
-				continue
-			}
-			return nil
-		}
-	}
-	if n <= 0 {
-		_, err := copyBuffered(w, br)
-		return err
-	}
-	for i := 0; i < n; {
-		chunk, err := br.ReadSlice('\n')
-		if len(chunk) > 0 {
-			if _, werr := w.Write(chunk); werr != nil {
-				return werr
-			}
-		}
-		switch {
-		case err == bufio.ErrBufferFull:
-		case err != nil:
-			return nil
-		default:
-			i++
-		}
-	}
-	return nil
+	sbxdwire.CopyBuffered(w, src)
 }
 
 // writeTarget resolves where a write of name lands: a symlink is followed
@@ -199,7 +150,7 @@ func writeTarget(name string) (string, error) {
 }
 
 func (s *Server) handlePrepare(w http.ResponseWriter, r *http.Request) {
-	var req prepareRequest
+	var req sbxdwire.PrepareRequest
 	if !readJSON(w, r, "write", &req) {
 		return
 	}
@@ -211,7 +162,7 @@ func (s *Server) handlePrepare(w http.ResponseWriter, r *http.Request) {
 	var b [6]byte
 	rand.Read(b[:])
 	tmp := filepath.Join(filepath.Dir(target), "."+filepath.Base(target)+".sbxd-"+hex.EncodeToString(b[:]))
-	writeJSON(w, prepareResult{Target: target, Tmp: tmp})
+	writeJSON(w, sbxdwire.PrepareResult{Target: target, Tmp: tmp})
 }
 
 // writeFileAtomic replaces name with r's bytes: a temporary file in the same
@@ -227,7 +178,7 @@ func writeFileAtomic(name string, r io.Reader, perm fs.FileMode) error {
 	if err != nil {
 		return err
 	}
-	_, err = copyBuffered(tmp, r)
+	_, err = sbxdwire.CopyBuffered(tmp, r)
 	if err == nil {
 		err = tmp.Chmod(perm.Perm())
 	}
@@ -248,7 +199,7 @@ func (s *Server) handleWrite(w http.ResponseWriter, r *http.Request) {
 	name := r.URL.Query().Get("path")
 	mode, err := strconv.ParseUint(r.URL.Query().Get("mode"), 8, 32)
 	if err != nil || name == "" {
-		writeError(w, "write", name, fmt.Errorf("%w: want path and an octal mode", errInvalid))
+		writeError(w, "write", name, fmt.Errorf("%w: want path and an octal mode", sbxdwire.ErrInvalid))
 		return
 	}
 	if err := writeFileAtomic(name, r.Body, fs.FileMode(mode)); err != nil {
@@ -259,7 +210,7 @@ func (s *Server) handleWrite(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleMkdir(w http.ResponseWriter, r *http.Request) {
-	var req mkdirRequest
+	var req sbxdwire.MkdirRequest
 	if !readJSON(w, r, "mkdir", &req) {
 		return
 	}
@@ -281,7 +232,7 @@ func (s *Server) handleMkdir(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
-	var req removeRequest
+	var req sbxdwire.RemoveRequest
 	if !readJSON(w, r, "remove", &req) {
 		return
 	}
@@ -301,7 +252,7 @@ func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleMove(w http.ResponseWriter, r *http.Request) {
-	var req moveRequest
+	var req sbxdwire.MoveRequest
 	if !readJSON(w, r, "move", &req) {
 		return
 	}
@@ -329,10 +280,10 @@ const maxEditSize = 64 << 20
 // them with all. The file keeps its mode; a symlink keeps pointing at it.
 func editFile(name, old, new string, all bool) (int, error) {
 	if old == "" {
-		return 0, fmt.Errorf("%w: the old string is empty", errInvalid)
+		return 0, fmt.Errorf("%w: the old string is empty", sbxdwire.ErrInvalid)
 	}
 	if old == new {
-		return 0, fmt.Errorf("%w: the old and new strings are identical", errInvalid)
+		return 0, fmt.Errorf("%w: the old and new strings are identical", sbxdwire.ErrInvalid)
 	}
 	p := name
 	if real, err := filepath.EvalSymlinks(p); err == nil {
@@ -347,21 +298,21 @@ func editFile(name, old, new string, all bool) (int, error) {
 	}
 	defer f.Close()
 	if fi.Size() > maxEditSize {
-		return 0, fmt.Errorf("%w: %s is larger than %d MiB", errInvalid, name, maxEditSize>>20)
+		return 0, fmt.Errorf("%w: %s is larger than %d MiB", sbxdwire.ErrInvalid, name, maxEditSize>>20)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxEditSize+1))
 	if err != nil {
 		return 0, err
 	}
 	if len(data) > maxEditSize {
-		return 0, fmt.Errorf("%w: %s is larger than %d MiB", errInvalid, name, maxEditSize>>20)
+		return 0, fmt.Errorf("%w: %s is larger than %d MiB", sbxdwire.ErrInvalid, name, maxEditSize>>20)
 	}
 	n := bytes.Count(data, []byte(old))
 	switch {
 	case n == 0:
-		return 0, ErrEditNoMatch
+		return 0, sbxdwire.ErrEditNoMatch
 	case n > 1 && !all:
-		return n, &NotUniqueError{Count: n}
+		return n, &sbxdwire.NotUniqueError{Count: n}
 	}
 	limit := 1
 	if all {
@@ -372,7 +323,7 @@ func editFile(name, old, new string, all bool) (int, error) {
 }
 
 func (s *Server) handleEdit(w http.ResponseWriter, r *http.Request) {
-	var req editRequest
+	var req sbxdwire.EditRequest
 	if !readJSON(w, r, "edit", &req) {
 		return
 	}
@@ -381,5 +332,5 @@ func (s *Server) handleEdit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, "edit", req.Path, err)
 		return
 	}
-	writeJSON(w, editResult{Replaced: n})
+	writeJSON(w, sbxdwire.EditResult{Replaced: n})
 }

@@ -1,4 +1,4 @@
-package sbxd
+package agent
 
 import (
 	"bufio"
@@ -18,62 +18,8 @@ import (
 	"syscall"
 
 	"github.com/sandboxkit/sandboxkit/internal/hostfs"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdwire"
 )
-
-// GrepRequest is one search (see Client.Grep).
-type GrepRequest struct {
-	// Pattern is an RE2 regular expression (Go's regexp syntax), or plain
-	// text with Literal.
-	Pattern    string `json:"pattern"`
-	Literal    bool   `json:"literal,omitempty"`
-	IgnoreCase bool   `json:"ignore_case,omitempty"`
-	// Path is a file or a directory to search below.
-	Path string `json:"path"`
-	// Glob filters the files of a directory search: on base names when it
-	// has no "/", else on paths relative to Path. ** and {a,b} work.
-	Glob string `json:"glob,omitempty"`
-	// Before and After are lines of context around each match.
-	Before int `json:"before,omitempty"`
-	After  int `json:"after,omitempty"`
-	// FilesOnly stops at a file's first match; CountOnly reports counts
-	// without lines.
-	FilesOnly bool `json:"files_only,omitempty"`
-	CountOnly bool `json:"count_only,omitempty"`
-	// MaxFileSize: larger files are skipped and counted (0: 10 MiB).
-	MaxFileSize int64 `json:"max_file_size,omitempty"`
-	// SkipDirs are directory names (or absolute paths) not searched
-	// (nil: .git, .hg, .svn).
-	SkipDirs []string `json:"skip_dirs,omitempty"`
-	// MaxLines bounds the lines returned over all files (0: 10000); the
-	// answer then says it was cut.
-	MaxLines int `json:"max_lines,omitempty"`
-}
-
-// GrepFile is what one file with matches gave.
-type GrepFile struct {
-	Path string `json:"path"`
-	// Count is the number of matching lines (1 with FilesOnly).
-	Count int        `json:"count"`
-	Lines []GrepLine `json:"lines,omitempty"`
-}
-
-// GrepLine is a matching line, or a context line when Match is false. N is
-// its 1-based number; Text has no line ending.
-type GrepLine struct {
-	N     int    `json:"n"`
-	Text  string `json:"text"`
-	Match bool   `json:"match,omitempty"`
-}
-
-// grepMessage is one NDJSON line of the grep route: a file, or the final
-// summary (Done).
-type grepMessage struct {
-	File         *GrepFile `json:"file,omitempty"`
-	Done         bool      `json:"done,omitempty"`
-	SkippedLarge int       `json:"skipped_large,omitempty"`
-	Truncated    bool      `json:"truncated,omitempty"`
-	Error        string    `json:"error,omitempty"`
-}
 
 const (
 	defaultGrepMaxFileSize = 10 << 20
@@ -163,14 +109,8 @@ func newNDJSON(w http.ResponseWriter) *ndjson {
 func (n *ndjson) put(v any) error { return n.enc.Encode(v) }
 func (n *ndjson) flush() error    { return n.bw.Flush() }
 
-// walkDone ends a walk or glob answer: Error is set when it failed part way.
-type walkDone struct {
-	Done  bool   `json:"done"`
-	Error string `json:"error,omitempty"`
-}
-
 func (s *Server) handleWalk(w http.ResponseWriter, r *http.Request) {
-	var req walkRequest
+	var req sbxdwire.WalkRequest
 	if !readJSON(w, r, "walk", &req) {
 		return
 	}
@@ -181,13 +121,13 @@ func (s *Server) handleWalk(w http.ResponseWriter, r *http.Request) {
 	}
 	out := newNDJSON(w)
 	err := walk(r.Context(), req.Root, req.MaxDepth, req.Skip, req.Dirs, func(p string, fi fs.FileInfo) error {
-		return out.put(walkEntry{Path: p, Info: toWire(fi)})
+		return out.put(sbxdwire.WalkEntry{Path: p, Info: sbxdwire.FileInfoOf(fi)})
 	})
 	finishWalk(out, err)
 }
 
 func finishWalk(out *ndjson, err error) {
-	d := walkDone{Done: true}
+	d := sbxdwire.WalkDone{Done: true}
 	if err != nil {
 		d.Error = err.Error()
 	}
@@ -231,14 +171,14 @@ func globBase(dir, pattern string) (string, string) {
 }
 
 func (s *Server) handleGlob(w http.ResponseWriter, r *http.Request) {
-	var req globRequest
+	var req sbxdwire.GlobRequest
 	if !readJSON(w, r, "glob", &req) {
 		return
 	}
 	dir, pat := globBase(req.Dir, req.Pattern)
 	g, err := compileGlob(pat)
 	if err != nil {
-		writeError(w, "glob", req.Pattern, fmt.Errorf("%w: glob %q: %v", errInvalid, req.Pattern, err))
+		writeError(w, "glob", req.Pattern, fmt.Errorf("%w: glob %q: %v", sbxdwire.ErrInvalid, req.Pattern, err))
 		return
 	}
 	if err := checkDir(dir); err != nil {
@@ -263,7 +203,7 @@ func (s *Server) handleGlob(w http.ResponseWriter, r *http.Request) {
 		if !g.match(relTo(dir, p)) {
 			return nil
 		}
-		return out.put(walkEntry{Path: p, Info: toWire(fi)})
+		return out.put(sbxdwire.WalkEntry{Path: p, Info: sbxdwire.FileInfoOf(fi)})
 	})
 	finishWalk(out, err)
 }
@@ -290,12 +230,12 @@ func relTo(dir, p string) string {
 // grepper searches one file's bytes.
 type grepper struct {
 	re     *regexp.Regexp
-	req    GrepRequest
+	req    sbxdwire.GrepRequest
 	before int
 	after  int
 }
 
-func newGrepper(req GrepRequest) (*grepper, error) {
+func newGrepper(req sbxdwire.GrepRequest) (*grepper, error) {
 	expr := req.Pattern
 	if req.Literal {
 		expr = regexp.QuoteMeta(expr)
@@ -314,7 +254,7 @@ func newGrepper(req GrepRequest) (*grepper, error) {
 }
 
 // search returns the file's result, or nil without a match.
-func (g *grepper) search(name string, data []byte) *GrepFile {
+func (g *grepper) search(name string, data []byte) *sbxdwire.GrepFile {
 	var lines [][]byte
 	for len(data) > 0 {
 		i := bytes.IndexByte(data, '\n')
@@ -326,7 +266,7 @@ func (g *grepper) search(name string, data []byte) *GrepFile {
 		}
 		lines = append(lines, bytes.TrimSuffix(l, []byte("\r")))
 	}
-	f := &GrepFile{Path: name}
+	f := &sbxdwire.GrepFile{Path: name}
 	lastOut := 0 // highest line number already in f.Lines
 	for i, l := range lines {
 		if !g.re.Match(l) {
@@ -341,10 +281,10 @@ func (g *grepper) search(name string, data []byte) *GrepFile {
 		}
 		n := i + 1
 		for c := max(n-g.before, lastOut+1); c < n; c++ {
-			f.Lines = append(f.Lines, GrepLine{N: c, Text: string(lines[c-1])})
+			f.Lines = append(f.Lines, sbxdwire.GrepLine{N: c, Text: string(lines[c-1])})
 		}
 		if n > lastOut {
-			f.Lines = append(f.Lines, GrepLine{N: n, Text: string(l), Match: true})
+			f.Lines = append(f.Lines, sbxdwire.GrepLine{N: n, Text: string(l), Match: true})
 		} else {
 			// Already printed as context of an earlier match.
 			for j := range f.Lines {
@@ -356,7 +296,7 @@ func (g *grepper) search(name string, data []byte) *GrepFile {
 		lastOut = max(lastOut, n)
 		for c := n + 1; c <= min(n+g.after, len(lines)); c++ {
 			if c > lastOut {
-				f.Lines = append(f.Lines, GrepLine{N: c, Text: string(lines[c-1])})
+				f.Lines = append(f.Lines, sbxdwire.GrepLine{N: c, Text: string(lines[c-1])})
 				lastOut = c
 			}
 		}
@@ -368,19 +308,19 @@ func (g *grepper) search(name string, data []byte) *GrepFile {
 }
 
 func (s *Server) handleGrep(w http.ResponseWriter, r *http.Request) {
-	var req GrepRequest
+	var req sbxdwire.GrepRequest
 	if !readJSON(w, r, "grep", &req) {
 		return
 	}
 	g, err := newGrepper(req)
 	if err != nil {
-		writeError(w, "grep", req.Pattern, fmt.Errorf("%w: %v", errInvalid, err))
+		writeError(w, "grep", req.Pattern, fmt.Errorf("%w: %v", sbxdwire.ErrInvalid, err))
 		return
 	}
 	var glob *globPattern
 	if req.Glob != "" {
 		if glob, err = compileGlob(req.Glob); err != nil {
-			writeError(w, "grep", req.Glob, fmt.Errorf("%w: glob %q: %v", errInvalid, req.Glob, err))
+			writeError(w, "grep", req.Glob, fmt.Errorf("%w: glob %q: %v", sbxdwire.ErrInvalid, req.Glob, err))
 			return
 		}
 	}
@@ -445,7 +385,7 @@ type grepRun struct {
 	maxSize  int64
 	maxLines int
 	lines    int // sent so far
-	sum      grepMessage
+	sum      sbxdwire.GrepMessage
 }
 
 // errGrepStop ends a grep's walk once it sent maxLines lines.
@@ -473,7 +413,7 @@ func (run *grepRun) visit(p string, fi fs.FileInfo) error {
 		run.sum.Truncated = true
 	}
 	run.lines += max(len(f.Lines), 1)
-	if err := run.out.put(grepMessage{File: f}); err != nil {
+	if err := run.out.put(sbxdwire.GrepMessage{File: f}); err != nil {
 		return err
 	}
 	if run.lines >= run.maxLines {

@@ -1,4 +1,4 @@
-package sbxd
+package agent
 
 import (
 	"errors"

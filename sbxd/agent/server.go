@@ -1,4 +1,4 @@
-package sbxd
+package agent
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdwire"
 )
 
 // ServerOptions configures the agent side.
@@ -32,7 +33,8 @@ type ServerOptions struct {
 	// agent's stderr goes to the client, which logs it.
 	Logger *slog.Logger
 	// Sandbox is the ID of the sandbox the agent serves, told in its hello
-	// (see Client: a dialled agent must name the sandbox it was dialled for).
+	// (see sbxd.Client: a dialled agent must name the sandbox it was dialled
+	// for).
 	Sandbox string
 }
 
@@ -42,7 +44,7 @@ const DefaultJobOutputLimit = 8 << 20
 
 // Server is the agent: it answers requests that arrive over one stream
 // (the stdin and stdout of `sbxd serve`). Commands it starts run in process
-// groups of their own, marked with EnvExecID.
+// groups of their own, marked with sbxdwire.EnvExecID (SBX_EXEC_ID).
 type Server struct {
 	opts    ServerOptions
 	log     *slog.Logger
@@ -76,24 +78,11 @@ func NewServer(opts ServerOptions) *Server {
 	return s
 }
 
-// yamuxConfig is the session configuration both ends use.
-func yamuxConfig() *yamux.Config {
-	cfg := yamux.DefaultConfig()
-	cfg.LogOutput = io.Discard
-	// A larger window than the default 256 KiB keeps file copies fast over
-	// a stream with a few hundred microseconds of latency; memory stays
-	// bounded by it per stream.
-	cfg.MaxStreamWindowSize = 1 << 20
-	cfg.StreamOpenTimeout = 30 * time.Second
-	cfg.StreamCloseTimeout = 30 * time.Second
-	return cfg
-}
-
 // Serve answers requests arriving on conn until it closes or ctx ends, then
 // kills the commands started through it that still run (background jobs
 // keep running; see WaitJobs).
 func (s *Server) Serve(ctx context.Context, conn io.ReadWriteCloser) error {
-	sess, err := yamux.Server(conn, yamuxConfig())
+	sess, err := yamux.Server(conn, sbxdwire.YamuxConfig())
 	if err != nil {
 		return err
 	}
@@ -151,40 +140,40 @@ func (s *Server) WaitJobs() { s.jobs.wait() }
 // Handler is the agent's HTTP API, for serving over any transport.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+routeHello, s.handleHello)
-	mux.HandleFunc("POST "+routeExec, s.handleExec)
-	mux.HandleFunc("POST "+routeKill, s.handleKill)
-	mux.HandleFunc("GET "+routeStat, s.handleStat)
-	mux.HandleFunc("GET "+routeReadDir, s.handleReadDir)
-	mux.HandleFunc("GET "+routeFile, s.handleRead)
-	mux.HandleFunc("PUT "+routeFile, s.handleWrite)
-	mux.HandleFunc("POST "+routeMkdir, s.handleMkdir)
-	mux.HandleFunc("POST "+routeRemove, s.handleRemove)
-	mux.HandleFunc("POST "+routeMove, s.handleMove)
-	mux.HandleFunc("POST "+routeWalk, s.handleWalk)
-	mux.HandleFunc("POST "+routeGlob, s.handleGlob)
-	mux.HandleFunc("POST "+routeGrep, s.handleGrep)
-	mux.HandleFunc("POST "+routeEdit, s.handleEdit)
-	mux.HandleFunc("POST "+routePrepare, s.handlePrepare)
-	mux.HandleFunc("POST "+routeJobs, s.handleJobStart)
-	mux.HandleFunc("GET "+routeJobs, s.handleJobList)
-	mux.HandleFunc("GET "+routeJobs+"/{id}", s.handleJobStatus)
-	mux.HandleFunc("GET "+routeJobs+"/{id}/output", s.handleJobOutput)
-	mux.HandleFunc("POST "+routeJobs+"/{id}/wait", s.handleJobWait)
-	mux.HandleFunc("POST "+routeJobs+"/{id}/kill", s.handleJobKill)
-	mux.HandleFunc("POST "+routeTerminal, s.handleTerminalStart)
-	mux.HandleFunc("GET "+routeTerminal, s.handleTerminalList)
-	mux.HandleFunc("POST "+routeTerminal+"/{id}/attach", s.handleTerminalAttach)
-	mux.HandleFunc("POST "+routeTerminal+"/{id}/resize", s.handleTerminalResize)
-	mux.HandleFunc("POST "+routeTerminal+"/{id}/kill", s.handleTerminalKill)
+	mux.HandleFunc("GET "+sbxdwire.RouteHello, s.handleHello)
+	mux.HandleFunc("POST "+sbxdwire.RouteExec, s.handleExec)
+	mux.HandleFunc("POST "+sbxdwire.RouteKill, s.handleKill)
+	mux.HandleFunc("GET "+sbxdwire.RouteStat, s.handleStat)
+	mux.HandleFunc("GET "+sbxdwire.RouteReadDir, s.handleReadDir)
+	mux.HandleFunc("GET "+sbxdwire.RouteFile, s.handleRead)
+	mux.HandleFunc("PUT "+sbxdwire.RouteFile, s.handleWrite)
+	mux.HandleFunc("POST "+sbxdwire.RouteMkdir, s.handleMkdir)
+	mux.HandleFunc("POST "+sbxdwire.RouteRemove, s.handleRemove)
+	mux.HandleFunc("POST "+sbxdwire.RouteMove, s.handleMove)
+	mux.HandleFunc("POST "+sbxdwire.RouteWalk, s.handleWalk)
+	mux.HandleFunc("POST "+sbxdwire.RouteGlob, s.handleGlob)
+	mux.HandleFunc("POST "+sbxdwire.RouteGrep, s.handleGrep)
+	mux.HandleFunc("POST "+sbxdwire.RouteEdit, s.handleEdit)
+	mux.HandleFunc("POST "+sbxdwire.RoutePrepare, s.handlePrepare)
+	mux.HandleFunc("POST "+sbxdwire.RouteJobs, s.handleJobStart)
+	mux.HandleFunc("GET "+sbxdwire.RouteJobs, s.handleJobList)
+	mux.HandleFunc("GET "+sbxdwire.RouteJobs+"/{id}", s.handleJobStatus)
+	mux.HandleFunc("GET "+sbxdwire.RouteJobs+"/{id}/output", s.handleJobOutput)
+	mux.HandleFunc("POST "+sbxdwire.RouteJobs+"/{id}/wait", s.handleJobWait)
+	mux.HandleFunc("POST "+sbxdwire.RouteJobs+"/{id}/kill", s.handleJobKill)
+	mux.HandleFunc("POST "+sbxdwire.RouteTerminal, s.handleTerminalStart)
+	mux.HandleFunc("GET "+sbxdwire.RouteTerminal, s.handleTerminalList)
+	mux.HandleFunc("POST "+sbxdwire.RouteTerminal+"/{id}/attach", s.handleTerminalAttach)
+	mux.HandleFunc("POST "+sbxdwire.RouteTerminal+"/{id}/resize", s.handleTerminalResize)
+	mux.HandleFunc("POST "+sbxdwire.RouteTerminal+"/{id}/kill", s.handleTerminalKill)
 	return mux
 }
 
 func (s *Server) handleHello(w http.ResponseWriter, r *http.Request) {
 	wd, _ := os.Getwd()
-	writeJSON(w, hello{
+	writeJSON(w, sbxdwire.Hello{
 		Protocol: advertisedProtocol(),
-		Version:  Version,
+		Version:  sbxdwire.Version,
 		PID:      os.Getpid(),
 		UID:      os.Getuid(),
 		OS:       runtime.GOOS,
@@ -195,7 +184,7 @@ func (s *Server) handleHello(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleKill(w http.ResponseWriter, r *http.Request) {
-	var req killRequest
+	var req sbxdwire.KillRequest
 	if !readJSON(w, r, "kill", &req) {
 		return
 	}
@@ -216,7 +205,7 @@ const maxJSONBody = 16 << 20
 func readJSON(w http.ResponseWriter, r *http.Request, op string, v any) bool {
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxJSONBody))
 	if err := dec.Decode(v); err != nil {
-		writeError(w, op, "", errors.Join(errInvalid, err))
+		writeError(w, op, "", errors.Join(sbxdwire.ErrInvalid, err))
 		return false
 	}
 	return true
@@ -230,15 +219,15 @@ func writeJSON(w http.ResponseWriter, v any) {
 // statusOf is the HTTP status for a wire error code.
 func statusOf(code string) int {
 	switch code {
-	case codeNotExist:
+	case sbxdwire.CodeNotExist:
 		return http.StatusNotFound
-	case codePermission:
+	case sbxdwire.CodePermission:
 		return http.StatusForbidden
-	case codeExist, codeIsDir, codeNotDir, codeNotEmpty, codeNoMatch, codeNotUnique:
+	case sbxdwire.CodeExist, sbxdwire.CodeIsDir, sbxdwire.CodeNotDir, sbxdwire.CodeNotEmpty, sbxdwire.CodeNoMatch, sbxdwire.CodeNotUnique:
 		return http.StatusConflict
-	case codeInvalid:
+	case sbxdwire.CodeInvalid:
 		return http.StatusBadRequest
-	case codeUnsupport:
+	case sbxdwire.CodeUnsupport:
 		return http.StatusNotImplemented
 	}
 	return http.StatusInternalServerError
@@ -247,19 +236,26 @@ func statusOf(code string) int {
 // writeError answers a failed call. The message drops the path an
 // *fs.PathError carries: the client puts back the name it was given.
 func writeError(w http.ResponseWriter, op, path string, err error) {
-	we := wireError{Code: codeOf(err), Op: op, Path: path, Msg: err.Error()}
+	we := sbxdwire.ErrorBody{Code: sbxdwire.CodeOf(err), Op: op, Path: path, Msg: err.Error()}
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
 		we.Msg = pe.Err.Error()
 	}
-	var nu *NotUniqueError
+	var nu *sbxdwire.NotUniqueError
 	switch {
-	case errors.Is(err, ErrEditNoMatch):
-		we.Code = codeNoMatch
+	case errors.Is(err, sbxdwire.ErrEditNoMatch):
+		we.Code = sbxdwire.CodeNoMatch
 	case errors.As(err, &nu):
-		we.Code, we.Count = codeNotUnique, nu.Count
+		we.Code, we.Count = sbxdwire.CodeNotUnique, nu.Count
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(statusOf(we.Code))
 	json.NewEncoder(w).Encode(we)
 }
+
+// NewCoalescingWriter returns w with small yamux data frames written in one
+// call (header and body together), for an end of the stream whose writes
+// are relayed one by one, as an attached exec's are: `sbxd serve` wraps
+// its stdout in it, and the client its stdin. It is for one writer
+// goroutine (yamux's send loop).
+func NewCoalescingWriter(w io.Writer) io.Writer { return sbxdwire.NewCoalescingWriter(w) }

@@ -1,8 +1,7 @@
-package sbxd
+package agent
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,72 +12,24 @@ import (
 	"os/user"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/internal/outpipe"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdwire"
 	"github.com/sandboxkit/sandboxkit/internal/stdinpipe"
-)
-
-// Output frames: the exec route's response body is a sequence of frames in
-// Docker's stdcopy layout, an 8-byte header (stream, 0, 0, 0, big-endian
-// uint32 length) then the payload.
-const (
-	frameStdout   = 1
-	frameStderr   = 2
-	frameHdrLen   = 8
-	maxFrameBytes = 1 << 20
 )
 
 // waitDelay is how long output of background children that still hold a
 // finished command's stdout or stderr is passed on (as sbxd exec --grace).
 const waitDelay = 250 * time.Millisecond
 
-// frameSink writes frames to the response, one writer at a time, flushing
-// each so that output streams while the command runs.
-type frameSink struct {
-	mu    sync.Mutex
-	w     io.Writer
-	flush func() error
-	err   error
-	onErr func(error)
-}
-
-func (f *frameSink) write(stream byte, p []byte) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.err != nil {
-		return f.err
-	}
-	for len(p) > 0 {
-		n := min(len(p), maxFrameBytes)
-		var hdr [frameHdrLen]byte
-		hdr[0] = stream
-		binary.BigEndian.PutUint32(hdr[4:], uint32(n))
-		_, err := f.w.Write(hdr[:])
-		if err == nil {
-			_, err = f.w.Write(p[:n])
-		}
-		if err == nil && f.flush != nil {
-			err = f.flush()
-		}
-		if err != nil {
-			f.err = err
-			f.onErr(err)
-			return err
-		}
-		p = p[n:]
-	}
-	return nil
-}
-
 // streamWriter is one output stream of a command: it sends up to limit
 // bytes (0: all), then counts and drops the rest, so the command is never
 // blocked by a cap.
 type streamWriter struct {
-	sink      *frameSink
+	sink      *sbxdwire.FrameSink
 	stream    byte
 	limit     int64
 	sent      int64
@@ -95,7 +46,7 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 		}
 	}
 	if len(q) > 0 {
-		if err := s.sink.write(s.stream, q); err != nil {
+		if err := s.sink.WriteFrame(s.stream, q); err != nil {
 			return 0, err
 		}
 		s.sent += int64(len(q))
@@ -104,9 +55,9 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 }
 
 func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeExecRequest(r.Header.Get(hdrExec))
+	req, err := sbxdwire.DecodeExecRequest(r.Header.Get(sbxdwire.HdrExec))
 	if err != nil {
-		writeError(w, "exec", "", errors.Join(errInvalid, err))
+		writeError(w, "exec", "", errors.Join(sbxdwire.ErrInvalid, err))
 		return
 	}
 	ctx, cancel := context.WithCancelCause(r.Context())
@@ -114,7 +65,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	if _, dup := s.execs[req.ID]; dup {
 		s.mu.Unlock()
-		writeError(w, "exec", "", fmt.Errorf("%w: exec id %q is in use", errInvalid, req.ID))
+		writeError(w, "exec", "", fmt.Errorf("%w: exec id %q is in use", sbxdwire.ErrInvalid, req.ID))
 		return
 	}
 	s.execs[req.ID] = cancel
@@ -128,32 +79,32 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	// stdin (the request body) is read while output is written.
 	rc.EnableFullDuplex()
-	w.Header().Set("Trailer", hdrResult)
+	w.Header().Set("Trailer", sbxdwire.HdrResult)
 	w.Header().Set("Content-Type", "application/vnd.sbxd.frames")
-	sink := &frameSink{w: w, flush: rc.Flush, onErr: func(err error) { cancel(fmt.Errorf("sending output: %w", err)) }}
+	sink := sbxdwire.NewFrameSink(w, rc.Flush, func(err error) { cancel(fmt.Errorf("sending output: %w", err)) })
 	res := s.runCommand(ctx, req, r.Body, sink)
 	b, _ := json.Marshal(res)
-	w.Header().Set(hdrResult, string(b))
+	w.Header().Set(sbxdwire.HdrResult, string(b))
 }
 
 // runCommand runs req with its output going to sink and returns what it
 // left. A cancelled ctx kills the command's tree.
-func (s *Server) runCommand(ctx context.Context, req execRequest, stdin io.Reader, sink *frameSink) execResult {
+func (s *Server) runCommand(ctx context.Context, req sbxdwire.ExecRequest, stdin io.Reader, sink *sbxdwire.FrameSink) sbxdwire.ExecResult {
 	cmd, err := s.command(req.Argv, req.Env, req.Dir, req.User, req.ID)
 	if err != nil {
-		return execResult{ExitCode: -1, Error: err.Error()}
+		return sbxdwire.ExecResult{ExitCode: -1, Error: err.Error()}
 	}
-	stdout := &streamWriter{sink: sink, stream: frameStdout, limit: req.StdoutLimit}
-	stderr := &streamWriter{sink: sink, stream: frameStderr, limit: req.StderrLimit}
+	stdout := &streamWriter{sink: sink, stream: sbxdwire.FrameStdout, limit: req.StdoutLimit}
+	stderr := &streamWriter{sink: sink, stream: sbxdwire.FrameStderr, limit: req.StderrLimit}
 	// Pipes of our own rather than os/exec's (see package outpipe).
 	outP, err := outpipe.New(stdout)
 	if err != nil {
-		return execResult{ExitCode: -1, Error: err.Error()}
+		return sbxdwire.ExecResult{ExitCode: -1, Error: err.Error()}
 	}
 	errP, err := outpipe.New(stderr)
 	if err != nil {
 		outP.Close()
-		return execResult{ExitCode: -1, Error: err.Error()}
+		return sbxdwire.ExecResult{ExitCode: -1, Error: err.Error()}
 	}
 	cmd.Stdout, cmd.Stderr = outP.W(), errP.W()
 	// stdin through a pipe fed here (see package stdinpipe): a command may
@@ -163,7 +114,7 @@ func (s *Server) runCommand(ctx context.Context, req execRequest, stdin io.Reade
 	}
 	stdinP, err := stdinpipe.Set(cmd, stdin)
 	if err != nil {
-		return execResult{ExitCode: -1, Error: err.Error()}
+		return sbxdwire.ExecResult{ExitCode: -1, Error: err.Error()}
 	}
 	defer stdinP.Close()
 	if err = StartCommand(cmd); err != nil {
@@ -183,7 +134,7 @@ func (s *Server) runCommand(ctx context.Context, req execRequest, stdin io.Reade
 		defer t.Stop()
 		timer = t.C
 	}
-	var res execResult
+	var res sbxdwire.ExecResult
 	select {
 	case <-done:
 	case <-timer:
@@ -208,7 +159,7 @@ func (s *Server) runCommand(ctx context.Context, req execRequest, stdin io.Reade
 
 // startFailure reports a command that could not start as a shell would: 127
 // for a missing program, 126 for one that cannot run.
-func startFailure(name string, err error, stderr io.Writer) execResult {
+func startFailure(name string, err error, stderr io.Writer) sbxdwire.ExecResult {
 	code := 126
 	msg := "permission denied"
 	switch {
@@ -224,7 +175,7 @@ func startFailure(name string, err error, stderr io.Writer) execResult {
 		}
 	}
 	fmt.Fprintf(stderr, "%s: %s\n", name, msg)
-	return execResult{ExitCode: code}
+	return sbxdwire.ExecResult{ExitCode: code}
 }
 
 // command prepares argv with the agent's environment plus env (and the
@@ -256,7 +207,7 @@ func (s *Server) command(argv []string, env map[string]string, dir, userName, id
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.Env = append(cmd.Env, EnvExecID+"="+id)
+	cmd.Env = append(cmd.Env, sbxdwire.EnvExecID+"="+id)
 	cmd.SysProcAttr = attr
 	return cmd, nil
 }
@@ -320,7 +271,7 @@ func lookupUser(spec string) (*syscall.Credential, string, error) {
 func killTree(pgid int, id string) {
 	// The tree first: once its root is dead, an unmarked child that left
 	// the process group could no longer be found through its parent.
-	procfs.KillTree(pgid, EnvExecID, id)
+	procfs.KillTree(pgid, sbxdwire.EnvExecID, id)
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 }
 

@@ -1,4 +1,4 @@
-package sbxd
+package agent
 
 import (
 	"crypto/rand"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/internal/outpipe"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdwire"
 )
 
 // Background jobs live in StateDir/<id>/: meta.json (what was started),
@@ -28,40 +29,6 @@ import (
 // output and records its exit; it stays alive after its stream closes
 // until its jobs end (Server.WaitJobs), so a job outlives its client, and
 // any later agent answers for it from these files.
-
-// JobRequest starts a background job.
-type JobRequest struct {
-	Argv []string          `json:"argv"`
-	Env  map[string]string `json:"env,omitempty"`
-	Dir  string            `json:"dir,omitempty"`
-	User string            `json:"user,omitempty"`
-	// OutputLimit bounds the output kept on disk: the most recent
-	// OutputLimit bytes (roughly; at least half of it) are kept. 0: the
-	// agent's default.
-	OutputLimit int64 `json:"output_limit,omitempty"`
-}
-
-// Job states.
-const (
-	JobRunning = "running"
-	JobExited  = "exited"
-	// JobLost: the job's process is gone and no exit status was recorded
-	// (the agent that watched it was killed).
-	JobLost = "lost"
-)
-
-// JobStatus describes a background job.
-type JobStatus struct {
-	ID       string    `json:"id"`
-	Argv     []string  `json:"argv"`
-	PID      int       `json:"pid"`
-	State    string    `json:"state"`
-	ExitCode int       `json:"exit_code"`
-	Started  time.Time `json:"started"`
-	Ended    time.Time `json:"ended,omitzero"`
-	// Output is how many bytes of output the job has written in all.
-	Output int64 `json:"output"`
-}
 
 type jobMeta struct {
 	ID       string    `json:"id"`
@@ -98,14 +65,14 @@ func newJobID() string {
 	return "job-" + hex.EncodeToString(b[:])
 }
 
-func (t *jobTable) start(req JobRequest) (JobStatus, error) {
+func (t *jobTable) start(req sbxdwire.JobRequest) (sbxdwire.JobStatus, error) {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		return JobStatus{}, fmt.Errorf("%w: empty argv", errInvalid)
+		return sbxdwire.JobStatus{}, fmt.Errorf("%w: empty argv", sbxdwire.ErrInvalid)
 	}
 	id := newJobID()
 	dir := t.dir(id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return JobStatus{}, fmt.Errorf("job state directory: %w", err)
+		return sbxdwire.JobStatus{}, fmt.Errorf("job state directory: %w", err)
 	}
 	limit := req.OutputLimit
 	if limit <= 0 {
@@ -114,13 +81,13 @@ func (t *jobTable) start(req JobRequest) (JobStatus, error) {
 	log := &jobLog{dir: dir, half: max(limit/2, 4096)}
 	if err := log.open(0); err != nil {
 		os.RemoveAll(dir)
-		return JobStatus{}, err
+		return sbxdwire.JobStatus{}, err
 	}
 	cmd, err := t.s.command(req.Argv, req.Env, req.Dir, req.User, id)
 	if err != nil {
 		log.close()
 		os.RemoveAll(dir)
-		return JobStatus{}, err
+		return sbxdwire.JobStatus{}, err
 	}
 	// A session of its own: the job is not in the agent's process group
 	// and outlives it.
@@ -130,7 +97,7 @@ func (t *jobTable) start(req JobRequest) (JobStatus, error) {
 	if err != nil {
 		log.close()
 		os.RemoveAll(dir)
-		return JobStatus{}, err
+		return sbxdwire.JobStatus{}, err
 	}
 	cmd.Stdout, cmd.Stderr = out.W(), out.W()
 	started := time.Now()
@@ -146,12 +113,12 @@ func (t *jobTable) start(req JobRequest) (JobStatus, error) {
 		killTree(pid, id)
 	}
 	t.follow(id, cmd, out, log)
-	return JobStatus{ID: id, Argv: req.Argv, PID: pid, State: JobRunning, Started: started}, nil
+	return sbxdwire.JobStatus{ID: id, Argv: req.Argv, PID: pid, State: sbxdwire.JobRunning, Started: started}, nil
 }
 
 // startFailed records a job whose command could not start as one that
 // ended at once, as a shell would report it (see startFailure).
-func (t *jobTable) startFailed(id string, argv []string, err error, log *jobLog, started time.Time) (JobStatus, error) {
+func (t *jobTable) startFailed(id string, argv []string, err error, log *jobLog, started time.Time) (sbxdwire.JobStatus, error) {
 	dir := t.dir(id)
 	var buf strings.Builder
 	res := startFailure(argv[0], err, &buf)
@@ -207,22 +174,22 @@ func readJSONFile(name string, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-func (t *jobTable) status(id string) (JobStatus, error) {
-	if !validID(id) {
-		return JobStatus{}, &fs.PathError{Op: "job", Path: id, Err: fs.ErrNotExist}
+func (t *jobTable) status(id string) (sbxdwire.JobStatus, error) {
+	if !sbxdwire.ValidID(id) {
+		return sbxdwire.JobStatus{}, &fs.PathError{Op: "job", Path: id, Err: fs.ErrNotExist}
 	}
 	dir := t.dir(id)
 	var m jobMeta
 	if err := readJSONFile(filepath.Join(dir, "meta.json"), &m); err != nil {
-		return JobStatus{}, &fs.PathError{Op: "job", Path: id, Err: fs.ErrNotExist}
+		return sbxdwire.JobStatus{}, &fs.PathError{Op: "job", Path: id, Err: fs.ErrNotExist}
 	}
-	st := JobStatus{ID: m.ID, Argv: m.Argv, PID: m.PID, Started: m.Started, State: JobRunning}
+	st := sbxdwire.JobStatus{ID: m.ID, Argv: m.Argv, PID: m.PID, Started: m.Started, State: sbxdwire.JobRunning}
 	_, end, _ := logBounds(dir)
 	st.Output = end
 	var e jobExit
 	switch err := readJSONFile(filepath.Join(dir, "exit.json"), &e); {
 	case err == nil:
-		st.State, st.ExitCode, st.Ended = JobExited, e.ExitCode, e.Ended
+		st.State, st.ExitCode, st.Ended = sbxdwire.JobExited, e.ExitCode, e.Ended
 	case !procfs.Alive(m.PID, m.PIDStart):
 		// This agent's watcher, when it runs, records the exit once the
 		// job's output is in (waitDelay after the exit, or when a slow
@@ -239,34 +206,34 @@ func (t *jobTable) status(id string) (JobStatus, error) {
 		}
 		// Check again: the watcher may have just written it.
 		if readJSONFile(filepath.Join(dir, "exit.json"), &e) == nil {
-			st.State, st.ExitCode, st.Ended = JobExited, e.ExitCode, e.Ended
+			st.State, st.ExitCode, st.Ended = sbxdwire.JobExited, e.ExitCode, e.Ended
 		} else {
-			st.State, st.ExitCode = JobLost, -1
+			st.State, st.ExitCode = sbxdwire.JobLost, -1
 		}
 	}
 	return st, nil
 }
 
-func (t *jobTable) list() ([]JobStatus, error) {
+func (t *jobTable) list() ([]sbxdwire.JobStatus, error) {
 	entries, err := os.ReadDir(t.s.opts.StateDir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return []JobStatus{}, nil
+		return []sbxdwire.JobStatus{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	out := []JobStatus{}
+	out := []sbxdwire.JobStatus{}
 	for _, e := range entries {
 		if st, err := t.status(e.Name()); err == nil {
 			out = append(out, st)
 		}
 	}
-	slices.SortFunc(out, func(a, b JobStatus) int { return a.Started.Compare(b.Started) })
+	slices.SortFunc(out, func(a, b sbxdwire.JobStatus) int { return a.Started.Compare(b.Started) })
 	return out, nil
 }
 
 // waitFor waits up to timeout for the job to end and returns its status.
-func (t *jobTable) waitFor(r *http.Request, id string, timeout time.Duration) (JobStatus, error) {
+func (t *jobTable) waitFor(r *http.Request, id string, timeout time.Duration) (sbxdwire.JobStatus, error) {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	t.mu.Lock()
@@ -284,7 +251,7 @@ func (t *jobTable) waitFor(r *http.Request, id string, timeout time.Duration) (J
 	delay := 10 * time.Millisecond
 	for {
 		st, err := t.status(id)
-		if err != nil || st.State != JobRunning {
+		if err != nil || st.State != sbxdwire.JobRunning {
 			return st, err
 		}
 		select {
@@ -298,9 +265,9 @@ func (t *jobTable) waitFor(r *http.Request, id string, timeout time.Duration) (J
 	}
 }
 
-func (t *jobTable) kill(id string) (JobStatus, error) {
+func (t *jobTable) kill(id string) (sbxdwire.JobStatus, error) {
 	st, err := t.status(id)
-	if err != nil || st.State != JobRunning {
+	if err != nil || st.State != sbxdwire.JobRunning {
 		return st, err
 	}
 	killTree(st.PID, id)
@@ -308,7 +275,7 @@ func (t *jobTable) kill(id string) (JobStatus, error) {
 }
 
 func (s *Server) handleJobStart(w http.ResponseWriter, r *http.Request) {
-	var req JobRequest
+	var req sbxdwire.JobRequest
 	if !readJSON(w, r, "job", &req) {
 		return
 	}
@@ -390,9 +357,9 @@ func (s *Server) handleJobOutput(w http.ResponseWriter, r *http.Request) {
 		writeError(w, "job", id, err)
 		return
 	}
-	w.Header().Set(hdrNextCursor, strconv.FormatInt(next, 10))
-	w.Header().Set(hdrDropped, strconv.FormatInt(dropped, 10))
-	w.Header().Set(hdrJobState, st.State)
+	w.Header().Set(sbxdwire.HdrNextCursor, strconv.FormatInt(next, 10))
+	w.Header().Set(sbxdwire.HdrDropped, strconv.FormatInt(dropped, 10))
+	w.Header().Set(sbxdwire.HdrJobState, st.State)
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Write(data)
 }

@@ -1,4 +1,4 @@
-package sbxd
+package agent
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/internal/pty"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdwire"
 )
 
 // Terminals: programs on a pseudo-terminal the agent opens. A terminal
@@ -34,66 +35,6 @@ const TerminalScrollback = 256 << 10
 
 // terminalKeep is how long an ended terminal stays listed.
 const terminalKeep = 10 * time.Minute
-
-// Header of the terminal routes' requests.
-const hdrTerminal = "Sbx-Terminal"
-
-// terminalRequest starts a terminal (POST routeTerminal) or attaches to one
-// (POST routeTerminal/{id}/attach: only Rows and Cols are read).
-type terminalRequest struct {
-	ID   string            `json:"id"`
-	Argv []string          `json:"argv,omitempty"`
-	Env  map[string]string `json:"env,omitempty"`
-	Dir  string            `json:"dir,omitempty"`
-	User string            `json:"user,omitempty"`
-	Rows int               `json:"rows,omitempty"`
-	Cols int               `json:"cols,omitempty"`
-}
-
-// decodeTerminalRequest parses and checks the hdrTerminal header; argv is
-// required when starting.
-func decodeTerminalRequest(s string, start bool) (terminalRequest, error) {
-	var r terminalRequest
-	if err := json.Unmarshal([]byte(s), &r); err != nil {
-		return r, fmt.Errorf("terminal request: %w", err)
-	}
-	if r.Rows < 0 || r.Cols < 0 || r.Rows > 0xffff || r.Cols > 0xffff {
-		return r, fmt.Errorf("terminal request: size %dx%d out of range", r.Cols, r.Rows)
-	}
-	if !start {
-		return r, nil
-	}
-	// The same checks as a command's.
-	_, err := decodeExecRequest(mustJSON(execRequest{ID: r.ID, Argv: r.Argv, Env: r.Env}))
-	return r, err
-}
-
-func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
-
-// TerminalStatus describes a terminal (GET routeTerminal).
-type TerminalStatus struct {
-	ID       string    `json:"id"`
-	Argv     []string  `json:"argv"`
-	PID      int       `json:"pid"`
-	Running  bool      `json:"running"`
-	ExitCode int       `json:"exit_code"`
-	Attached int       `json:"attached"`
-	Started  time.Time `json:"started"`
-	Ended    time.Time `json:"ended,omitzero"`
-	Rows     int       `json:"rows"`
-	Cols     int       `json:"cols"`
-}
-
-type resizeRequest struct {
-	Rows int `json:"rows"`
-	Cols int `json:"cols"`
-}
 
 // terminal is one program on a pseudo-terminal.
 type terminal struct {
@@ -129,7 +70,7 @@ func (t *terminalTable) get(id string) *terminal {
 // startTerminal starts req on a new pseudo-terminal. A program that cannot
 // start is reported as exec reports it (a message, written to complaint,
 // and 127 or 126), with no terminal left.
-func (s *Server) startTerminal(req terminalRequest, complaint io.Writer) (*terminal, *execResult, error) {
+func (s *Server) startTerminal(req sbxdwire.TerminalRequest, complaint io.Writer) (*terminal, *sbxdwire.ExecResult, error) {
 	cmd, err := s.command(req.Argv, req.Env, req.Dir, req.User, req.ID)
 	if err != nil {
 		return nil, nil, err
@@ -252,10 +193,10 @@ func (t *terminal) done() bool {
 	return t.exited
 }
 
-func (t *terminal) status() TerminalStatus {
+func (t *terminal) status() sbxdwire.TerminalStatus {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return TerminalStatus{ID: t.id, Argv: t.argv, PID: t.pid, Running: !t.exited, ExitCode: t.code,
+	return sbxdwire.TerminalStatus{ID: t.id, Argv: t.argv, PID: t.pid, Running: !t.exited, ExitCode: t.code,
 		Attached: t.attached, Started: t.started, Ended: t.ended, Rows: t.rows, Cols: t.cols}
 }
 
@@ -284,13 +225,13 @@ func (t *terminal) resize(rows, cols int) error {
 }
 
 func (s *Server) handleTerminalStart(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeTerminalRequest(r.Header.Get(hdrTerminal), true)
+	req, err := sbxdwire.DecodeTerminalRequest(r.Header.Get(sbxdwire.HdrTerminal), true)
 	if err != nil {
-		writeError(w, "terminal", "", errors.Join(errInvalid, err))
+		writeError(w, "terminal", "", errors.Join(sbxdwire.ErrInvalid, err))
 		return
 	}
 	if s.terms.get(req.ID) != nil {
-		writeError(w, "terminal", "", fmt.Errorf("%w: terminal id %q is in use", errInvalid, req.ID))
+		writeError(w, "terminal", "", fmt.Errorf("%w: terminal id %q is in use", sbxdwire.ErrInvalid, req.ID))
 		return
 	}
 	var complaint strings.Builder
@@ -301,12 +242,12 @@ func (s *Server) handleTerminalStart(w http.ResponseWriter, r *http.Request) {
 		return
 	case failed != nil:
 		// As exec reports it: the complaint as output, then the status.
-		w.Header().Set("Trailer", hdrResult)
+		w.Header().Set("Trailer", sbxdwire.HdrResult)
 		w.Header().Set("Content-Type", "application/vnd.sbxd.frames")
-		sink := &frameSink{w: w, onErr: func(error) {}}
-		sink.write(frameStdout, []byte(complaint.String()))
+		sink := sbxdwire.NewFrameSink(w, nil, func(error) {})
+		sink.WriteFrame(sbxdwire.FrameStdout, []byte(complaint.String()))
 		b, _ := json.Marshal(failed)
-		w.Header().Set(hdrResult, string(b))
+		w.Header().Set(sbxdwire.HdrResult, string(b))
 		return
 	}
 	s.attach(w, r, t, 0)
@@ -318,9 +259,9 @@ func (s *Server) handleTerminalAttach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, "terminal", "", fmt.Errorf("terminal %q: %w", r.PathValue("id"), os.ErrNotExist))
 		return
 	}
-	req, err := decodeTerminalRequest(r.Header.Get(hdrTerminal), false)
+	req, err := sbxdwire.DecodeTerminalRequest(r.Header.Get(sbxdwire.HdrTerminal), false)
 	if err != nil {
-		writeError(w, "terminal", "", errors.Join(errInvalid, err))
+		writeError(w, "terminal", "", errors.Join(sbxdwire.ErrInvalid, err))
 		return
 	}
 	if req.Rows > 0 && req.Cols > 0 {
@@ -336,7 +277,7 @@ func (s *Server) handleTerminalAttach(w http.ResponseWriter, r *http.Request) {
 func (s *Server) attach(w http.ResponseWriter, r *http.Request, t *terminal, cursor int64) {
 	rc := http.NewResponseController(w)
 	rc.EnableFullDuplex()
-	w.Header().Set("Trailer", hdrResult)
+	w.Header().Set("Trailer", sbxdwire.HdrResult)
 	w.Header().Set("Content-Type", "application/vnd.sbxd.frames")
 	w.WriteHeader(http.StatusOK)
 	if err := rc.Flush(); err != nil {
@@ -357,19 +298,19 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request, t *terminal, cur
 		// for a terminal (Ctrl-D is a byte like any other).
 		io.Copy(t.master, r.Body)
 	}()
-	sink := &frameSink{w: w, flush: rc.Flush, onErr: func(error) { cancel() }}
+	sink := sbxdwire.NewFrameSink(w, rc.Flush, func(error) { cancel() })
 	if cursor < 0 {
 		cursor = 0
 	}
 	for {
 		out, next, exited, code, more := t.since(cursor)
 		cursor = next
-		if len(out) > 0 && sink.write(frameStdout, out) != nil {
+		if len(out) > 0 && sink.WriteFrame(sbxdwire.FrameStdout, out) != nil {
 			return
 		}
 		if exited {
-			b, _ := json.Marshal(execResult{ExitCode: code})
-			w.Header().Set(hdrResult, string(b))
+			b, _ := json.Marshal(sbxdwire.ExecResult{ExitCode: code})
+			w.Header().Set(sbxdwire.HdrResult, string(b))
 			return
 		}
 		select {
@@ -386,12 +327,12 @@ func (s *Server) handleTerminalResize(w http.ResponseWriter, r *http.Request) {
 		writeError(w, "terminal", "", fmt.Errorf("terminal %q: %w", r.PathValue("id"), os.ErrNotExist))
 		return
 	}
-	var req resizeRequest
+	var req sbxdwire.ResizeRequest
 	if !readJSON(w, r, "terminal", &req) {
 		return
 	}
 	if req.Rows <= 0 || req.Cols <= 0 || req.Rows > 0xffff || req.Cols > 0xffff {
-		writeError(w, "terminal", "", fmt.Errorf("%w: size %dx%d out of range", errInvalid, req.Cols, req.Rows))
+		writeError(w, "terminal", "", fmt.Errorf("%w: size %dx%d out of range", sbxdwire.ErrInvalid, req.Cols, req.Rows))
 		return
 	}
 	if err := t.resize(req.Rows, req.Cols); err != nil {
@@ -419,11 +360,11 @@ func (s *Server) handleTerminalKill(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleTerminalList(w http.ResponseWriter, r *http.Request) {
 	s.terms.mu.Lock()
-	list := make([]TerminalStatus, 0, len(s.terms.terms))
+	list := make([]sbxdwire.TerminalStatus, 0, len(s.terms.terms))
 	for _, t := range s.terms.terms {
 		list = append(list, t.status())
 	}
 	s.terms.mu.Unlock()
-	slices.SortFunc(list, func(a, b TerminalStatus) int { return a.Started.Compare(b.Started) })
+	slices.SortFunc(list, func(a, b sbxdwire.TerminalStatus) int { return a.Started.Compare(b.Started) })
 	writeJSON(w, list)
 }

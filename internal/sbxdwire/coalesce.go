@@ -1,4 +1,4 @@
-package sbxd
+package sbxdwire
 
 import (
 	"encoding/binary"
