@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 )
@@ -21,10 +22,12 @@ import (
 // batch is marked as complete, so a kill anywhere leaves all of the batch
 // being made or all of it complete.
 
-// handedDir, beside the sandbox folders (IDs skips it), holds the marks.
-const handedDir = ".handed"
+// handedPrefix starts a mark's name: a file beside the sandbox folders
+// (IDs takes only folders named by an ID), so that no folder is left
+// behind once the last mark goes.
+const handedPrefix = ".handed-"
 
-func handedMark(root, batch string) string { return filepath.Join(root, handedDir, batch) }
+func handedMark(root, batch string) string { return filepath.Join(root, handedPrefix+batch) }
 
 // NewBatch returns a new batch token for Lifecycle.Batch.
 func NewBatch() (string, error) { return NewID() }
@@ -80,7 +83,7 @@ func settle(root string, m any) {
 // (a HandOver killed after it rewrote every record); with dryRun it only
 // names them.
 func PruneBatches(root string, dryRun bool) ([]string, error) {
-	entries, err := os.ReadDir(filepath.Join(root, handedDir))
+	entries, err := os.ReadDir(root)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -107,14 +110,15 @@ func PruneBatches(root string, dryRun bool) ([]string, error) {
 	}
 	var names []string
 	for _, e := range entries {
-		if named[e.Name()] {
+		batch, ok := strings.CutPrefix(e.Name(), handedPrefix)
+		if !ok || e.IsDir() || named[batch] {
 			continue
 		}
-		names = append(names, "hand-over mark "+e.Name())
+		names = append(names, "hand-over mark "+batch)
 		if dryRun {
 			continue
 		}
-		if err := os.Remove(filepath.Join(root, handedDir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(filepath.Join(root, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return names, err
 		}
 	}

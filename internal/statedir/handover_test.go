@@ -111,7 +111,15 @@ func TestHandOverAllAtOnce(t *testing.T) {
 		t.Errorf("PruneBatches left an unnamed mark: %v", err)
 	}
 	if got, err := IDs(root); err != nil || len(got) != 4 {
-		t.Errorf("IDs = %q, %v; want the four records and not the marks' folder", got, err)
+		t.Errorf("IDs = %q, %v; want the four records", got, err)
+	}
+	// Nothing but the sandboxes' folders is left (a state folder a
+	// backend's owner may check is empty once its sandboxes are gone).
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		if !e.IsDir() || !ValidID(e.Name()) {
+			t.Errorf("left in the state folder: %s", e.Name())
+		}
 	}
 
 	// One record alone needs no batch; a malformed one is refused and
