@@ -51,6 +51,14 @@ if ! ./scripts/lite-setup.sh; then
 	echo "scripts/test.sh: no OCI runtime; the lite tests will skip" >&2
 fi
 
+# chromium: the operator's console is tested in a real (headless) browser
+# (server's TestConsoleInBrowser, through the DevTools protocol).
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+	echo "scripts/test.sh: installing chromium (headless browser for the console's test)" >&2
+	apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null ||
+		echo "scripts/test.sh: installing chromium failed; the console's browser test will skip" >&2
+fi
+
 # busybox: the fileops table also runs with busybox as the only tools on
 # PATH, proving the generic path needs nothing but POSIX sh and coreutils.
 if ! command -v busybox >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -111,8 +111,13 @@ func ConversationFromHeader(h http.Header) (string, error) {
 //	GET  /admin/audit     the audit trail's latest entries (audit.go):
 //	                      conversation, sandbox, kind, tool, since, limit
 //	GET  /metrics         Prometheus metrics (metrics.go); admin key
+//	     /ui/             the operator's console (console.go): a login
+//	                      with the admin key, then pages
+//	GET  /openapi/{tools,admin,opensandbox}.json, /docs
+//	                      the OpenAPI documents and their rendering
+//	                      (openapi.go); need no key
 //
-// Everything but /health, /admin and /metrics needs the API key when one is set, as
+// Everything but /health, /openapi, /docs, /ui, /admin and /metrics needs the API key when one is set, as
 // "Authorization: Bearer KEY" or "X-API-Key: KEY". A request body is read
 // only once the key is checked, and within the limits of Options
 // (BodyTimeout, BodyMinRate, BodyBudget).
@@ -130,6 +135,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("PUT /admin/sandboxes/{id}/egress", s.adminAuth(s.auditRoute(AuditAdmin, s.limitBody(maxSmallBody, writeError, http.HandlerFunc(s.serveSetEgress)))))
 	mux.Handle("GET /admin/audit", s.adminAuth(http.HandlerFunc(s.serveAudit)))
 	mux.Handle("GET /metrics", s.adminAuth(s.metrics.handler()))
+	s.consoleRoutes(mux)
+	s.apiDocsRoutes(mux)
 	s.osbRoutes(mux)
 
 	srv := s.MCPServer(func(req *mcp.CallToolRequest) string {

@@ -175,6 +175,9 @@ func (s *Server) create(ctx context.Context, conv, typ string, idle time.Duratio
 		s.mu.Unlock()
 	}
 	b, _ := s.register(info, sb)
+	s.mu.Lock()
+	b.convName = conv
+	s.mu.Unlock()
 	if err := s.attach(ctx, b, claimed); err != nil {
 		s.forget(b)
 		if claimed != nil {
@@ -310,6 +313,7 @@ func (s *Server) attach(ctx context.Context, b *box, claimed *session.Claimed) e
 		}
 		sb = c
 	}
+	b.files = sb
 	b.tools = fileops.New(sb, fileops.Options{ExecuteTimeout: s.opts.ExecuteTimeout, OutputLimit: s.opts.OutputLimit})
 	return nil
 }
@@ -340,6 +344,20 @@ func (s *Server) lookup(ctx context.Context, conv, id string) (*box, error) {
 	if conv == "" {
 		return nil, errNoConversation
 	}
+	b, err := s.find(ctx, id, OwnerKey(conv))
+	if b != nil && b.convName == "" {
+		s.mu.Lock()
+		b.convName = conv
+		s.mu.Unlock()
+	}
+	return b, err
+}
+
+// find finds sandbox id of this server's instance owned by owner (an
+// OwnerKey; "": any conversation's, for the operator), reattaching one
+// the server does not know yet (made by an earlier run). Every failure is
+// errGone.
+func (s *Server) find(ctx context.Context, id, owner string) (*box, error) {
 	if id == "" {
 		return nil, toolError("sandbox_id is empty: call create_sandbox first and pass the sandbox_id it returned")
 	}
@@ -364,12 +382,13 @@ func (s *Server) lookup(ctx context.Context, conv, id string) (*box, error) {
 		if err != nil {
 			return nil, err
 		}
-		if info.Labels[LabelConversation] != OwnerKey(conv) || info.Labels[LabelInstance] != s.opts.Instance || info.Expired(s.now()) {
+		c := info.Labels[LabelConversation]
+		if c == "" || (owner != "" && c != owner) || info.Labels[LabelInstance] != s.opts.Instance || info.Expired(s.now()) {
 			return nil, errGone(id)
 		}
 		b, _ = s.register(info, sb)
 	}
-	if b == nil || b.conv != OwnerKey(conv) {
+	if b == nil || (owner != "" && b.conv != owner) {
 		return nil, errGone(id)
 	}
 	return b, nil
@@ -420,9 +439,18 @@ func (s *Server) use(ctx context.Context, b *box) (func(), error) {
 // withBox runs fn on conv's sandbox id, counting the call as activity. An
 // error saying the sandbox no longer exists becomes errGone.
 func (s *Server) withBox(ctx context.Context, conv, id string, fn func(context.Context, *box) error) error {
+	return s.withFound(ctx, id, func(ctx context.Context) (*box, error) { return s.lookup(ctx, conv, id) }, fn)
+}
+
+// withAnyBox is withBox for the operator: sandbox id of any conversation.
+func (s *Server) withAnyBox(ctx context.Context, id string, fn func(context.Context, *box) error) error {
+	return s.withFound(ctx, id, func(ctx context.Context) (*box, error) { return s.find(ctx, id, "") }, fn)
+}
+
+func (s *Server) withFound(ctx context.Context, id string, find func(context.Context) (*box, error), fn func(context.Context, *box) error) error {
 	ctx, stop := s.callContext(ctx)
 	defer stop()
-	b, err := s.lookup(ctx, conv, id)
+	b, err := find(ctx)
 	if err != nil {
 		return err
 	}
@@ -515,6 +543,12 @@ func (s *Server) Delete(ctx context.Context, conv, id string) error {
 	if err != nil {
 		return err
 	}
+	return s.deleteBox(ctx, b, conv)
+}
+
+// deleteBox removes b, for who (a conversation, or the operator).
+func (s *Server) deleteBox(ctx context.Context, b *box, who string) error {
+	id := b.id
 	s.mu.Lock()
 	if b.gone {
 		s.mu.Unlock()
@@ -529,6 +563,6 @@ func (s *Server) Delete(ctx context.Context, conv, id string) error {
 	if err := s.destroy(ctx, b); err != nil {
 		return fmt.Errorf("deleting sandbox %s: %w", id, err)
 	}
-	s.opts.Logger.Info("deleted sandbox", "sandbox", id, "conversation", conv)
+	s.opts.Logger.Info("deleted sandbox", "sandbox", id, "by", who)
 	return nil
 }

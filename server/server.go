@@ -60,11 +60,18 @@ type Server struct {
 	// metrics are served at /metrics; audit is the trail (audit.go).
 	metrics *metrics
 	audit   *auditLog
+	// console holds the console's logins (console.go); started is when
+	// New ran.
+	console consoleSessions
+	started time.Time
 }
 
 // box is one sandbox the server knows.
 type box struct {
+	// conv is the owner's OwnerKey; convName the conversation itself,
+	// once a call of it came in this run (guarded by Server.mu).
 	id, conv, typ string
+	convName      string
 	// isolation is what separates the sandbox from the host.
 	isolation    backend.Isolation
 	idleTTL      time.Duration
@@ -81,6 +88,9 @@ type box struct {
 	sb     backend.Sandbox // the backend's, or nil until reattached
 	agent  *sbxd.Client    // nil with NoAgent
 	tools  *fileops.Tools
+	// files is the sandbox the file tools work on (confined on a backend
+	// without isolation); the console browses it.
+	files backend.Sandbox
 	// osbToken is the SHA-256 (hex) of the execd access token it was made
 	// with through the OpenSandbox API ("": none); osb are the commands
 	// its OpenSandbox execd runs.
@@ -139,7 +149,7 @@ func New(opts Options) (*Server, error) {
 	}
 	opts.Volumes = vols
 	life, stop := context.WithCancel(context.Background())
-	s := &Server{opts: opts, life: life, stopLife: stop, boxes: map[string]*box{}, released: map[string]release{}}
+	s := &Server{opts: opts, life: life, stopLife: stop, boxes: map[string]*box{}, released: map[string]release{}, started: time.Now()}
 	if opts.BodyBudget > 0 {
 		s.budget = &bodyBudget{size: opts.BodyBudget}
 	}

@@ -138,6 +138,14 @@ func (s *Server) serveTerminal(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	s.terminalSocket(w, r, id, func(ctx context.Context, fn func(context.Context, *box) error) error {
+		return s.withBox(ctx, conv, id, fn)
+	})
+}
+
+// terminalSocket serves a terminal WebSocket of sandbox id, which
+// withBox runs fn on (the caller has checked who may).
+func (s *Server) terminalSocket(w http.ResponseWriter, r *http.Request, id string, withBox func(context.Context, func(context.Context, *box) error) error) {
 	tq, err := parseTerminalQuery(r.URL.Query())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -153,7 +161,7 @@ func (s *Server) serveTerminal(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	upgraded := false
-	err = s.withBox(r.Context(), conv, id, func(ctx context.Context, b *box) error {
+	err = withBox(r.Context(), func(ctx context.Context, b *box) error {
 		tr, err := s.terminaler(b)
 		if err != nil {
 			return err
