@@ -987,7 +987,13 @@ func (s *Server) osbPort(w http.ResponseWriter, r *http.Request, conv, id string
 		s.osbExecd(w, r, conv, id, p)
 		return
 	case OSBEgressPort:
-		s.osbEgress(w, r, conv, id, p)
+		if r.Method == http.MethodGet {
+			s.osbEgress(w, r, conv, id, p)
+			return
+		}
+		// An egress change is audited.
+		e := &AuditEntry{Kind: AuditOpenSandbox, Conversation: conv, Sandbox: id, Route: "egress " + r.Method + " " + p}
+		s.auditCall(e, w, r, func(w http.ResponseWriter, r *http.Request) { s.osbEgress(w, r, conv, id, p) })
 		return
 	}
 	var addr string

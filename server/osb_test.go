@@ -771,7 +771,7 @@ func TestOpenSandboxAPISnapshots(t *testing.T) {
 // egress sidecar's API on port 18080 reads, patches and deletes its rules.
 func TestOpenSandboxAPIEgressNative(t *testing.T) {
 	s, _, _ := nativeServer(t, func(o *server.Options) {
-		o.APIKey = osbKey
+		o.APIKey, o.AdminKey = osbKey, observeAdminKey
 		o.OSBEgressBound = &backend.Egress{Default: "allow", Deny: []string{"169.254.169.254"}}
 	})
 	hs := httptest.NewServer(s.Handler())
@@ -811,6 +811,14 @@ func TestOpenSandboxAPIEgressNative(t *testing.T) {
 	code, out, _ = c.do("DELETE", direct+"/policy", []string{"169.254.169.254"}, route)
 	require.Equal(t, 200, code, "%v", out)
 	assert.Contains(t, policy(out)["egress"], map[string]any{"action": "deny", "target": "169.254.169.254"})
+	// Each change is in the audit trail; reads are not.
+	var changes []string
+	for _, e := range auditEntries(t, hs.URL, "kind=opensandbox&sandbox="+id) {
+		if strings.HasPrefix(e.Route, "egress ") {
+			changes = append(changes, fmt.Sprintf("%s %d", e.Route, e.Status))
+		}
+	}
+	assert.Equal(t, []string{"egress PATCH /policy 200", "egress DELETE /policy 200", "egress DELETE /policy 200"}, changes)
 
 	// A sandbox without a policy has no sidecar: 502, as on the real server.
 	plain := c.create(nil)
