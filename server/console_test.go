@@ -404,6 +404,16 @@ func TestConsoleInBrowser(t *testing.T) {
 		return code == http.StatusNotFound
 	})
 	poll("row gone", fmt.Sprintf(`document.querySelector('#sandbox-table tr[data-id="%s"]') === null`, id), 15*time.Second)
+
+	// The API docs render the three documents in the page (no key).
+	for api, want := range map[string]string{"tools": "/tools/create_sandbox", "admin": "/admin/audit", "opensandbox": "/v1/sandboxes"} {
+		do("docs "+api, chromedp.Navigate(hs.URL+"/docs?api="+api))
+		poll("docs "+api+" rendered", fmt.Sprintf(`(document.getElementById("doc")?.shadowRoot?.textContent || "").includes(%q)`, want), 30*time.Second)
+		layoutOK("docs "+api, map[string][2]float64{"#doc": {900, 400}, "#apis": {900, 20}})
+		if api == "tools" {
+			shot("docs")
+		}
+	}
 	t.Logf("screenshots in %s", shots)
 }
 

@@ -184,8 +184,9 @@ type (
 func newDoc(title, description string) *oaDoc {
 	return &oaDoc{
 		OpenAPI: "3.1.0",
-		Info: oaInfo{Title: title, Version: Implementation.Version, Description: description,
-			License: &oaLicense{Name: "Apache-2.0", Identifier: "Apache-2.0"}},
+		// No license: the project has not chosen one, so the documents
+		// claim none.
+		Info:    oaInfo{Title: title, Version: Implementation.Version, Description: description},
 		Servers: []oaServer{{URL: "/", Description: "this server"}},
 		Paths:   map[string]map[string]*oaOp{},
 		Components: oaComponents{
