@@ -73,23 +73,34 @@ const (
 // none, so a fork bomb cannot take the host down.
 const DefaultPidsLimit = 4096
 
-func (c Config) validate() error {
+// CheckEngineSettings checks the settings of c that every backend driving
+// a Docker engine through this package shares (pull_policy, egress_dns,
+// egress_spares; remotedocker passes its own on), naming table (such as
+// "[sandbox.remotedocker]") in its errors.
+func CheckEngineSettings(table string, c Config) error {
 	switch c.PullPolicy {
 	case "", PullMissing, PullAlways, PullNever:
 	default:
-		return fmt.Errorf("%w: [sandbox.native] pull_policy %q: want %q, %q or %q",
-			backend.ErrInvalidConfig, c.PullPolicy, PullMissing, PullAlways, PullNever)
+		return fmt.Errorf("%w: %s pull_policy %q: want %q, %q or %q",
+			backend.ErrInvalidConfig, table, c.PullPolicy, PullMissing, PullAlways, PullNever)
+	}
+	if _, ok := egressctl.DNSServer(c.EgressDNS); c.EgressDNS != "" && !ok {
+		return fmt.Errorf("%w: %s egress_dns %q: %s", backend.ErrInvalidConfig, table, c.EgressDNS, egressctl.DNSServerWant)
+	}
+	if c.EgressSpares < 0 || c.EgressSpares > MaxEgressSpares {
+		return fmt.Errorf("%w: %s egress_spares = %d: want 0 (none) to %d", backend.ErrInvalidConfig, table, c.EgressSpares, MaxEgressSpares)
+	}
+	return nil
+}
+
+func (c Config) validate() error {
+	if err := CheckEngineSettings("[sandbox.native]", c); err != nil {
+		return err
 	}
 	switch c.Ports {
 	case "", PortsDynamic, PortsLoopback:
 	default:
 		return fmt.Errorf("%w: [sandbox.native] ports %q: want %q or %q", backend.ErrInvalidConfig, c.Ports, PortsDynamic, PortsLoopback)
-	}
-	if _, ok := egressctl.DNSServer(c.EgressDNS); c.EgressDNS != "" && !ok {
-		return fmt.Errorf("%w: [sandbox.native] egress_dns %q: %s", backend.ErrInvalidConfig, c.EgressDNS, egressctl.DNSServerWant)
-	}
-	if c.EgressSpares < 0 || c.EgressSpares > MaxEgressSpares {
-		return fmt.Errorf("%w: [sandbox.native] egress_spares = %d: want 0 (none) to %d", backend.ErrInvalidConfig, c.EgressSpares, MaxEgressSpares)
 	}
 	if strings.HasPrefix(c.Host, "ssh://") {
 		return fmt.Errorf("%w: [sandbox.native] docker_host %q: the native backend speaks to unix:// and tcp:// engines; use the remotedocker backend for ssh://",

@@ -12,7 +12,6 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backends/native"
-	"github.com/sandboxkit/sandboxkit/internal/egressctl"
 )
 
 // Config is the [sandbox.remotedocker] table. Only the engine's address is
@@ -190,21 +189,14 @@ func hostPort(host string, port int) string {
 }
 
 func (c Config) validate() error {
-	if _, ok := egressctl.DNSServer(c.EgressDNS); c.EgressDNS != "" && !ok {
-		return invalid("egress_dns %q: %s", c.EgressDNS, egressctl.DNSServerWant)
-	}
-	if c.EgressSpares < 0 || c.EgressSpares > native.MaxEgressSpares {
-		return invalid("egress_spares = %d: want 0 (none) to %d", c.EgressSpares, native.MaxEgressSpares)
+	// The engine's settings are native's, checked by native's rules.
+	if err := native.CheckEngineSettings("[sandbox.remotedocker]", c.nativeConfig("")); err != nil {
+		return err
 	}
 	switch c.Ports {
 	case "", PortsRemote, PortsTunnel:
 	default:
 		return invalid("ports %q: want %q or %q", c.Ports, PortsRemote, PortsTunnel)
-	}
-	switch c.PullPolicy {
-	case "", native.PullMissing, native.PullAlways, native.PullNever:
-	default:
-		return invalid("pull_policy %q: want %q, %q or %q", c.PullPolicy, native.PullMissing, native.PullAlways, native.PullNever)
 	}
 	if c.RemoteSocket != "" && !strings.HasPrefix(c.RemoteSocket, "/") {
 		return invalid("remote_socket %q: want an absolute path on the remote host", c.RemoteSocket)
@@ -212,6 +204,8 @@ func (c Config) validate() error {
 	return nil
 }
 
+// nativeConfig is the native backend's config for the remote engine at
+// host: the settings native and remotedocker share, passed on.
 func (c Config) nativeConfig(host string) native.Config {
 	return native.Config{
 		Host:               host,

@@ -62,7 +62,8 @@ func TestValidate(t *testing.T) {
 	assert.ErrorContains(t, Config{Ports: "dynamic"}.validate(), `ports "dynamic"`)
 	assert.ErrorContains(t, Config{RemoteSocket: "docker.sock"}.validate(), "absolute")
 	assert.ErrorContains(t, Config{PullPolicy: "sometimes"}.validate(), "[sandbox.remotedocker] pull_policy")
-	assert.ErrorContains(t, Config{EgressSpares: 17}.validate(), "egress_spares = 17: want 0 (none) to 16")
+	assert.ErrorContains(t, Config{EgressSpares: 17}.validate(), "[sandbox.remotedocker] egress_spares = 17: want 0 (none) to 16")
+	assert.ErrorContains(t, Config{EgressDNS: "not an address"}.validate(), "[sandbox.remotedocker] egress_dns")
 	assert.NoError(t, Config{EgressSpares: 2}.validate())
 	assert.Equal(t, 2, Config{EgressSpares: 2}.nativeConfig("unix:///x").EgressSpares)
 }
