@@ -470,6 +470,55 @@ type sandboxPage struct {
 	Egress    *backend.EgressStatus
 	EgressErr string
 	Terminal  bool
+	Usage     *sandboxUsage
+}
+
+// sandboxUsage is what a sandbox uses now, from its own cgroup (v2).
+type sandboxUsage struct {
+	MemoryBytes int64
+	CPUSeconds  float64
+}
+
+// usageScript prints the memory the sandbox's cgroup holds, then "usec N"
+// or "nsec N", the CPU time it used: inside a container /sys/fs/cgroup is
+// its own cgroup, the v2 files, or the v1 memory and cpuacct hierarchies.
+const usageScript = `if [ -r /sys/fs/cgroup/memory.current ]; then
+	cat /sys/fs/cgroup/memory.current && echo usec $(sed -n 's/^usage_usec //p' /sys/fs/cgroup/cpu.stat)
+else
+	cat /sys/fs/cgroup/memory/memory.usage_in_bytes && echo nsec $(cat /sys/fs/cgroup/cpuacct/cpuacct.usage)
+fi`
+
+// usage reads b's memory and CPU time where it has a cgroup of its own
+// (not on a backend without isolation, whose /sys/fs/cgroup is the
+// host's); nil when it cannot tell.
+func (s *Server) usage(ctx context.Context, b *box) *sandboxUsage {
+	if b.isolation == backend.IsolationNone || b.sb == nil {
+		return nil
+	}
+	var sb backend.Sandbox = b.sb
+	if b.agent != nil {
+		sb = b.agent
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"sh", "-c", usageScript}})
+	if err != nil || res.ExitCode != 0 {
+		return nil
+	}
+	f := strings.Fields(string(res.Stdout))
+	if len(f) != 3 {
+		return nil
+	}
+	mem, err1 := strconv.ParseInt(f[0], 10, 64)
+	cpu, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	unit := map[string]float64{"usec": 1e6, "nsec": 1e9}[f[1]]
+	if unit == 0 {
+		return nil
+	}
+	return &sandboxUsage{MemoryBytes: mem, CPUSeconds: float64(cpu) / unit}
 }
 
 func (s *Server) sandboxPage(ctx context.Context, id, dir string) (sandboxPage, error) {
@@ -509,6 +558,7 @@ func (s *Server) sandboxPage(ctx context.Context, id, dir string) (sandboxPage, 
 				p.EgressErr = err.Error()
 			}
 		}
+		p.Usage = s.usage(ctx, b)
 		_, p.Terminal = backend.As[backend.Terminaler](b.files)
 		if b.agent != nil {
 			p.Terminal = true

@@ -445,3 +445,30 @@ func typeKeys(keys string) chromedp.Action[chromedp.Void] {
 		return nil
 	})
 }
+
+// On a backend with containers, a sandbox's page shows the memory and CPU
+// time of its own cgroup, and they move with what it does.
+func TestConsoleUsageNative(t *testing.T) {
+	s, _, _ := nativeServer(t, func(o *server.Options) { o.APIKey, o.AdminKey = observeAPIKey, observeAdminKey })
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	id := toolCall(t, hs.URL, "conv-usage", "create_sandbox", nil).SandboxID
+	require.NotEmpty(t, id)
+	usage := func() (mem string, cpu float64) {
+		code, page := get(t, hs.URL, "/ui/sandboxes/"+id, observeAdminKey)
+		require.Equal(t, http.StatusOK, code, "%s", page)
+		m := regexp.MustCompile(`id="usage-memory">([^<]+)<`).FindSubmatch(page)
+		c := regexp.MustCompile(`id="usage-cpu">([0-9.]+) s<`).FindSubmatch(page)
+		require.NotNil(t, m, "no memory figure on the page")
+		require.NotNil(t, c, "no CPU figure on the page: %s", regexp.MustCompile(`id="usage-cpu">[^<]*`).Find(page))
+		fmt.Sscan(string(c[1]), &cpu)
+		return string(m[1]), cpu
+	}
+	mem, before := usage()
+	assert.Regexp(t, `^[0-9.]+ (KiB|MiB)$`, mem)
+	// Half a second of CPU, at least.
+	res := toolCall(t, hs.URL, "conv-usage", "execute", map[string]any{"sandbox_id": id, "command": "end=$(($(date +%s)+1)); while [ $(date +%s) -lt $end ]; do :; done"})
+	require.False(t, res.IsError, res.Output)
+	_, after := usage()
+	assert.Greater(t, after-before, 0.3, "CPU time before %.2f s, after a busy second %.2f s", before, after)
+}

@@ -281,24 +281,12 @@ func TestPoolsEndpoint(t *testing.T) {
 	s := poolServer(t, b, 1, func(o *server.Options) { o.APIKey = "k3y" })
 	url := serveHTTP(t, s)
 	servertest.Create(t, servertest.HTTP(url, "k3y", "c"), nil)
-	get := func(key string) (int, []byte) {
-		req, err := http.NewRequest(http.MethodGet, url+"/pools", nil)
-		require.NoError(t, err)
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, body
-	}
+	getPools := func(key string) (int, []byte) { return get(t, url, "/pools", key) }
 	for _, key := range []string{"", "wrong"} {
-		code, _ := get(key)
+		code, _ := getPools(key)
 		assert.Equal(t, http.StatusUnauthorized, code, "key %q", key)
 	}
-	code, body := get("k3y")
+	code, body := getPools("k3y")
 	require.Equal(t, http.StatusOK, code, "%s", body)
 	var got struct {
 		Pools []map[string]any `json:"pools"`
