@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandboxkit/sandboxkit/backend"
@@ -130,4 +133,31 @@ func TestEgressAdminLite(t *testing.T) {
 	code, body = adminDo(t, hs.URL+"/admin/sandboxes/0123456789ab/egress", http.MethodGet, "operator", nil)
 	require.Equal(t, http.StatusNotFound, code, body)
 	require.True(t, strings.Contains(body, "not one of this server's"), body)
+
+	// A refused attempt shows in the metrics; the operator's change in the
+	// audit trail.
+	res := toolCallKey(t, hs.URL, "agent", "egress", "execute", map[string]any{"sandbox_id": info.ID, "command": "nslookup denied.test; true"})
+	require.False(t, res.IsError, res.Output)
+	denials := func() float64 {
+		code, data := get(t, hs.URL, "/metrics", "operator")
+		require.Equal(t, http.StatusOK, code)
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		families, err := parser.TextToMetricFamilies(bytes.NewReader(data))
+		require.NoError(t, err)
+		return value(families, "sandboxkit_egress_denials_total", map[string]string{})
+	}
+	waitFor(t, func() bool { return denials() >= 1 })
+	n := denials()
+	assert.Equal(t, n, denials(), "a second scrape counted the same denials again")
+	code, body = adminDo(t, hs.URL+"/admin/audit?kind=admin", http.MethodGet, "operator", nil)
+	require.Equal(t, http.StatusOK, code, body)
+	var trail struct{ Entries []server.AuditEntry }
+	require.NoError(t, json.Unmarshal([]byte(body), &trail))
+	var puts []int
+	for _, e := range trail.Entries {
+		if e.Route == "PUT /admin/sandboxes/{id}/egress" && e.Sandbox == info.ID {
+			puts = append(puts, e.Status)
+		}
+	}
+	assert.Equal(t, []int{http.StatusBadRequest, http.StatusBadRequest, http.StatusNoContent}, puts, "the operator's PUTs (the agent's, refused, is not the operator's)")
 }
