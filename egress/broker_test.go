@@ -1,0 +1,300 @@
+package egress
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+)
+
+const (
+	realSecret  = "REAL-SECRET-7f3a"
+	placeholder = "sbx-placeholder-token-9c1e"
+)
+
+// seen is what the real server received.
+type seen struct {
+	mu   sync.Mutex
+	reqs []*http.Request
+}
+
+func (s *seen) add(r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reqs = append(s.reqs, r)
+}
+
+func (s *seen) last(t *testing.T) *http.Request {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.reqs) == 0 {
+		t.Fatal("the real server got no request")
+	}
+	return s.reqs[len(s.reqs)-1]
+}
+
+func (s *seen) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.reqs)
+}
+
+// brokerSetup starts a real HTTPS server for example.com (httptest's
+// certificate), a broker of creds in front of it (trusting that server),
+// and returns a client that trusts the broker's CA and reaches the broker
+// as the sandbox would.
+func brokerSetup(t *testing.T, rootCAs *x509.CertPool, creds ...*Credential) (*http.Client, *seen, *[]Denial) {
+	t.Helper()
+	got := &seen{}
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.add(r)
+		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+		io.WriteString(w, "hello from "+r.Host+r.URL.Path)
+	}))
+	up.EnableHTTP2 = true
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	if rootCAs == nil {
+		rootCAs = x509.NewCertPool()
+		rootCAs.AddCert(up.Certificate())
+	}
+	dst := netip.MustParseAddrPort(up.Listener.Addr().String())
+
+	ca, err := NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var denials []Denial
+	var dmu sync.Mutex
+	b, err := NewBroker(ca, creds, BrokerOptions{RootCAs: rootCAs, Deny: func(d Denial) {
+		dmu.Lock()
+		denials = append(denials, d)
+		dmu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			// The enforcer has peeked the SNI; here the test knows it.
+			go b.ServeConn(c, nil, "example.com", dst)
+		}
+	}()
+	trust := x509.NewCertPool()
+	if !trust.AppendCertsFromPEM(ca.CertPEM()) {
+		t.Fatal("the CA's PEM does not parse")
+	}
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, l.Addr().String())
+		},
+		TLSClientConfig:   &tls.Config{RootCAs: trust},
+		ForceAttemptHTTP2: true,
+	}}
+	t.Cleanup(client.CloseIdleConnections)
+	return client, got, &denials
+}
+
+func bearer() *Credential {
+	c := &Credential{Name: "api", Hosts: []Rule{mustRule("example.com")}, Header: "Authorization", Format: "Bearer {value}", Placeholder: placeholder}
+	c.SetValue(realSecret)
+	return c
+}
+
+func mustRule(s string) Rule {
+	r, err := ParseRule(s)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+func do(t *testing.T, c *http.Client, method, url, host string, h map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp, string(body)
+}
+
+// The placeholder the sandbox sends becomes the value on the way out, or
+// the header is added; the sandbox sees neither the value in the answer's
+// headers nor anything but the broker's certificate; every request of a
+// kept-alive HTTP/2 connection is checked, so a request for another host
+// on it is refused and the real server never sees it.
+func TestBrokerHeader(t *testing.T) {
+	client, got, denials := brokerSetup(t, nil, bearer())
+
+	resp, body := do(t, client, "GET", "https://example.com/v1/models", "", map[string]string{"Authorization": "Bearer " + placeholder})
+	if resp.StatusCode != 200 || body != "hello from example.com/v1/models" {
+		t.Fatalf("answer %d %q", resp.StatusCode, body)
+	}
+	if resp.ProtoMajor != 2 {
+		t.Errorf("the sandbox's side spoke HTTP/%d, want 2 (h2 offered)", resp.ProtoMajor)
+	}
+	if a := got.last(t).Header.Get("Authorization"); a != "Bearer "+realSecret {
+		t.Errorf("the real server got Authorization %q, want the value", a)
+	}
+	if e := resp.Header.Get("X-Echo"); strings.Contains(e, realSecret) || e != "Bearer [credential]" {
+		t.Errorf("the value came back in the answer's headers: X-Echo %q", e)
+	}
+	if resp.TLS == nil || resp.TLS.PeerCertificates[0].Issuer.CommonName != "sandboxkit credential broker of sandbox test" {
+		t.Errorf("the sandbox did not talk to the broker's certificate")
+	}
+
+	// No header: added.
+	do(t, client, "GET", "https://example.com/x", "", nil)
+	if a := got.last(t).Header.Get("Authorization"); a != "Bearer "+realSecret {
+		t.Errorf("without a header the real server got %q", a)
+	}
+	// Another value than the placeholder is the sandbox's own: left alone.
+	do(t, client, "GET", "https://example.com/x", "", map[string]string{"Authorization": "Bearer mine"})
+	if a := got.last(t).Header.Get("Authorization"); a != "Bearer mine" {
+		t.Errorf("the sandbox's own header became %q", a)
+	}
+
+	// The same (pooled) connection, another host.
+	before := got.count()
+	resp, body = do(t, client, "GET", "https://example.com/steal", "attacker.test", map[string]string{"Authorization": "Bearer " + placeholder})
+	if resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Errorf("a request for attacker.test on example.com's connection: %d %q, want 421", resp.StatusCode, body)
+	}
+	if got.count() != before {
+		t.Errorf("the real server got the misdirected request")
+	}
+	if len(*denials) != 1 || (*denials)[0].Name != "attacker.test" {
+		t.Errorf("denials %+v, want the misdirected request", *denials)
+	}
+
+}
+
+// The same checks over HTTP/1.1 keep-alive.
+func TestBrokerHTTP1KeepAlive(t *testing.T) {
+	client, got, _ := brokerSetup(t, nil, bearer())
+	client.Transport.(*http.Transport).ForceAttemptHTTP2 = false
+	client.Transport.(*http.Transport).TLSClientConfig.NextProtos = []string{"http/1.1"}
+	resp, _ := do(t, client, "GET", "https://example.com/a", "", nil)
+	if resp.ProtoMajor != 1 {
+		t.Fatalf("HTTP/%d, want 1.1", resp.ProtoMajor)
+	}
+	before := got.count()
+	resp, _ = do(t, client, "GET", "https://example.com/b", "attacker.test:443", nil)
+	if resp.StatusCode != http.StatusMisdirectedRequest || got.count() != before {
+		t.Errorf("misdirected on a kept-alive HTTP/1.1 connection: %d, real server requests %d -> %d", resp.StatusCode, before, got.count())
+	}
+	resp, _ = do(t, client, "GET", "https://example.com/c", "", nil)
+	if resp.StatusCode != 200 || got.last(t).Header.Get("Authorization") != "Bearer "+realSecret {
+		t.Errorf("after the refusal: %d, %q", resp.StatusCode, got.last(t).Header.Get("Authorization"))
+	}
+}
+
+// A real server the host does not trust gets nothing: the broker's own
+// TLS fails before any request is sent.
+func TestBrokerVerifiesTheRealServer(t *testing.T) {
+	client, got, _ := brokerSetup(t, x509.NewCertPool(), bearer())
+	resp, body := do(t, client, "GET", "https://example.com/", "", nil)
+	if resp.StatusCode != http.StatusBadGateway || got.count() != 0 {
+		t.Errorf("an untrusted real server: %d %q, it got %d requests", resp.StatusCode, body, got.count())
+	}
+	if strings.Contains(body, realSecret) {
+		t.Errorf("the error shows the value: %q", body)
+	}
+}
+
+// Rotation, a query parameter, basic auth.
+func TestBrokerForms(t *testing.T) {
+	api := bearer()
+	q := &Credential{Name: "q", Hosts: []Rule{mustRule("example.com:443-65535")}, Query: "key", Placeholder: "PH-Q"}
+	q.SetValue("QV")
+	client, got, _ := brokerSetup(t, nil, api, q)
+	do(t, client, "GET", "https://example.com/s?key=PH-Q&x=1", "", nil)
+	if k := got.last(t).URL.Query().Get("key"); k != "QV" {
+		t.Errorf("query key %q, want the value", k)
+	}
+	api.SetValue("ROTATED")
+	do(t, client, "GET", "https://example.com/s", "", nil)
+	if a := got.last(t).Header.Get("Authorization"); a != "Bearer ROTATED" {
+		t.Errorf("after rotation %q", a)
+	}
+
+	basic := &Credential{Name: "b", Hosts: []Rule{mustRule("*.com")}, BasicUser: "ci", Placeholder: "PH-B"}
+	basic.SetValue("BV")
+	client, got, _ = brokerSetup(t, nil, basic)
+	req, _ := http.NewRequest("GET", "https://example.com/", nil)
+	req.SetBasicAuth("ci", "PH-B")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if u, p, ok := got.last(t).BasicAuth(); !ok || u != "ci" || p != "BV" {
+		t.Errorf("basic auth %q %q %v", u, p, ok)
+	}
+}
+
+// Bad declarations are refused, naming the credential and what is wrong.
+func TestCredentialCheck(t *testing.T) {
+	for _, c := range []struct {
+		cred *Credential
+		want string
+	}{
+		{&Credential{Name: "a", Hosts: []Rule{mustRule("x.test")}, Header: "Bad Header"}, `header "Bad Header" is not an HTTP header name`},
+		{&Credential{Name: "a", Hosts: []Rule{mustRule("10.0.0.1")}, Header: "X-Key"}, `host "10.0.0.1" is an address`},
+		{&Credential{Name: "a", Hosts: []Rule{mustRule("x.test")}, Header: "X-Key", Query: "k"}, "exactly one of header, query and basic_user"},
+		{&Credential{Name: "a", Header: "X-Key"}, "hosts is empty"},
+		{&Credential{Name: "a", Hosts: []Rule{mustRule("x.test")}, Header: "X-Key", Format: "Bearer"}, "does not hold {value}"},
+	} {
+		err := c.cred.Check()
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "credential a") {
+			t.Errorf("%v: %v, want %q", c.want, err, c.want)
+		}
+	}
+	good := bearer()
+	if !newTestBroker(t, good).Wants("EXAMPLE.com.", 443) || newTestBroker(t, good).Wants("example.org", 443) {
+		t.Error("Wants does not follow the credential's hosts")
+	}
+}
+
+func newTestBroker(t *testing.T, creds ...*Credential) *Broker {
+	ca, err := NewCA("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewBroker(ca, creds, BrokerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
