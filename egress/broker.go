@@ -303,6 +303,22 @@ func (b *Broker) Wants(name string, port uint16) bool {
 	return false
 }
 
+// wantsPort reports whether some credential could go to a host on port
+// (the proxy then reads every connection's name on it).
+func (b *Broker) wantsPort(port uint16) bool {
+	for _, c := range b.creds {
+		for _, h := range c.Hosts {
+			if h.coversPort(port) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// isTLSRecord reports whether head starts a TLS handshake record.
+func isTLSRecord(head []byte) bool { return len(head) > 0 && head[0] == 0x16 }
+
 // upstreamKey carries, in a request's context, where its connection was
 // let through to.
 type upstreamKey struct{}

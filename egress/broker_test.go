@@ -298,3 +298,74 @@ func newTestBroker(t *testing.T, creds ...*Credential) *Broker {
 	}
 	return b
 }
+
+// The enforcer hands a connection the policy lets through to a host a
+// credential goes to to its broker: the sandbox talks TLS with the
+// sandbox's CA and the real server gets the value; a host no credential
+// goes to is spliced as before (the sandbox sees the real server's
+// certificate, and nothing is added).
+func TestEnforcerBrokers(t *testing.T) {
+	// A real server whose certificate (of a CA the host trusts) is for
+	// web.test and keep.test.
+	realCA, err := NewCA("real")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &seen{}
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.add(r)
+		io.WriteString(w, "hello "+r.Host)
+	}))
+	webCert, _ := realCA.leaf("web.test")
+	keepCert, _ := realCA.leaf("keep.test")
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{*webCert, *keepCert}}
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	hostTrust := x509.NewCertPool()
+	hostTrust.AppendCertsFromPEM(realCA.CertPEM())
+
+	zone := proxyZone(t)
+	te := startEnforcer(t, mustPolicy(t, Deny, []string{"web.test", "keep.test"}, nil), zone.addr)
+	te.resolve(t, "web.test")
+	te.resolve(t, "keep.test")
+	sandboxCA, err := NewCA("sb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred := &Credential{Name: "api", Hosts: []Rule{mustRule("web.test")}, Header: "X-Api-Key", Placeholder: placeholder}
+	cred.SetValue(realSecret)
+	if err := te.SetCredentials(sandboxCA, []*Credential{cred}, hostTrust); err != nil {
+		t.Fatal(err)
+	}
+	proxy := te.startProxy(t, serverAddr(up))
+	client := func(trust *CA) *http.Client {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(trust.CertPEM())
+		var d net.Dialer
+		return &http.Client{Transport: &http.Transport{
+			DialContext:     func(ctx context.Context, _, _ string) (net.Conn, error) { return d.DialContext(ctx, "tcp", proxy) },
+			TLSClientConfig: &tls.Config{RootCAs: pool},
+		}}
+	}
+
+	resp, body := do(t, client(sandboxCA), "GET", "https://web.test/", "", map[string]string{"X-Api-Key": placeholder})
+	if resp.StatusCode != 200 || body != "hello web.test" {
+		t.Fatalf("web.test through the broker: %d %q", resp.StatusCode, body)
+	}
+	if k := got.last(t).Header.Get("X-Api-Key"); k != realSecret {
+		t.Errorf("the real server got X-Api-Key %q, want the value", k)
+	}
+
+	// keep.test: no credential, spliced; the sandbox's CA would not do.
+	resp, body = do(t, client(realCA), "GET", "https://keep.test/", "", map[string]string{"X-Api-Key": placeholder})
+	if resp.StatusCode != 200 || body != "hello keep.test" {
+		t.Fatalf("keep.test spliced: %d %q", resp.StatusCode, body)
+	}
+	if k := got.last(t).Header.Get("X-Api-Key"); k != placeholder {
+		t.Errorf("keep.test got X-Api-Key %q: a host no credential goes to was given one", k)
+	}
+	if _, err := client(sandboxCA).Get("https://keep.test/"); err == nil {
+		t.Error("keep.test's connection was ended by the broker (the sandbox's CA was accepted)")
+	}
+	te.denials.none(t)
+}

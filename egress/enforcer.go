@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -73,6 +74,7 @@ type Enforcer struct {
 	onDeny          func(Denial)
 	log             *slog.Logger
 	dial            atomic.Pointer[DialFunc]
+	broker          atomic.Pointer[Broker] // nil: no brokered credentials
 	policy          atomic.Pointer[Policy]
 	resolved        *resolvedAddrs
 	denied          atomic.Pointer[deniedAddrs] // what the policy's deny names resolve to
@@ -133,6 +135,34 @@ func (e *Enforcer) SetDial(dial DialFunc) {
 		dial = d.DialContext
 	}
 	e.dial.Store(&dial)
+}
+
+// SetCredentials makes the enforcer broker creds (see broker.go) with
+// certificates of ca: a TLS connection the policy lets through to a host
+// a credential goes to is ended and its requests forwarded with it; the
+// enforcer's dial reaches the real servers. nil creds: none (connections
+// are spliced as before). Connections already open keep their way.
+func (e *Enforcer) SetCredentials(ca *CA, creds []*Credential, rootCAs *x509.CertPool) error {
+	if len(creds) == 0 {
+		if old := e.broker.Swap(nil); old != nil {
+			old.Close()
+		}
+		return nil
+	}
+	b, err := NewBroker(ca, creds, BrokerOptions{
+		RootCAs: rootCAs,
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return (*e.dial.Load())(ctx, network, addr)
+		},
+		Deny: e.deny,
+	})
+	if err != nil {
+		return err
+	}
+	if old := e.broker.Swap(b); old != nil {
+		old.Close()
+	}
+	return nil
 }
 
 // Policy returns the policy in force.
@@ -229,6 +259,9 @@ func (e *Enforcer) Close() error {
 	}
 	for pc := range conns {
 		pc.abort()
+	}
+	if b := e.broker.Swap(nil); b != nil {
+		b.Close()
 	}
 	return nil
 }

@@ -77,7 +77,8 @@ func (e *Enforcer) proxy(c net.Conn, dst func(net.Conn) (netip.AddrPort, error))
 	// The first bytes are waited for long only when the name could let
 	// the connection through: a client that waits for the server to
 	// speak first is otherwise refused at once, not after peekTimeout.
-	if p := e.Policy(); p.needsName(pc.dst.Addr(), pc.dst.Port()) {
+	br := e.broker.Load()
+	if p := e.Policy(); p.needsName(pc.dst.Addr(), pc.dst.Port()) || (br != nil && br.wantsPort(pc.dst.Port())) {
 		timeout := peekTimeout
 		if ok, _ := e.precheck(p, pc); !ok {
 			timeout = recordPeekTimeout
@@ -141,6 +142,15 @@ func (e *Enforcer) admit(pc *proxyConn) bool {
 }
 
 func (e *Enforcer) connect(pc *proxyConn) (net.Conn, error) {
+	if br := e.broker.Load(); br != nil && pc.name != "" && isTLSRecord(pc.head) && br.Wants(pc.name, pc.dst.Port()) {
+		// A host a credential goes to: the connection goes to the broker
+		// (over an in-memory pipe), which reaches the real server itself.
+		// Everything else (the policy's re-checks, Close) holds as for a
+		// spliced connection.
+		inner, outer := net.Pipe()
+		go br.ServeConn(inner, nil, pc.name, pc.dst)
+		return outer, nil
+	}
 	ctx, cancel := context.WithTimeout(e.ctx, dialTimeout)
 	defer cancel()
 	return (*e.dial.Load())(ctx, "tcp", pc.dst.String())
