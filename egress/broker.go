@@ -78,6 +78,38 @@ func NewCA(id string) (*CA, error) {
 	return &CA{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), leaves: map[string]*tls.Certificate{}}, nil
 }
 
+// LoadCA reads a CA that NewCA made (CertPEM and KeyPEM), such as the one
+// a sandbox's enforcer is started with.
+func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, errors.New("egress: the CA's certificate or key is not PEM")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("egress: the CA's certificate: %w", err)
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("egress: the CA's key: %w", err)
+	}
+	if !cert.IsCA || !key.PublicKey.Equal(cert.PublicKey) {
+		return nil, errors.New("egress: the CA's key does not match its certificate, or the certificate is no CA's")
+	}
+	return &CA{cert: cert, key: key, certPEM: pem.EncodeToMemory(cb), leaves: map[string]*tls.Certificate{}}, nil
+}
+
+// KeyPEM is the CA's private key, for the enforcer alone (never the
+// sandbox).
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalECPrivateKey(ca.key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
+}
+
 // Validity of the CA and of the certificates it makes for names.
 const (
 	caValidity   = 400 * 24 * time.Hour

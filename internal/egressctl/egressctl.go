@@ -62,6 +62,7 @@ func Run(args []string, stderr io.Writer) error {
 	logGroup := fl.Int("log-group", 0, "the NFLOG group whose packets are recorded as denials (--in-netns: NetnsLogGroup)")
 	hostAddrsFlag := fl.String("host-addrs", "", "comma-separated addresses or CIDRs of the machine the sandbox runs on, besides this namespace's own (see HostAddrsFlag)")
 	device := fl.String("bind-device", "", "the interface the listeners take connections from (none from elsewhere)")
+	credentials := fl.String("credentials", "", "the credentials to broker (JSON of Credentials, mode 0600); read again on SIGHUP")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -146,6 +147,13 @@ func Run(args []string, stderr io.Writer) error {
 		return err
 	}
 	s.e = e
+	if *credentials != "" {
+		// Read while privileged (the file is root's alone).
+		if err := applyCredentials(e, *credentials); err != nil {
+			e.Close()
+			return fmt.Errorf("sbxd egress: --credentials %w", err)
+		}
+	}
 	if *logGroup > 0 {
 		// Bound while privileged; without it, only DNS and TCP denials
 		// are recorded.
@@ -191,7 +199,20 @@ func Run(args []string, stderr io.Writer) error {
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	<-sig
+	if *credentials != "" {
+		// SIGHUP: the backend rewrote the file (a rotation). The previous
+		// credentials stay in force if the new ones are bad or cannot be
+		// read (an enforcer that dropped root cannot read a root file).
+		signal.Notify(sig, syscall.SIGHUP)
+	}
+	for sg := range sig {
+		if sg != syscall.SIGHUP {
+			break
+		}
+		if err := applyCredentials(e, *credentials); err != nil {
+			log.Warn("egress: reading the rotated credentials; the previous ones stay in force", "err", err)
+		}
+	}
 	s.close()
 	return nil
 }
