@@ -66,6 +66,8 @@ type Capabilities struct {
 	// it, EgressWhy says why not, for the refusal.
 	Egress    bool
 	EgressWhy string
+	// Credentials: the backend's enforcers broker Spec.Credentials.
+	Credentials bool
 
 	BindVolumes  bool
 	NamedVolumes bool
@@ -155,6 +157,7 @@ func (c Capabilities) Check(backendName string, spec Spec) error {
 		}
 		bad = append(bad, "egress ("+why+")")
 	}
+	need(len(spec.Credentials) == 0 || c.Credentials, "credentials (brokered secrets: its egress enforcer does not add them yet)")
 	need(len(spec.Ports) == 0 || c.Ports, "ports")
 	need(spec.User == "" || c.User, "user")
 	need(spec.Resources.CPUs == 0 || c.CPULimit, "cpus")

@@ -38,7 +38,11 @@ type Spec struct {
 	Network string
 	// Egress, when set, limits what the sandbox may reach on the network
 	// (see Egress); backends without Capabilities.Egress refuse it.
-	Egress         *Egress
+	Egress *Egress
+	// Credentials are secrets the sandbox's enforcer adds to its HTTPS
+	// requests to their hosts (see Credential); they need Egress and a
+	// backend with Capabilities.Credentials.
+	Credentials    []Credential
 	Privileged     bool
 	CapAdd         []string
 	CapDrop        []string

@@ -259,6 +259,9 @@ type Entry struct {
 	// egress = { default = "deny", allow = ["*.pypi.org:443"], deny = [] }
 	// (see backend.Egress for the rules). Absent: no policy.
 	Egress *EgressConfig `toml:"egress"`
+	// Credentials are secrets brokered at the egress boundary, by key:
+	// the sandbox never holds them (see backend.Credential).
+	Credentials map[string]*CredentialConfig `toml:"credentials"`
 	// Extra is free-form, for initializers and backends
 	// (initializer_timeout_sec, namespace, ...).
 	Extra map[string]any `toml:"extra"`
@@ -273,6 +276,26 @@ type EgressConfig struct {
 	Default string   `toml:"default"`
 	Allow   []string `toml:"allow"`
 	Deny    []string `toml:"deny"`
+}
+
+// CredentialConfig is an entry's [sandbox.sandboxes.NAME.credentials.KEY]
+// table:
+//
+//	hosts = ["api.openai.com:443"]     # egress rules of names
+//	header = "Authorization"           # or query = "key", or basic_user = "ci"
+//	format = "Bearer {value}"          # with header; default "{value}"
+//	env = "OPENAI_API_KEY"             # the sandbox's placeholder variable
+//	from_env = "OPENAI_API_KEY"        # or from_file = "...", or from_command = "..."
+type CredentialConfig struct {
+	Hosts       []string `toml:"hosts"`
+	Header      string   `toml:"header"`
+	Format      string   `toml:"format"`
+	Query       string   `toml:"query"`
+	BasicUser   string   `toml:"basic_user"`
+	Env         string   `toml:"env"`
+	FromEnv     string   `toml:"from_env"`
+	FromFile    string   `toml:"from_file"`
+	FromCommand string   `toml:"from_command"`
 }
 
 // PoolConfig is an entry's [sandbox.sandboxes.NAME.pool] table.

@@ -176,6 +176,7 @@ func (c *Config) buildSpec(e *Entry, loading bool) (spec backend.Spec, warnings,
 	b.extras()
 	b.pool()
 	b.egress()
+	b.credentials()
 	return b.spec, b.warnings, b.problems
 }
 
@@ -643,4 +644,77 @@ func wholeSeconds(v any) (int64, bool) {
 		return i, err == nil && i >= 0
 	}
 	return 0, false
+}
+
+// envName matches the variable names a sandbox's placeholder may take.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// credentials checks the entry's credentials and puts them in the Spec:
+// each names its hosts (names the entry's egress policy allows), exactly
+// one place for the value and exactly one source.
+func (b *specBuilder) credentials() {
+	for _, key := range slices.Sorted(maps.Keys(b.e.Credentials)) {
+		c, at := b.e.Credentials[key], b.at("credentials", key)
+		if c == nil {
+			continue
+		}
+		if b.e.Egress == nil {
+			b.fail(at, "credentials need an egress policy (egress = { ... } in the entry): its enforcer adds them, outside the sandbox")
+			continue
+		}
+		pol, err := egress.NewPolicy(b.e.Egress.Default, b.e.Egress.Allow, b.e.Egress.Deny)
+		if err != nil {
+			continue // egress() said why
+		}
+		cred := &egress.Credential{Name: key, Header: c.Header, Format: c.Format, Query: c.Query, BasicUser: c.BasicUser}
+		bad := false
+		for i, h := range c.Hosts {
+			r, err := egress.ParseRule(h)
+			if err != nil {
+				b.fail(b.at("credentials", key, "hosts"), "hosts[%d] %q: %v", i, h, err)
+				bad = true
+				continue
+			}
+			name, port := r.Domain, uint16(443)
+			if r.Wildcard {
+				name = "any." + name
+			}
+			if len(r.Ports) > 0 {
+				port = r.Ports[0].Lo
+			}
+			if r.Domain != "" && !pol.AllowName(name, port) {
+				b.fail(b.at("credentials", key, "hosts"), "hosts[%d] %q: the entry's egress policy does not allow it (allow it in egress, or drop the host)", i, h)
+				bad = true
+			}
+			cred.Hosts = append(cred.Hosts, r)
+		}
+		if bad {
+			continue
+		}
+		if err := cred.Check(); err != nil {
+			b.fail(at, "%s", strings.TrimPrefix(err.Error(), "credential "+key+": "))
+			continue
+		}
+		if c.Env != "" && !envName.MatchString(c.Env) {
+			b.fail(b.at("credentials", key, "env"), "%q is not a variable name (letters, digits and _, not starting with a digit)", c.Env)
+			continue
+		}
+		src := backend.CredentialSource{Env: c.FromEnv, File: c.FromFile}
+		if c.FromCommand != "" {
+			src.Command = []string{"sh", "-c", c.FromCommand}
+		}
+		n := 0
+		for _, set := range []bool{c.FromEnv != "", c.FromFile != "", c.FromCommand != ""} {
+			if set {
+				n++
+			}
+		}
+		if n != 1 {
+			b.fail(at, "give exactly one source of the value: from_env, from_file or from_command")
+			continue
+		}
+		src.File = b.c.HostPath(src.File)
+		b.spec.Credentials = append(b.spec.Credentials, backend.Credential{Name: key, Hosts: slices.Clone(c.Hosts),
+			Header: c.Header, Format: c.Format, Query: c.Query, BasicUser: c.BasicUser, Env: c.Env, From: src})
+	}
 }
