@@ -230,6 +230,11 @@ func (s *Sandbox) freeze(ctx context.Context, m *meta) (resume func(), err error
 				unmarkFrozen(s.dir)
 			}, nil
 		}
+		// A freeze that did not complete in time (under load, a task that
+		// does not stop) leaves the cgroup freezing: thawed before the
+		// runtime's pause, which would otherwise wait on it (runsc's did,
+		// for its whole timeout, in a loaded CI run).
+		freezeCgroup(m, false)
 	}
 	if err := markFrozen(s.dir, "pause"); err != nil {
 		return nil, err
