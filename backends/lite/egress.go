@@ -360,7 +360,11 @@ func (b *Backend) startEnforcer(ctx context.Context, dir string, host netip.Addr
 		return 0, 0, 0, err
 	}
 	defer r.Close()
-	cmd := exec.Command(b.sbxd, egressctl.Args(dir, host, device, upstream, logGroup)...)
+	args := egressctl.Args(dir, host, device, upstream, logGroup)
+	if _, err := os.Stat(credentialsFile(dir)); err == nil {
+		args = append(args, "--credentials", credentialsFile(dir))
+	}
+	cmd := exec.Command(b.sbxd, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.Dir = "/"

@@ -235,6 +235,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		NetworkModes:     []string{NetworkHost, NetworkNone},
 		Egress:           b.userns == nil,
 		EgressWhy:        "rootless lite cannot make the host-side network an enforcer needs; run it as root",
+		Credentials:      b.userns == nil,
 		BindVolumes:      true,
 		NamedVolumes:     true,
 		User:             rootful,
@@ -259,15 +260,19 @@ func (b *Backend) Capabilities() backend.Capabilities {
 // need after a restart of the host program.
 type meta struct {
 	statedir.Lifecycle
-	ID          string            `json:"id"`
-	Name        string            `json:"name,omitempty"`
-	Session     string            `json:"session,omitempty"`
-	Image       string            `json:"image,omitempty"`
-	ImageDigest string            `json:"image_digest,omitempty"`
-	Owner       string            `json:"owner,omitempty"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	CreatedAt   time.Time         `json:"created_at"`
-	ExpiresAt   time.Time         `json:"expires_at,omitzero"`
+	ID string `json:"id"`
+	// CredentialCA is the certificate (PEM; public) of the CA the
+	// sandbox's enforcer brokers credentials with (credentials.go):
+	// installed in every generation's root file system.
+	CredentialCA string            `json:"credential_ca,omitempty"`
+	Name         string            `json:"name,omitempty"`
+	Session      string            `json:"session,omitempty"`
+	Image        string            `json:"image,omitempty"`
+	ImageDigest  string            `json:"image_digest,omitempty"`
+	Owner        string            `json:"owner,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	CreatedAt    time.Time         `json:"created_at"`
+	ExpiresAt    time.Time         `json:"expires_at,omitzero"`
 	// WorkDir is the default working directory, inside the sandbox.
 	WorkDir string `json:"workdir"`
 	// Runtime and RuntimeRoot name the OCI runtime that runs the
@@ -488,6 +493,21 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	}
 	if err := writeMeta(dir, m); err != nil {
 		return fail(err)
+	}
+	if len(spec.Credentials) > 0 {
+		// Before the enforcer starts: it reads them then.
+		env, caPEM, err := prepareCredentials(ctx, id, dir, spec.Credentials)
+		if err != nil {
+			return fail(err)
+		}
+		spec.Env = maps.Clone(spec.Env)
+		if spec.Env == nil {
+			spec.Env = map[string]string{}
+		}
+		maps.Copy(spec.Env, env)
+		if err := b.update(m, func(cur *meta) { cur.CredentialCA = caPEM }); err != nil {
+			return fail(err)
+		}
 	}
 	if m.Egress != nil {
 		egressDone = make(chan error, 1)

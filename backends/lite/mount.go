@@ -40,7 +40,16 @@ func (b *Backend) makeRootfs(m *meta, dir string, gen int) error {
 	if m.Rootless {
 		return nil
 	}
-	return mountOverlay(m.Lower, dir, gen)
+	if err := mountOverlay(m.Lower, dir, gen); err != nil {
+		return err
+	}
+	if m.CredentialCA != "" {
+		// Each generation's layer starts afresh: the CA goes in again.
+		if err := installCA(rootfsDir(dir, gen), m.CredentialCA); err != nil {
+			return fmt.Errorf("installing the credential broker's CA: %w", err)
+		}
+	}
+	return nil
 }
 
 // launchPrefix is the command line prefix of the runtime's run or create

@@ -138,7 +138,7 @@ func (n *Net) domainAt(a net.Addr) string {
 	return ""
 }
 
-// handler serves /, /bytes and /stream, naming the domain whose address the
+// handler serves /, /header, /bytes and /stream, naming the domain whose address the
 // connection arrived at.
 func (n *Net) handler() http.Handler {
 	domain := func(r *http.Request) string {
@@ -149,6 +149,12 @@ func (n *Net) handler() http.Handler {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "hello from "+domain(r)+"\n")
+	})
+	mux.HandleFunc("GET /header", func(w http.ResponseWriter, r *http.Request) {
+		// The request's header ?name=, for the credential tests: what the
+		// sandbox's request carried when it reached the server.
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "header "+r.Header.Get(r.URL.Query().Get("name"))+"\n")
 	})
 	mux.HandleFunc("GET /bytes", func(w http.ResponseWriter, r *http.Request) {
 		size, err := strconv.ParseUint(r.URL.Query().Get("n"), 10, 64)

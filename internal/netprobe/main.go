@@ -47,7 +47,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(fmt.Errorf("usage: netprobe get|tls|lookup|txt|udp|route-del|route-add|raw-udp|nft-flush|mark-udp|download|stream|wait ARGS"))
+		fail(fmt.Errorf("usage: netprobe get|get-verified|tls|lookup|txt|udp|route-del|route-add|raw-udp|nft-flush|mark-udp|download|stream|wait ARGS"))
 	}
 	var err error
 	a := os.Args[2:]
@@ -56,6 +56,8 @@ func main() {
 		err = get(arg(a, 0), arg(a, 1))
 	case "tls":
 		err = tlsGet(arg(a, 0), arg(a, 1))
+	case "get-verified":
+		err = getVerified(arg(a, 0), arg(a, 1), arg(a, 2))
 	case "lookup":
 		var addrs []string
 		addrs, err = net.DefaultResolver.LookupHost(ctx(), arg(a, 0))
@@ -132,6 +134,33 @@ func request(url, host string) (*http.Response, error) {
 
 func get(url, host string) error {
 	resp, err := request(url, host)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+	fmt.Print(line)
+	return nil
+}
+
+// getVerified GETs url with header name: value (when name is set; a value
+// "$VAR" is that variable's),
+// verifying the server's certificate against the system's roots
+// ($SSL_CERT_FILE where set, as Go reads it), and prints the first line
+// of the answer.
+func getVerified(url, name, value string) error {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if strings.HasPrefix(value, "$") {
+		value = os.Getenv(value[1:])
+	}
+	if name != "" {
+		req.Header.Set(name, value)
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}

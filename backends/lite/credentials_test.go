@@ -1,0 +1,66 @@
+package lite
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/egresstest"
+	"github.com/sandboxkit/sandboxkit/internal/fakenet"
+)
+
+const brokeredValue = "the-real-value-3f9c"
+
+// A credential declared on the spec reaches allowed.test over HTTPS that
+// the sandbox verifies against the bundle it was given (its own CA), in
+// place of the placeholder it holds or added where it sends none; plain
+// HTTP gets nothing; and the value is nowhere the sandbox can look, nor in
+// the sandbox's record.
+func TestEgressCredentials(t *testing.T) {
+	e := newTestEnv(t)
+	fn := fakenet.Start(t)
+	// The enforcer verifies the fake internet's servers with the host's
+	// trust store: here, the fake internet's CA (a file the enforcer can
+	// still read once it has dropped root).
+	f, err := os.CreateTemp("", "sbx-fakenet-ca-*.pem")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.Remove(f.Name()) })
+	_, err = f.Write(fn.CAPEM)
+	require.NoError(t, err)
+	require.NoError(t, f.Chmod(0o644))
+	f.Close()
+	t.Setenv("SSL_CERT_FILE", f.Name())
+	t.Setenv("SBX_TEST_BROKERED", brokeredValue)
+
+	e.cfg.EgressDNS = fn.DNS.String()
+	b := e.open(t)
+	spec := e.spec("credentials")
+	spec.Egress = &backend.Egress{Default: "deny", Allow: []string{"allowed.test"}}
+	spec.Credentials = []backend.Credential{{Name: "api", Hosts: []string{"allowed.test"}, Header: "X-Api-Key", Env: "API_KEY",
+		From: backend.CredentialSource{Env: "SBX_TEST_BROKERED"}}}
+	sb := create(t, b, spec)
+	env := egresstest.NewEnv(t, fn, b, sb)
+
+	env.MustReach(t, "header "+brokeredValue, "get-verified", "https://allowed.test/header?name=X-Api-Key", "X-Api-Key", "$API_KEY")
+	env.MustReach(t, "header "+brokeredValue, "get-verified", "https://allowed.test/header?name=X-Api-Key")
+	env.MustReach(t, "header", "get", "http://allowed.test/header?name=X-Api-Key")
+
+	res, err := sb.Exec(t.Context(), backend.ExecRequest{Shell: `echo "$API_KEY"; env; cat /etc/sandboxkit/* /proc/self/environ; grep -rl ` + brokeredValue + ` /etc /root /tmp /home 2>/dev/null; true`})
+	require.NoError(t, err)
+	out := string(res.Stdout) + string(res.Stderr)
+	require.NotContains(t, out, brokeredValue, "the sandbox can see the value")
+	require.True(t, strings.HasPrefix(out, "sbx-placeholder-api-"), "API_KEY is not a placeholder: %.80q", out)
+	require.Contains(t, out, "SSL_CERT_FILE=/etc/sandboxkit/ca-bundle.pem")
+	require.Contains(t, out, "BEGIN CERTIFICATE")
+
+	record, err := os.ReadFile(filepath.Join(sb.dir, "meta.json"))
+	require.NoError(t, err)
+	require.NotContains(t, string(record), brokeredValue)
+	fi, err := os.Stat(credentialsFile(sb.dir))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+}
