@@ -3,14 +3,20 @@ package backendkit
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/egress"
+	"github.com/sandboxkit/sandboxkit/internal/egressctl"
 )
 
 // credentialCommandTimeout bounds a credential's from_command.
@@ -58,4 +64,108 @@ func CredentialValue(ctx context.Context, c backend.Credential) (string, error) 
 		return "", fmt.Errorf("credential %s: its source gave an empty value", c.Name)
 	}
 	return v, nil
+}
+
+// Brokered is what a backend needs to broker a sandbox's credentials (see
+// backend.Credential): the variables the sandbox gets (placeholders, and
+// the CA bundle's paths), the certificate of the sandbox's CA (public), and
+// the enforcer's file (`sbxd egress --credentials`: the CA's key and the
+// values), which must stay outside the sandbox, readable by root alone.
+type Brokered struct {
+	Env          map[string]string
+	CAPEM        string
+	EnforcerFile []byte
+}
+
+// Where the CA's certificate and the bundle of the image's trust store
+// with it go in a sandbox.
+const (
+	SandboxCAFile   = "/etc/sandboxkit/credentials-ca.pem"
+	SandboxCABundle = "/etc/sandboxkit/ca-bundle.pem"
+)
+
+// SystemBundles are the trust stores of common images, relative to the
+// root: the first that exists gets the CA too.
+var SystemBundles = []string{"etc/ssl/certs/ca-certificates.crt", "etc/pki/tls/certs/ca-bundle.crt", "etc/ssl/cert.pem"}
+
+// PrepareCredentials reads the values of creds (CredentialValue), makes
+// sandbox id's CA and a placeholder per credential.
+func PrepareCredentials(ctx context.Context, id string, creds []backend.Credential) (*Brokered, error) {
+	ca, err := egress.NewCA(id)
+	if err != nil {
+		return nil, err
+	}
+	key, err := ca.KeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	file := egressctl.Credentials{CACert: string(ca.CertPEM()), CAKey: string(key)}
+	env := map[string]string{
+		"SSL_CERT_FILE": SandboxCABundle, "REQUESTS_CA_BUNDLE": SandboxCABundle, "CURL_CA_BUNDLE": SandboxCABundle,
+		"GIT_SSL_CAINFO": SandboxCABundle, "NODE_EXTRA_CA_CERTS": SandboxCAFile,
+	}
+	for _, c := range creds {
+		v, err := CredentialValue(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		ph, err := egress.PlaceholderFor(c.Name)
+		if err != nil {
+			return nil, err
+		}
+		if c.Env != "" {
+			env[c.Env] = ph
+		}
+		file.Credentials = append(file.Credentials, egressctl.CredentialSpec{Name: c.Name, Hosts: c.Hosts, Header: c.Header, Format: c.Format,
+			Query: c.Query, BasicUser: c.BasicUser, Placeholder: ph, Value: v})
+	}
+	data, err := json.Marshal(file)
+	if err != nil {
+		return nil, err
+	}
+	return &Brokered{Env: env, CAPEM: string(ca.CertPEM()), EnforcerFile: data}, nil
+}
+
+// CAFiles are the files a sandbox gets for the CA caPEM, by path relative
+// to its root, given its image's trust store system (nil: none) found at
+// systemPath: the CA, a bundle of the trust store and the CA, and the
+// trust store with the CA added.
+func CAFiles(caPEM string, system []byte, systemPath string) map[string][]byte {
+	bundle := append(append(slices.Clone(system), '\n'), caPEM...)
+	files := map[string][]byte{SandboxCAFile[1:]: []byte(caPEM), SandboxCABundle[1:]: bundle}
+	if systemPath != "" {
+		files[systemPath] = bundle
+	}
+	return files
+}
+
+// InstallCA writes CAFiles into the root file system at rootfs (through an
+// os.Root: the image's symlinks cannot lead out).
+func InstallCA(rootfs, caPEM string) error {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	var system []byte
+	var systemPath string
+	for _, p := range SystemBundles {
+		data, err := root.ReadFile(p)
+		if err == nil {
+			system, systemPath = data, p
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	for p, data := range CAFiles(caPEM, system, systemPath) {
+		if err := root.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := root.WriteFile(p, data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -313,3 +313,37 @@ func TestEgressSpares(t *testing.T) {
 	_, err = cli.ContainerInspect(t.Context(), "sbxe-"+sb.ID())
 	require.NoError(t, err, "Close removed a claimed enforcer")
 }
+
+// Brokered credentials on native: the enforcer's container reads them (and
+// verifies the real servers against this host's trust store, which
+// $SSL_CERT_FILE names here); the sandbox's container trusts its CA and
+// holds a placeholder; the value reaches the server only over HTTPS, and
+// is nowhere the sandbox can look.
+func TestEgressCredentialsNative(t *testing.T) {
+	fn := fakenet.Start(t)
+	caFile := t.TempDir() + "/fakenet-ca.pem"
+	require.NoError(t, os.WriteFile(caFile, fn.CAPEM, 0o644))
+	t.Setenv("SSL_CERT_FILE", caFile)
+	const value = "native-real-value-81d2"
+	t.Setenv("SBX_TEST_BROKERED", value)
+	b := egressBackend(t, fn)
+	s := spec("credentials", dockertest.BusyboxImage)
+	s.Egress = &backend.Egress{Default: "deny", Allow: []string{"allowed.test"}}
+	s.Credentials = []backend.Credential{{Name: "api", Hosts: []string{"allowed.test"}, Header: "X-Api-Key", Env: "API_KEY",
+		From: backend.CredentialSource{Env: "SBX_TEST_BROKERED"}}}
+	sb := create(t, b, s)
+	env := egresstest.NewEnv(t, fn, b, sb)
+	env.MustReach(t, "header "+value, "get-verified", "https://allowed.test/header?name=X-Api-Key", "X-Api-Key", "$API_KEY")
+	env.MustReach(t, "header "+value, "get-verified", "https://allowed.test/header?name=X-Api-Key")
+	env.MustReach(t, "header", "get", "http://allowed.test/header?name=X-Api-Key")
+
+	res, err := sb.Exec(t.Context(), backend.ExecRequest{Shell: `echo "$API_KEY"; env; cat /etc/sandboxkit/*; grep -rl ` + value + ` /etc /root /tmp /home 2>/dev/null; true`})
+	require.NoError(t, err)
+	out := string(res.Stdout) + string(res.Stderr)
+	require.NotContains(t, out, value, "the sandbox can see the value")
+	require.True(t, strings.HasPrefix(out, "sbx-placeholder-api-"), "API_KEY is not a placeholder: %.80q", out)
+	require.Contains(t, out, "SSL_CERT_FILE=/etc/sandboxkit/ca-bundle.pem")
+	inspect, err := dockertest.Client(t).ContainerInspect(t.Context(), sb.(interface{ ContainerID() string }).ContainerID())
+	require.NoError(t, err)
+	require.NotContains(t, strings.Join(inspect.Config.Env, " "), value, "the value is in the sandbox container's config")
+}

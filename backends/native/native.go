@@ -33,6 +33,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/embedbin"
 	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
 )
@@ -284,6 +285,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	caps := backend.Capabilities{
 		Isolation:        backend.IsolationContainer,
 		Egress:           true,
+		Credentials:      true,
 		Images:           true,
 		NetworkModes:     []string{"none", "bridge", "host", "*"},
 		BindVolumes:      true,
@@ -422,6 +424,20 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	}
 	id := newID()
 	now := time.Now()
+	var brokered *backendkit.Brokered
+	if len(spec.Credentials) > 0 {
+		if spec.ReadOnlyRootfs {
+			return fail(fmt.Errorf("%w: credentials and read_only: the credential broker's CA goes into the image's trust store, which a read-only root file system keeps out", backend.ErrInvalidConfig))
+		}
+		if brokered, err = backendkit.PrepareCredentials(ctx, id, spec.Credentials); err != nil {
+			return fail(err)
+		}
+		spec.Env = maps.Clone(spec.Env)
+		if spec.Env == nil {
+			spec.Env = map[string]string{}
+		}
+		maps.Copy(spec.Env, brokered.Env)
+	}
 	cfg, hc, err := b.containerConfig(spec, img, id, now, facts)
 	if err != nil {
 		return fail(err)
@@ -441,8 +457,26 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	refill := func() {}
 	if ecfg != nil {
 		everr := b.mountSbxd(ctx, ehc, bin, spec.Image, ecfg.Labels)
-		inject := func(ctx context.Context, ecid string) error { return b.injectSbxd(ctx, ecid, bin, ehc, everr) }
+		var files map[string]fileInTar
+		if brokered != nil {
+			files = brokerEnforcer(ecfg, brokered)
+		}
+		inject := func(ctx context.Context, ecid string) error {
+			if err := b.injectSbxd(ctx, ecid, bin, ehc, everr); err != nil {
+				return err
+			}
+			if files == nil {
+				return nil
+			}
+			if err := b.cli.CopyToContainer(ctx, ecid, "/", filesTar(files), container.CopyToContainerOptions{}); err != nil {
+				return fmt.Errorf("egress enforcer: its credentials: %w", b.translate(err))
+			}
+			return nil
+		}
 		key := b.spareKey(spec, ecfg, ehc)
+		if brokered != nil {
+			key = "" // a spare has no credentials
+		}
 		started := make(chan error, 1)
 		go func() {
 			if key != "" && b.claimSpare(ctx, key, enforcerName(id)) {
@@ -502,6 +536,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	}
 	if err := b.injectSbxd(ctx, cid, bin, hc, verr); err != nil {
 		return cleanup(err)
+	}
+	if brokered != nil {
+		if err := b.installCA(ctx, cid, brokered.CAPEM); err != nil {
+			return cleanup(err)
+		}
 	}
 	if err := enforcer(); err != nil {
 		return cleanup(err)
