@@ -2,6 +2,7 @@ package remotedocker_test
 
 import (
 	"net/netip"
+	"os"
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
@@ -64,4 +65,39 @@ func TestEgress(t *testing.T) {
 	_, err = rcli.ContainerInspect(t.Context(), enforcer)
 	require.Error(t, err, "the enforcer outlived its sandbox")
 	var _ backend.EgressController = b
+}
+
+// Brokered credentials on the remote engine, as on native: the enforcer
+// on the remote host gets its file and this machine's trust store over
+// SSH, and adds the value to the sandbox's HTTPS requests.
+func TestEgressCredentials(t *testing.T) {
+	h := remotetest.Get(t)
+	fn := fakenet.Start(t)
+	rcli := h.DockerClient(t)
+	br, err := rcli.NetworkInspect(t.Context(), "bridge", network.InspectOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, br.IPAM.Config, "the remote engine's bridge has no subnet")
+	bridge, err := netip.ParsePrefix(br.IPAM.Config[0].Subnet)
+	require.NoError(t, err)
+	fn.Attach(t, h.NetNS, bridge)
+	caFile := t.TempDir() + "/fakenet-ca.pem"
+	require.NoError(t, os.WriteFile(caFile, fn.CAPEM, 0o644))
+	t.Setenv("SSL_CERT_FILE", caFile)
+	const value = "remote-real-value-5e0a"
+	t.Setenv("SBX_TEST_BROKERED", value)
+
+	cfg := config(h)
+	cfg.EgressDNS = fn.DNS.String()
+	b := open(t, cfg)
+	s := spec("credentials", dockertest.BusyboxImage)
+	s.Egress = &backend.Egress{Default: "deny", Allow: []string{"allowed.test"}}
+	s.Credentials = []backend.Credential{{Name: "api", Hosts: []string{"allowed.test"}, Header: "X-Api-Key", Env: "API_KEY",
+		From: backend.CredentialSource{Env: "SBX_TEST_BROKERED"}}}
+	sb := create(t, b, s)
+	e := egresstest.NewEnv(t, fn, b, sb)
+	e.MustReach(t, "header "+value, "get-verified", "https://allowed.test/header?name=X-Api-Key", "X-Api-Key", "$API_KEY")
+	e.MustReach(t, "header", "get", "http://allowed.test/header?name=X-Api-Key")
+	res, err := sb.Exec(t.Context(), backend.ExecRequest{Shell: `env; cat /etc/sandboxkit/*`})
+	require.NoError(t, err)
+	require.NotContains(t, string(res.Stdout), value, "the sandbox can see the value")
 }
