@@ -169,3 +169,22 @@ func InstallCA(rootfs, caPEM string) error {
 	}
 	return nil
 }
+
+// HostRoots is this host's trust store, for an enforcer that verifies the
+// real servers in a container of another image: the file $SSL_CERT_FILE
+// names, else the first of the usual ones (nil: none found).
+func HostRoots() []byte {
+	files := []string{os.Getenv("SSL_CERT_FILE")}
+	for _, p := range SystemBundles {
+		files = append(files, "/"+p)
+	}
+	for _, f := range files {
+		if f == "" {
+			continue
+		}
+		if data, err := os.ReadFile(f); err == nil && len(data) > 0 {
+			return data
+		}
+	}
+	return nil
+}

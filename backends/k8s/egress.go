@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/egress"
 	"github.com/sandboxkit/sandboxkit/internal/egressctl"
 	"github.com/sandboxkit/sandboxkit/internal/egresshost"
@@ -94,6 +95,17 @@ func (b *Backend) addEnforcer(ps *corev1.PodSpec, c *corev1.Container, spec back
 	if host := egressctl.HostAddrsFlag(b.nodeAddrs()); host != "" {
 		args = append(args, "--host-addrs", host)
 	}
+	// With credentials, the enforcer waits for its file too (Create puts
+	// it there: see credentials.go).
+	wait := "[ ! -x " + sbxdPath + " ]"
+	env := []corev1.EnvVar{{Name: egressPolicyEnv, Value: string(policy)}}
+	if len(spec.Credentials) > 0 {
+		args = append(args, "--credentials", egressCredentials)
+		wait += " || [ ! -e " + egressCredentials + " ]"
+		if backendkit.HostRoots() != nil {
+			env = append(env, corev1.EnvVar{Name: "SSL_CERT_FILE", Value: egressRoots})
+		}
+	}
 	root, no := int64(0), false
 	always := corev1.ContainerRestartPolicyAlways
 	sidecar := corev1.Container{
@@ -101,8 +113,8 @@ func (b *Backend) addEnforcer(ps *corev1.PodSpec, c *corev1.Container, spec back
 		Image:           spec.Image,
 		ImagePullPolicy: c.ImagePullPolicy,
 		// sbxd comes in once the pod runs (Create puts it there).
-		Command: []string{"/bin/sh", "-c", "trap 'exit 0' TERM INT\nwhile [ ! -x " + sbxdPath + " ]; do sleep 0.05; done\nexec " + strings.Join(args, " ")},
-		Env:     []corev1.EnvVar{{Name: egressPolicyEnv, Value: string(policy)}},
+		Command: []string{"/bin/sh", "-c", "trap 'exit 0' TERM INT\nwhile " + wait + "; do sleep 0.05; done\nexec " + strings.Join(args, " ")},
+		Env:     env,
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: "sbx", MountPath: sbxdDir},
 			{Name: "egress-state", MountPath: egressState},

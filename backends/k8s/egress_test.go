@@ -2,9 +2,12 @@ package k8s_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/netip"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -134,4 +137,45 @@ func TestEgressRefused(t *testing.T) {
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 	_, err = b.EgressStatus(context.Background(), plain.ID())
 	require.ErrorIs(t, err, errors.ErrUnsupported)
+}
+
+// Brokered credentials on k8s: the sidecar gets its file (and this host's
+// trust store) once the pod runs, before the enforcer starts; the sandbox
+// trusts its CA through the bundle in the sbx volume and holds a
+// placeholder; the value reaches the server only over HTTPS.
+func TestEgressCredentials(t *testing.T) {
+	c := k8stest.Get(t)
+	ns := c.Namespace(t)
+	require.NotEmpty(t, c.NetNS, "the harness's env names no node namespace (SBX_K8S_NETNS): rerun scripts/k8s-harness.sh up")
+	pods, err := netip.ParsePrefix(c.PodCIDR)
+	require.NoError(t, err, "SBX_K8S_POD_CIDR")
+	fn := fakenet.Start(t)
+	fn.Attach(t, c.NetNS, pods)
+	caFile := t.TempDir() + "/fakenet-ca.pem"
+	require.NoError(t, os.WriteFile(caFile, fn.CAPEM, 0o644))
+	t.Setenv("SSL_CERT_FILE", caFile)
+	const value = "k8s-real-value-c41b"
+	t.Setenv("SBX_TEST_BROKERED", value)
+	b, err := k8s.New(k8s.Config{Kubeconfig: c.Kubeconfig, Namespace: ns, ImagePullPolicy: "IfNotPresent",
+		StartTimeoutSec: 120, EgressDNS: fn.DNS.String()})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+
+	s := spec("credentials", k8stest.BusyboxImage)
+	s.Egress = &backend.Egress{Default: "deny", Allow: []string{"allowed.test"}}
+	s.Credentials = []backend.Credential{{Name: "api", Hosts: []string{"allowed.test"}, Header: "X-Api-Key", Env: "API_KEY",
+		From: backend.CredentialSource{Env: "SBX_TEST_BROKERED"}}}
+	sb := create(t, b, s)
+	e := egresstest.NewEnv(t, fn, b, sb)
+	e.MustReach(t, "header "+value, "get-verified", "https://allowed.test/header?name=X-Api-Key", "X-Api-Key", "$API_KEY")
+	e.MustReach(t, "header", "get", "http://allowed.test/header?name=X-Api-Key")
+	res, err := sb.Exec(t.Context(), backend.ExecRequest{Shell: `echo "$API_KEY"; env; cat /.sbx/*.pem`})
+	require.NoError(t, err)
+	out := string(res.Stdout)
+	require.NotContains(t, out, value, "the sandbox can see the value")
+	require.True(t, strings.HasPrefix(out, "sbx-placeholder-api-"), "API_KEY is not a placeholder: %.80q", out)
+	pod, err := c.Client(t).CoreV1().Pods(ns).Get(t.Context(), sb.ID(), metav1.GetOptions{})
+	require.NoError(t, err)
+	podSpec, _ := json.Marshal(pod.Spec)
+	require.NotContains(t, string(podSpec), value, "the value is in the pod's spec")
 }

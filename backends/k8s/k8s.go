@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit"
 )
 
 // Name is the backend's registry name.
@@ -131,6 +132,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	return backend.Capabilities{
 		Isolation:      backend.RuntimeIsolation(b.cfg.RuntimeClass),
 		Egress:         true,
+		Credentials:    true,
 		NetworkModes:   []string{"bridge", "host", "none"},
 		Images:         true,
 		BindVolumes:    true,
@@ -192,6 +194,18 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		return nil, b.opErr("create", "", fmt.Errorf("%w: no image (set image in the sandbox entry or [sandbox] default_image)", backend.ErrInvalidConfig))
 	}
 	id := newPodName(spec.Name)
+	var brokered *backendkit.Brokered
+	if len(spec.Credentials) > 0 {
+		var err error
+		if brokered, err = backendkit.PrepareCredentials(ctx, id, spec.Credentials); err != nil {
+			return nil, b.opErr("create", "", err)
+		}
+		spec.Env = maps.Clone(spec.Env)
+		if spec.Env == nil {
+			spec.Env = map[string]string{}
+		}
+		maps.Copy(spec.Env, podCredentialEnv(brokered))
+	}
 	pod, err := b.podFor(id, spec)
 	if err != nil {
 		return nil, b.opErr("create", "", err)
@@ -238,6 +252,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	}
 	if err := sb.setUp(ctx, spec.WorkingDir == ""); err != nil {
 		return fail(err)
+	}
+	if brokered != nil {
+		if err := sb.deliverCredentials(ctx, brokered); err != nil {
+			return fail(err)
+		}
 	}
 	if spec.Egress != nil {
 		if err := sb.waitEnforcer(ctx); err != nil {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"path"
 	"slices"
 	"strings"
@@ -32,30 +31,12 @@ const (
 	egressRoots       = egressState + "-roots.pem"
 )
 
-// hostRoots is this host's trust store: the file $SSL_CERT_FILE names, else
-// the first of the usual ones (nil: none found).
-func hostRoots() []byte {
-	files := []string{os.Getenv("SSL_CERT_FILE")}
-	for _, p := range backendkit.SystemBundles {
-		files = append(files, "/"+p)
-	}
-	for _, f := range files {
-		if f == "" {
-			continue
-		}
-		if data, err := os.ReadFile(f); err == nil && len(data) > 0 {
-			return data
-		}
-	}
-	return nil
-}
-
 // brokerEnforcer makes the enforcer of ecfg read br's credentials, and
 // returns the files to copy into its container before it starts.
 func brokerEnforcer(ecfg *container.Config, br *backendkit.Brokered) map[string]fileInTar {
 	files := map[string]fileInTar{egressCredentials: {data: br.EnforcerFile, mode: 0o600}}
 	ecfg.Entrypoint = slices.Concat(ecfg.Entrypoint, []string{"--credentials", egressCredentials})
-	if roots := hostRoots(); roots != nil {
+	if roots := backendkit.HostRoots(); roots != nil {
 		files[egressRoots] = fileInTar{data: roots, mode: 0o644}
 		ecfg.Env = append(ecfg.Env, "SSL_CERT_FILE="+egressRoots)
 	}
