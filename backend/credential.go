@@ -1,5 +1,7 @@
 package backend
 
+import "context"
+
 // Credential is a secret brokered at the egress boundary: the sandbox
 // never holds it. The sandbox's enforcer ends its TLS to the credential's
 // hosts with a certificate of a certificate authority made for the
@@ -33,4 +35,15 @@ type CredentialSource struct {
 	Env     string
 	File    string
 	Command []string
+}
+
+// CredentialRotator is implemented by backends whose enforcers take new
+// values of a running sandbox's credentials.
+type CredentialRotator interface {
+	// RotateCredentials reads the values of creds (sandbox id's
+	// credentials, by Name: all of them, as its Spec declared them)
+	// from their sources again and gives them to its enforcer; requests
+	// from then on carry them. The placeholders and the CA stay. A
+	// source that fails changes nothing.
+	RotateCredentials(ctx context.Context, id string, creds []Credential) error
 }

@@ -188,3 +188,34 @@ func HostRoots() []byte {
 	}
 	return nil
 }
+
+// RotatedFile is an enforcer's file old (Brokered.EnforcerFile) with the
+// values of creds read again from their sources; creds must be the
+// credentials the file holds, by name (a sandbox cannot gain or lose one
+// while it runs: its placeholders are in its environment). Errors name
+// credentials, never values.
+func RotatedFile(ctx context.Context, old []byte, creds []backend.Credential) ([]byte, error) {
+	var file egressctl.Credentials
+	if err := json.Unmarshal(old, &file); err != nil {
+		return nil, fmt.Errorf("the enforcer's credentials file: %w", err)
+	}
+	byName := map[string]backend.Credential{}
+	for _, c := range creds {
+		byName[c.Name] = c
+	}
+	if len(byName) != len(file.Credentials) {
+		return nil, fmt.Errorf("%w: the sandbox has %d credentials, %d given: give those it was made with", backend.ErrInvalidConfig, len(file.Credentials), len(byName))
+	}
+	for i, s := range file.Credentials {
+		c, ok := byName[s.Name]
+		if !ok {
+			return nil, fmt.Errorf("%w: credential %s of the sandbox is not among those given", backend.ErrInvalidConfig, s.Name)
+		}
+		v, err := CredentialValue(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		file.Credentials[i].Value = v
+	}
+	return json.Marshal(file)
+}

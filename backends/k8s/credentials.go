@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backendkit"
 )
 
@@ -89,6 +90,45 @@ func (s *Sandbox) deliverCredentials(ctx context.Context, br *backendkit.Brokere
 		}
 		if err != nil {
 			return fmt.Errorf("egress enforcer: its credentials: %w", err)
+		}
+	}
+	return nil
+}
+
+var _ backend.CredentialRotator = (*Backend)(nil)
+
+// RotateCredentials reads sandbox id's credentials' values again and hands
+// them to its enforcer: its file is rewritten in the sidecar and the
+// enforcer (the sidecar's first process) told to read it (SIGHUP; it keeps
+// the previous values if the new file is bad).
+func (b *Backend) RotateCredentials(ctx context.Context, id string, creds []backend.Credential) error {
+	const op = "rotate credentials"
+	if err := b.checkEnforcer(ctx, op, id); err != nil {
+		return err
+	}
+	run := b.runInSidecar(id)
+	old, _, code, err := run(ctx, []string{"cat", egressCredentials}, nil)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("%w: the sandbox was made without credentials (its enforcer has no file)", backend.ErrInvalidConfig)
+	}
+	if err != nil {
+		return b.opErr(op, id, err)
+	}
+	data, err := backendkit.RotatedFile(ctx, old, creds)
+	if err != nil {
+		return b.opErr(op, id, err)
+	}
+	for _, argv := range [][]string{credentialWriteScript(egressCredentials, "600"), {"kill", "-HUP", "1"}} {
+		var in []byte
+		if argv[0] != "kill" {
+			in = data
+		}
+		_, stderr, code, err := run(ctx, argv, in)
+		if err == nil && code != 0 {
+			err = fmt.Errorf("%s: exit %d: %s", argv[0], code, strings.TrimSpace(string(stderr)))
+		}
+		if err != nil {
+			return b.opErr(op, id, err)
 		}
 	}
 	return nil

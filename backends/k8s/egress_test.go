@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -178,4 +179,13 @@ func TestEgressCredentials(t *testing.T) {
 	require.NoError(t, err)
 	podSpec, _ := json.Marshal(pod.Spec)
 	require.NotContains(t, string(podSpec), value, "the value is in the pod's spec")
+
+	// Rotation: a new value from the source, seen by the server.
+	require.ErrorIs(t, b.RotateCredentials(t.Context(), sb.ID(), nil), backend.ErrInvalidConfig)
+	t.Setenv("SBX_TEST_BROKERED", "rotated-value-k8s")
+	require.NoError(t, b.RotateCredentials(t.Context(), sb.ID(), s.Credentials))
+	require.Eventually(t, func() bool {
+		out, ok := e.Probe(t, "get-verified", "https://allowed.test/header?name=X-Api-Key")
+		return ok && strings.TrimSpace(out) == "header rotated-value-k8s"
+	}, 20*time.Second, 200*time.Millisecond, "the server never got the rotated value")
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backendkit"
 )
 
@@ -112,4 +113,32 @@ func (b *Backend) readContainerFile(ctx context.Context, cid, p string) ([]byte,
 		return nil, errors.New("not a regular file")
 	}
 	return io.ReadAll(io.LimitReader(tr, 16<<20))
+}
+
+var _ backend.CredentialRotator = (*Backend)(nil)
+
+// RotateCredentials reads sandbox id's credentials' values again and hands
+// them to its enforcer: its file is rewritten in its container and it is
+// told to read it (SIGHUP; it keeps the previous values if the new file is
+// bad).
+func (b *Backend) RotateCredentials(ctx context.Context, id string, creds []backend.Credential) error {
+	ecid, err := b.enforcerOf(ctx, "rotate credentials", id)
+	if err != nil {
+		return err
+	}
+	old, err := b.readContainerFile(ctx, ecid, egressCredentials)
+	if err != nil {
+		return b.opErr("rotate credentials", id, fmt.Errorf("%w: the sandbox was made without credentials (its enforcer has no file: %v)", backend.ErrInvalidConfig, err))
+	}
+	data, err := backendkit.RotatedFile(ctx, old, creds)
+	if err != nil {
+		return b.opErr("rotate credentials", id, err)
+	}
+	if err := b.cli.CopyToContainer(ctx, ecid, "/", filesTar(map[string]fileInTar{egressCredentials: {data: data, mode: 0o600}}), container.CopyToContainerOptions{}); err != nil {
+		return b.opErr("rotate credentials", id, b.translate(err))
+	}
+	if err := b.cli.ContainerKill(ctx, ecid, "HUP"); err != nil {
+		return b.opErr("rotate credentials", id, b.translate(err))
+	}
+	return nil
 }

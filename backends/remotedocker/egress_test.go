@@ -3,7 +3,9 @@ package remotedocker_test
 import (
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
@@ -100,4 +102,10 @@ func TestEgressCredentials(t *testing.T) {
 	res, err := sb.Exec(t.Context(), backend.ExecRequest{Shell: `env; cat /etc/sandboxkit/*`})
 	require.NoError(t, err)
 	require.NotContains(t, string(res.Stdout), value, "the sandbox can see the value")
+	t.Setenv("SBX_TEST_BROKERED", "rotated-value-remote")
+	require.NoError(t, b.RotateCredentials(t.Context(), sb.ID(), s.Credentials))
+	require.Eventually(t, func() bool {
+		out, ok := e.Probe(t, "get-verified", "https://allowed.test/header?name=X-Api-Key")
+		return ok && strings.TrimSpace(out) == "header rotated-value-remote"
+	}, 10*time.Second, 100*time.Millisecond, "the server never got the rotated value")
 }

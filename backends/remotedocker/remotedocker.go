@@ -302,6 +302,17 @@ var _ backend.EgressController = (*Backend)(nil)
 
 // SetEgress replaces the policy of sandbox id on the remote engine
 // (native.Backend.SetEgress: an exec in its enforcer's container).
+// RotateCredentials is native's, on the remote engine (see
+// backend.CredentialRotator).
+func (b *Backend) RotateCredentials(ctx context.Context, id string, creds []backend.Credential) error {
+	if err := b.ready(ctx); err != nil {
+		return b.opErr("rotate credentials", id, err)
+	}
+	return b.rewrap(b.nat.RotateCredentials(ctx, id, creds))
+}
+
+var _ backend.CredentialRotator = (*Backend)(nil)
+
 func (b *Backend) SetEgress(ctx context.Context, id string, policy backend.Egress) error {
 	if err := b.ready(ctx); err != nil {
 		return b.opErr("set egress", id, err)

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandboxkit/sandboxkit/internal/dockertest"
+	"github.com/sandboxkit/sandboxkit/internal/fakenet"
+)
+
+// sbx secret rotate on native: a sandbox whose entry declares credentials
+// has them read again and handed to its enforcer; one whose entry declares
+// none, and a backend that cannot rotate (lite), are refused saying so.
+func TestSecretRotate(t *testing.T) {
+	setup(t)
+	dockertest.RequireImage(t, dockertest.Client(t), dockertest.BusyboxImage)
+	fn := fakenet.Start(t)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, fn.CAPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SSL_CERT_FILE", caFile)
+	t.Setenv("SBX_TEST_BROKERED", "first-value")
+	pruneAtCleanup(t)
+	t.Setenv("SBX_CONFIG", writeConfig(t, fmt.Sprintf(`[sandbox]
+backend = "native"
+[sandbox.native]
+egress_dns = %q
+[sandbox.sandboxes.main]
+image = %q
+egress = { default = "deny", allow = ["allowed.test"] }
+[sandbox.sandboxes.main.credentials.api]
+hosts = ["allowed.test"]
+header = "X-Api-Key"
+env = "API_KEY"
+from_env = "SBX_TEST_BROKERED"
+[sandbox.sandboxes.plain]
+image = %q
+`, fn.DNS.String(), dockertest.BusyboxImage, dockertest.BusyboxImage)))
+	id := keep(t, "true")
+	t.Cleanup(func() { sbx(t, "rm", id) })
+	if got := must(t, "exec", id, "--", "sh", "-c", "echo $API_KEY"); !strings.HasPrefix(got, "sbx-placeholder-api-") {
+		t.Fatalf("API_KEY in the sandbox: %q", got)
+	}
+	t.Setenv("SBX_TEST_BROKERED", "second-value")
+	if got := must(t, "secret", "rotate", id); got != "rotated api of sandbox "+id+"\n" {
+		t.Errorf("sbx secret rotate: %q", got)
+	}
+	r := sbx(t, "secret", "rotate", "--entry", "plain", id)
+	if r.code == 0 || !strings.Contains(r.stderr, `entry "plain" declares no credentials`) {
+		t.Errorf("rotate with an entry without credentials: exit %d, %q", r.code, r.stderr)
+	}
+	t.Setenv("SBX_TEST_BROKERED", "")
+	os.Unsetenv("SBX_TEST_BROKERED")
+	r = sbx(t, "secret", "rotate", id)
+	if r.code == 0 || !strings.Contains(r.stderr, "credential api: $SBX_TEST_BROKERED is not set") || strings.Contains(r.stderr, "second-value") {
+		t.Errorf("rotate with the source gone: exit %d, %q", r.code, r.stderr)
+	}
+}
