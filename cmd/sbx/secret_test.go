@@ -45,6 +45,18 @@ image = %q
 	if got := must(t, "exec", id, "--", "sh", "-c", "echo $API_KEY"); !strings.HasPrefix(got, "sbx-placeholder-api-") {
 		t.Fatalf("API_KEY in the sandbox: %q", got)
 	}
+	ls := must(t, "secret", "ls", id)
+	for _, want := range []string{"NAME", "api", "allowed.test", "header X-Api-Key", "API_KEY"} {
+		if !strings.Contains(ls, want) {
+			t.Errorf("sbx secret ls lacks %q:\n%s", want, ls)
+		}
+	}
+	if strings.Contains(ls, "first-value") {
+		t.Errorf("sbx secret ls shows the value:\n%s", ls)
+	}
+	if got := must(t, "--json", "secret", "ls", "--entry", "plain", id); !strings.Contains(strings.Join(strings.Fields(got), ""), `"credentials":[]`) {
+		t.Errorf("sbx --json secret ls of an entry without credentials: %s", got)
+	}
 	t.Setenv("SBX_TEST_BROKERED", "second-value")
 	if got := must(t, "secret", "rotate", id); got != "rotated api of sandbox "+id+"\n" {
 		t.Errorf("sbx secret rotate: %q", got)
