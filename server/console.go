@@ -49,15 +49,19 @@ import (
 //go:embed ui
 var uiFiles embed.FS
 
-var consoleTemplates = template.Must(template.New("").Funcs(template.FuncMap{
-	"ago":      ago,
-	"until":    until,
-	"bytes":    humanBytes,
-	"join":     strings.Join,
-	"list":     func(v ...string) []string { return v },
-	"pathJoin": path.Join,
-	"percent":  func(n, total int64) int64 { return n * 100 / max(total, 1) },
-}).ParseFS(uiFiles, "ui/*.html"))
+// consoleTemplates are parsed on the console's first page, not at every
+// sbx process's start.
+var consoleTemplates = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("").Funcs(template.FuncMap{
+		"ago":      ago,
+		"until":    until,
+		"bytes":    humanBytes,
+		"join":     strings.Join,
+		"list":     func(v ...string) []string { return v },
+		"pathJoin": path.Join,
+		"percent":  func(n, total int64) int64 { return n * 100 / max(total, 1) },
+	}).ParseFS(uiFiles, "ui/*.html"))
+})
 
 const (
 	consoleCookie = "sbx_console"
@@ -280,7 +284,7 @@ type page struct {
 
 func (s *Server) render(w http.ResponseWriter, name string, data any) {
 	var buf bytes.Buffer
-	if err := consoleTemplates.ExecuteTemplate(&buf, name, data); err != nil {
+	if err := consoleTemplates().ExecuteTemplate(&buf, name, data); err != nil {
 		s.opts.Logger.Warn("console: rendering a page", "page", name, "err", err)
 		http.Error(w, "rendering the page failed: "+err.Error(), http.StatusInternalServerError)
 		return
@@ -716,7 +720,7 @@ func (s *Server) serveConsoleEvents(w http.ResponseWriter, r *http.Request, who 
 		parts := map[string]string{}
 		frag := func(elem, tmpl string, data any) {
 			var buf bytes.Buffer
-			if err := consoleTemplates.ExecuteTemplate(&buf, tmpl, page{CSRF: who.csrf(), Body: data}); err == nil {
+			if err := consoleTemplates().ExecuteTemplate(&buf, tmpl, page{CSRF: who.csrf(), Body: data}); err == nil {
 				parts[elem] = buf.String()
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -152,9 +151,7 @@ func TestEgressCredentials(t *testing.T) {
 	require.NoError(t, err, "SBX_K8S_POD_CIDR")
 	fn := fakenet.Start(t)
 	fn.Attach(t, c.NetNS, pods)
-	caFile := t.TempDir() + "/fakenet-ca.pem"
-	require.NoError(t, os.WriteFile(caFile, fn.CAPEM, 0o644))
-	t.Setenv("SSL_CERT_FILE", caFile)
+	egresstest.TrustFakenet(t, fn)
 	const value = "k8s-real-value-c41b"
 	t.Setenv("SBX_TEST_BROKERED", value)
 	b, err := k8s.New(k8s.Config{Kubeconfig: c.Kubeconfig, Namespace: ns, ImagePullPolicy: "IfNotPresent",
@@ -180,12 +177,5 @@ func TestEgressCredentials(t *testing.T) {
 	podSpec, _ := json.Marshal(pod.Spec)
 	require.NotContains(t, string(podSpec), value, "the value is in the pod's spec")
 
-	// Rotation: a new value from the source, seen by the server.
-	require.ErrorIs(t, b.RotateCredentials(t.Context(), sb.ID(), nil), backend.ErrInvalidConfig)
-	t.Setenv("SBX_TEST_BROKERED", "rotated-value-k8s")
-	require.NoError(t, b.RotateCredentials(t.Context(), sb.ID(), s.Credentials))
-	require.Eventually(t, func() bool {
-		out, ok := e.Probe(t, "get-verified", "https://allowed.test/header?name=X-Api-Key")
-		return ok && strings.TrimSpace(out) == "header rotated-value-k8s"
-	}, 20*time.Second, 200*time.Millisecond, "the server never got the rotated value")
+	egresstest.RotateAndSee(t, b, sb, s.Credentials, e, "rotated-value-k8s", 20*time.Second)
 }

@@ -2,7 +2,6 @@ package lite
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 
 	"github.com/sandboxkit/sandboxkit/backend"
@@ -29,14 +28,9 @@ func prepareCredentials(ctx context.Context, id, dir string, creds []backend.Cre
 	if err != nil {
 		return nil, "", err
 	}
+	// A temporary file (mode 0600) renamed over it: root's alone.
 	if err := atomicfile.Write(credentialsFile(dir), br.EnforcerFile); err != nil {
-		return nil, "", err
-	}
-	if err := os.Chmod(credentialsFile(dir), 0o600); err != nil {
 		return nil, "", err
 	}
 	return br.Env, br.CAPEM, nil
 }
-
-// installCA puts the CA into the root file system at rootfs.
-func installCA(rootfs, caPEM string) error { return backendkit.InstallCA(rootfs, caPEM) }

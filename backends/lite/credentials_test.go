@@ -24,16 +24,8 @@ func TestEgressCredentials(t *testing.T) {
 	e := newTestEnv(t)
 	fn := fakenet.Start(t)
 	// The enforcer verifies the fake internet's servers with the host's
-	// trust store: here, the fake internet's CA (a file the enforcer can
-	// still read once it has dropped root).
-	f, err := os.CreateTemp("", "sbx-fakenet-ca-*.pem")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.Remove(f.Name()) })
-	_, err = f.Write(fn.CAPEM)
-	require.NoError(t, err)
-	require.NoError(t, f.Chmod(0o644))
-	f.Close()
-	t.Setenv("SSL_CERT_FILE", f.Name())
+	// trust store: here, the fake internet's CA.
+	egresstest.TrustFakenet(t, fn)
 	t.Setenv("SBX_TEST_BROKERED", brokeredValue)
 
 	e.cfg.EgressDNS = fn.DNS.String()

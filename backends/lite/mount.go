@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit"
 )
 
 // mountOverlay mounts the sandbox's root file system: lower (the unpacked
@@ -45,7 +46,7 @@ func (b *Backend) makeRootfs(m *meta, dir string, gen int) error {
 	}
 	if m.CredentialCA != "" {
 		// Each generation's layer starts afresh: the CA goes in again.
-		if err := installCA(rootfsDir(dir, gen), m.CredentialCA); err != nil {
+		if err := backendkit.InstallCA(rootfsDir(dir, gen), m.CredentialCA); err != nil {
 			return fmt.Errorf("installing the credential broker's CA: %w", err)
 		}
 	}

@@ -321,9 +321,7 @@ func TestEgressSpares(t *testing.T) {
 // is nowhere the sandbox can look.
 func TestEgressCredentialsNative(t *testing.T) {
 	fn := fakenet.Start(t)
-	caFile := t.TempDir() + "/fakenet-ca.pem"
-	require.NoError(t, os.WriteFile(caFile, fn.CAPEM, 0o644))
-	t.Setenv("SSL_CERT_FILE", caFile)
+	egresstest.TrustFakenet(t, fn)
 	const value = "native-real-value-81d2"
 	t.Setenv("SBX_TEST_BROKERED", value)
 	b := egressBackend(t, fn)
@@ -346,19 +344,5 @@ func TestEgressCredentialsNative(t *testing.T) {
 	inspect, err := dockertest.Client(t).ContainerInspect(t.Context(), sb.(interface{ ContainerID() string }).ContainerID())
 	require.NoError(t, err)
 	require.NotContains(t, strings.Join(inspect.Config.Env, " "), value, "the value is in the sandbox container's config")
-	rotateAndSee(t, b, sb, s.Credentials, env)
-}
-
-// rotateAndSee rotates sb's credentials to a new value from their source
-// and waits until the server sees it; a bad set of credentials is refused
-// and changes nothing.
-func rotateAndSee(t *testing.T, rot backend.CredentialRotator, sb backend.Sandbox, creds []backend.Credential, env *egresstest.Env) {
-	t.Helper()
-	require.ErrorIs(t, rot.RotateCredentials(t.Context(), sb.ID(), nil), backend.ErrInvalidConfig)
-	t.Setenv("SBX_TEST_BROKERED", "rotated-value-77aa")
-	require.NoError(t, rot.RotateCredentials(t.Context(), sb.ID(), creds))
-	require.Eventually(t, func() bool {
-		out, ok := env.Probe(t, "get-verified", "https://allowed.test/header?name=X-Api-Key")
-		return ok && strings.TrimSpace(out) == "header rotated-value-77aa"
-	}, 10*time.Second, 100*time.Millisecond, "the server never got the rotated value")
+	egresstest.RotateAndSee(t, b, sb, s.Credentials, env, "rotated-value-77aa", 10*time.Second)
 }

@@ -2,8 +2,6 @@ package remotedocker_test
 
 import (
 	"net/netip"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -82,9 +80,7 @@ func TestEgressCredentials(t *testing.T) {
 	bridge, err := netip.ParsePrefix(br.IPAM.Config[0].Subnet)
 	require.NoError(t, err)
 	fn.Attach(t, h.NetNS, bridge)
-	caFile := t.TempDir() + "/fakenet-ca.pem"
-	require.NoError(t, os.WriteFile(caFile, fn.CAPEM, 0o644))
-	t.Setenv("SSL_CERT_FILE", caFile)
+	egresstest.TrustFakenet(t, fn)
 	const value = "remote-real-value-5e0a"
 	t.Setenv("SBX_TEST_BROKERED", value)
 
@@ -102,10 +98,5 @@ func TestEgressCredentials(t *testing.T) {
 	res, err := sb.Exec(t.Context(), backend.ExecRequest{Shell: `env; cat /etc/sandboxkit/*`})
 	require.NoError(t, err)
 	require.NotContains(t, string(res.Stdout), value, "the sandbox can see the value")
-	t.Setenv("SBX_TEST_BROKERED", "rotated-value-remote")
-	require.NoError(t, b.RotateCredentials(t.Context(), sb.ID(), s.Credentials))
-	require.Eventually(t, func() bool {
-		out, ok := e.Probe(t, "get-verified", "https://allowed.test/header?name=X-Api-Key")
-		return ok && strings.TrimSpace(out) == "header rotated-value-remote"
-	}, 10*time.Second, 100*time.Millisecond, "the server never got the rotated value")
+	egresstest.RotateAndSee(t, b, sb, s.Credentials, e, "rotated-value-remote", 10*time.Second)
 }

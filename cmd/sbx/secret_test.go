@@ -3,11 +3,11 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
+	"github.com/sandboxkit/sandboxkit/internal/egresstest"
 	"github.com/sandboxkit/sandboxkit/internal/fakenet"
 )
 
@@ -18,11 +18,7 @@ func TestSecretRotate(t *testing.T) {
 	setup(t)
 	dockertest.RequireImage(t, dockertest.Client(t), dockertest.BusyboxImage)
 	fn := fakenet.Start(t)
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, fn.CAPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("SSL_CERT_FILE", caFile)
+	egresstest.TrustFakenet(t, fn)
 	t.Setenv("SBX_TEST_BROKERED", "first-value")
 	pruneAtCleanup(t)
 	t.Setenv("SBX_CONFIG", writeConfig(t, fmt.Sprintf(`[sandbox]

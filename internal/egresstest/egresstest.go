@@ -389,3 +389,34 @@ func RunBoundary(t *testing.T, e *Env, hostServices ...string) {
 		e.MustReach(t, "hello from allowed.test", "get", "http://allowed.test/")
 	})
 }
+
+// TrustFakenet makes fn's CA this host's trust store for t's life
+// ($SSL_CERT_FILE, a file every user may read: a lite enforcer reads it
+// after dropping root), as the enforcers of brokered credentials verify
+// the real servers with it.
+func TrustFakenet(t testing.TB, fn *fakenet.Net) {
+	t.Helper()
+	f, err := os.CreateTemp("", "sbx-fakenet-ca-*.pem")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.Remove(f.Name()) })
+	_, err = f.Write(fn.CAPEM)
+	require.NoError(t, err)
+	require.NoError(t, f.Chmod(0o644))
+	require.NoError(t, f.Close())
+	t.Setenv("SSL_CERT_FILE", f.Name())
+}
+
+// RotateAndSee checks rotation of sb's credentials creds (their value
+// from $SBX_TEST_BROKERED): a set that is not the sandbox's is refused,
+// and after a rotation to value the server at allowed.test gets it (as
+// its /header?name=X-Api-Key shows) within timeout.
+func RotateAndSee(t *testing.T, rot backend.CredentialRotator, sb backend.Sandbox, creds []backend.Credential, e *Env, value string, timeout time.Duration) {
+	t.Helper()
+	require.ErrorIs(t, rot.RotateCredentials(t.Context(), sb.ID(), nil), backend.ErrInvalidConfig)
+	t.Setenv("SBX_TEST_BROKERED", value)
+	require.NoError(t, rot.RotateCredentials(t.Context(), sb.ID(), creds))
+	require.Eventually(t, func() bool {
+		out, ok := e.Probe(t, "get-verified", "https://allowed.test/header?name=X-Api-Key")
+		return ok && strings.TrimSpace(out) == "header "+value
+	}, timeout, 100*time.Millisecond, "the server never got the rotated value")
+}
