@@ -24,7 +24,8 @@ type Egress struct {
 	Deny    []string `json:"deny,omitempty"`
 }
 
-// EgressDenial is one refused attempt of a sandbox to reach something.
+// EgressDenial is one refused attempt of a sandbox to reach something, or
+// (Kind "credential") one request that carried brokered credentials.
 type EgressDenial struct {
 	Time time.Time `json:"time"`
 	// Proto is "dns", "tcp" or "udp".
@@ -35,7 +36,20 @@ type EgressDenial struct {
 	// Name is the TLS SNI, HTTP Host or DNS name involved, if any.
 	Name   string `json:"name,omitempty"`
 	Reason string `json:"reason"`
+	// Kind is "" for a refused attempt and "credential" for a request to
+	// a declared host that carried brokered credentials (Spec.Credentials;
+	// let through, recorded for audit): then Method, Path (without its
+	// query) and Status are the request's and the server's answer, and
+	// Reason names the credentials, never their values.
+	Kind   string `json:"kind,omitempty"`
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
+	Status int    `json:"status,omitempty"`
 }
+
+// EgressKindCredential is the Kind of an EgressDenial that records a
+// request that carried brokered credentials.
+const EgressKindCredential = "credential"
 
 // EgressStatus is a sandbox's policy and its latest refused attempts,
 // oldest first.

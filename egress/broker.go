@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -230,8 +231,8 @@ func (c *Credential) matches(name string, port uint16) bool {
 }
 
 // apply puts the credential's value into r (a request to a host it goes
-// to).
-func (c *Credential) apply(r *http.Request) {
+// to) and returns the value.
+func (c *Credential) apply(r *http.Request) string {
 	v := c.current()
 	switch {
 	case c.Header != "":
@@ -239,7 +240,7 @@ func (c *Credential) apply(r *http.Request) {
 		got := r.Header.Values(c.Header)
 		if len(got) == 0 {
 			r.Header.Set(c.Header, full)
-			return
+			return v
 		}
 		for i, h := range got {
 			if c.Placeholder != "" && strings.Contains(h, c.Placeholder) {
@@ -259,6 +260,7 @@ func (c *Credential) apply(r *http.Request) {
 			r.SetBasicAuth(c.BasicUser, v)
 		}
 	}
+	return v
 }
 
 func cmpOr(a, b string) string {
@@ -285,6 +287,22 @@ type BrokerOptions struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Deny records a refused request (optional).
 	Deny func(Denial)
+	// Brokered records a request that carried credentials (optional).
+	Brokered func(Brokered)
+}
+
+// Brokered is a request to a declared host that carried credentials: what
+// the audit records of it (never the values, nor the query, which may
+// hold one).
+type Brokered struct {
+	Time        time.Time
+	Dest        string // the address the connection was let through to
+	Port        uint16
+	Name        string // the host (the connection's TLS name)
+	Method      string
+	Path        string // without its query
+	Status      int    // the server's answer; 502 when it was not reached
+	Credentials []string
 }
 
 // NewBroker returns a broker of creds, whose certificates ca makes.
@@ -403,27 +421,101 @@ func (b *Broker) forward(w http.ResponseWriter, r *http.Request, name string, ds
 	out.URL.Host = net.JoinHostPort(name, strconv.Itoa(int(dst.Port())))
 	out.Host = r.Host
 	removeHopHeaders(out.Header)
-	var secrets []string
+	// The transport asks for gzip itself and undoes it, so that answers
+	// are masked in the clear (an encoding the sandbox asked for would
+	// hide an echoed value from the mask).
+	out.Header.Del("Accept-Encoding")
+	var masks []maskPair
+	var applied []string
 	for _, c := range b.creds {
 		if c.matches(name, dst.Port()) {
-			c.apply(out)
-			secrets = append(secrets, c.current())
+			v := c.apply(out)
+			masks = append(masks, c.masks(v)...)
+			applied = append(applied, c.Name)
 		}
 	}
 	resp, err := b.tr.RoundTrip(out)
 	if err != nil {
-		http.Error(w, "the credential broker could not reach "+name+": "+scrub(err.Error(), secrets), http.StatusBadGateway)
+		b.brokered(r, name, dst, applied, http.StatusBadGateway)
+		http.Error(w, "the credential broker could not reach "+name+": "+maskString(err.Error(), masks), http.StatusBadGateway)
 		return
 	}
 	defer resp.Body.Close()
 	removeHopHeaders(resp.Header)
 	for k, vs := range resp.Header {
 		for _, v := range vs {
-			w.Header().Add(k, scrub(v, secrets))
+			w.Header().Add(k, maskString(v, masks))
 		}
 	}
+	// A masked body's length is not the server's.
+	w.Header().Del("Content-Length")
 	w.WriteHeader(resp.StatusCode)
-	io.Copy(flushWriter{w}, resp.Body)
+	b.brokered(r, name, dst, applied, resp.StatusCode)
+	copyAnswer(w, resp.Body, masks)
+}
+
+// copyAnswer copies body to w masked. A goroutine reads the body while
+// this one masks and writes, gathering what is ready into large writes
+// and flushing whenever nothing more has been read: a streamed answer's
+// events (server-sent events) reach the sandbox as they come, and a
+// download goes in large writes (fewer TLS records and chunks).
+func copyAnswer(w http.ResponseWriter, body io.Reader, masks []maskPair) {
+	type chunk struct {
+		b   *[]byte
+		n   int
+		err error
+	}
+	ready := make(chan chunk, 8)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			bp := answerBufs.Get().(*[]byte)
+			n, err := body.Read(*bp)
+			select {
+			case ready <- chunk{b: bp, n: n, err: err}:
+			case <-done:
+				answerBufs.Put(bp)
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	bw := bufio.NewWriterSize(w, 128<<10)
+	mw := newMaskWriter(bw, masks)
+	rc := http.NewResponseController(w)
+	for c := range ready {
+		_, werr := mw.Write((*c.b)[:c.n])
+		answerBufs.Put(c.b)
+		if werr != nil {
+			return
+		}
+		if c.err != nil {
+			break
+		}
+		if len(ready) == 0 {
+			if bw.Flush() != nil {
+				return
+			}
+			rc.Flush()
+		}
+	}
+	mw.Close()
+	bw.Flush()
+	rc.Flush()
+}
+
+// answerBufs are copyAnswer's read buffers.
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// brokered reports a request that carried credentials applied.
+func (b *Broker) brokered(r *http.Request, name string, dst netip.AddrPort, applied []string, status int) {
+	if b.opts.Brokered != nil {
+		b.opts.Brokered(Brokered{Time: time.Now(), Dest: dst.Addr().String(), Port: dst.Port(), Name: name,
+			Method: r.Method, Path: r.URL.Path, Status: status, Credentials: applied})
+	}
 }
 
 func (b *Broker) deny(d Denial) {
@@ -433,11 +525,11 @@ func (b *Broker) deny(d Denial) {
 	}
 }
 
-// scrub hides every secret in s.
-func scrub(s string, secrets []string) string {
-	for _, v := range secrets {
-		if v != "" {
-			s = strings.ReplaceAll(s, v, "[credential]")
+// maskString replaces every secret of masks in s by its mask.
+func maskString(s string, masks []maskPair) string {
+	for _, m := range masks {
+		if len(m.secret) > 0 {
+			s = strings.ReplaceAll(s, string(m.secret), string(m.mask))
 		}
 	}
 	return s
@@ -455,16 +547,6 @@ func removeHopHeaders(h http.Header) {
 	for _, k := range hopHeaders {
 		h.Del(k)
 	}
-}
-
-// flushWriter flushes after every write, so streamed answers (server-sent
-// events) reach the sandbox as they come.
-type flushWriter struct{ w http.ResponseWriter }
-
-func (f flushWriter) Write(p []byte) (int, error) {
-	n, err := f.w.Write(p)
-	http.NewResponseController(f.w).Flush()
-	return n, err
 }
 
 // replayConn reads head before the connection's own bytes.

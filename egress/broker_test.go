@@ -1,9 +1,13 @@
 package egress
 
 import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 const (
@@ -21,8 +26,10 @@ const (
 
 // seen is what the real server received.
 type seen struct {
-	mu   sync.Mutex
-	reqs []*http.Request
+	mu       sync.Mutex
+	reqs     []*http.Request
+	brokered []Brokered // what the broker reported of them
+	next     chan struct{} // /stream sends its second event after it
 }
 
 func (s *seen) add(r *http.Request) {
@@ -53,10 +60,44 @@ func (s *seen) count() int {
 // as the sandbox would.
 func brokerSetup(t *testing.T, rootCAs *x509.CertPool, creds ...*Credential) (*http.Client, *seen, *[]Denial) {
 	t.Helper()
-	got := &seen{}
+	got := &seen{next: make(chan struct{}, 1)}
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got.add(r)
 		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+		if r.URL.Path == "/stream" {
+			// Server-sent events: the second only once the client has
+			// read the first.
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: one\n\n")
+			http.NewResponseController(w).Flush()
+			select {
+			case <-got.next:
+			case <-r.Context().Done():
+				return
+			}
+			io.WriteString(w, "data: two\n\n")
+			return
+		}
+		if r.URL.Path == "/echo" {
+			// An API that echoes what it got, in two flushed halves that
+			// split the value, gzipped when the client takes it.
+			var out io.Writer = w
+			if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+				w.Header().Set("Content-Encoding", "gzip")
+				zw := gzip.NewWriter(w)
+				defer zw.Close()
+				out = zw
+			}
+			a := "you sent: " + r.Header.Get("Authorization") + "."
+			half := len(a) - len(realSecret)/2 - 1
+			io.WriteString(out, a[:half])
+			if zw, ok := out.(*gzip.Writer); ok {
+				zw.Flush()
+			}
+			http.NewResponseController(w).Flush()
+			io.WriteString(out, a[half:])
+			return
+		}
 		io.WriteString(w, "hello from "+r.Host+r.URL.Path)
 	}))
 	up.EnableHTTP2 = true
@@ -78,6 +119,10 @@ func brokerSetup(t *testing.T, rootCAs *x509.CertPool, creds ...*Credential) (*h
 		dmu.Lock()
 		denials = append(denials, d)
 		dmu.Unlock()
+	}, Brokered: func(r Brokered) {
+		got.mu.Lock()
+		got.brokered = append(got.brokered, r)
+		got.mu.Unlock()
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +212,7 @@ func TestBrokerHeader(t *testing.T) {
 	if a := got.last(t).Header.Get("Authorization"); a != "Bearer "+realSecret {
 		t.Errorf("the real server got Authorization %q, want the value", a)
 	}
-	if e := resp.Header.Get("X-Echo"); strings.Contains(e, realSecret) || e != "Bearer [credential]" {
+	if e := resp.Header.Get("X-Echo"); strings.Contains(e, realSecret) || e != "Bearer "+placeholder {
 		t.Errorf("the value came back in the answer's headers: X-Echo %q", e)
 	}
 	if resp.TLS == nil || resp.TLS.PeerCertificates[0].Issuer.CommonName != "sandboxkit credential broker of sandbox test" {
@@ -197,7 +242,104 @@ func TestBrokerHeader(t *testing.T) {
 	if len(*denials) != 1 || (*denials)[0].Name != "attacker.test" {
 		t.Errorf("denials %+v, want the misdirected request", *denials)
 	}
+	got.mu.Lock()
+	defer got.mu.Unlock()
+	if len(got.brokered) != 3 {
+		t.Fatalf("brokered records %+v, want the three requests that carried the credential", got.brokered)
+	}
+	if r := got.brokered[0]; r.Method != "GET" || r.Path != "/v1/models" || r.Status != 200 || r.Name != "example.com" || len(r.Credentials) != 1 || r.Credentials[0] != "api" {
+		t.Errorf("brokered record %+v", r)
+	}
+}
 
+// An answer that echoes the value (in its headers or body, split across
+// writes, compressed or not, over HTTP/2 and HTTP/1.1) reaches the sandbox
+// with the placeholder in its stead.
+func TestBrokerMasksEchoes(t *testing.T) {
+	basic := &Credential{Name: "basic", Hosts: []Rule{mustRule("example.com")}, BasicUser: "u", Placeholder: "sbx-placeholder-basic-1"}
+	basic.SetValue("BASIC-SECRET-55")
+	for _, h2 := range []bool{true, false} {
+		client, got, _ := brokerSetup(t, nil, bearer())
+		if !h2 {
+			client.Transport.(*http.Transport).ForceAttemptHTTP2 = false
+			client.Transport.(*http.Transport).TLSClientConfig.NextProtos = []string{"http/1.1"}
+		}
+		for _, enc := range []string{"", "gzip"} {
+			h := map[string]string{"Authorization": "Bearer " + placeholder}
+			if enc != "" {
+				h["Accept-Encoding"] = enc // asked for by the sandbox's client itself
+			}
+			resp, body := do(t, client, "GET", "https://example.com/echo", "", h)
+			if got.last(t).Header.Get("Authorization") != "Bearer "+realSecret {
+				t.Fatalf("the server did not get the value")
+			}
+			if resp.StatusCode != 200 || body != "you sent: Bearer "+placeholder+"." {
+				t.Errorf("h2 %v, Accept-Encoding %q: the echo reached the sandbox as %d %q", h2, enc, resp.StatusCode, body)
+			}
+		}
+	}
+	client, got, _ := brokerSetup(t, nil, basic)
+	_, body := do(t, client, "GET", "https://example.com/x", "", nil)
+	user, pass, _ := got.last(t).BasicAuth()
+	if user != "u" || pass != "BASIC-SECRET-55" || body != "hello from example.com/x" {
+		t.Fatalf("basic auth: the server got %q:%q", user, pass)
+	}
+	resp, _ := do(t, client, "GET", "https://example.com/x", "", nil)
+	if e := resp.Header.Get("X-Echo"); strings.Contains(e, base64.StdEncoding.EncodeToString([]byte("u:BASIC-SECRET-55"))) ||
+		e != "Basic "+base64.StdEncoding.EncodeToString([]byte("u:sbx-placeholder-basic-1")) {
+		t.Errorf("basic auth's encoded value echoed as %q", e)
+	}
+}
+
+// A streamed answer's events reach the sandbox as they come: the second
+// event is sent only once the client has read the first, so a broker that
+// held the first back would never see the second.
+func TestBrokerStreams(t *testing.T) {
+	client, got, _ := brokerSetup(t, nil, bearer())
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "https://example.com/stream", nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	first, err := r.ReadString('\n')
+	if err != nil || first != "data: one\n" {
+		t.Fatalf("the first event: %q, %v (held back by the broker?)", first, err)
+	}
+	got.next <- struct{}{}
+	rest, err := io.ReadAll(r)
+	if err != nil || string(rest) != "\ndata: two\n\n" {
+		t.Fatalf("the rest: %q, %v", rest, err)
+	}
+}
+
+// maskWriter, whatever the chunking, writes what replacing every secret
+// in the whole input would give.
+func FuzzMaskWriter(f *testing.F) {
+	f.Add([]byte("a REAL-SECRET-7f3a b REAL-SECRET-7f3a"), uint8(3))
+	f.Add([]byte("REAL-SECRET-7fREAL-SECRET-7f3a"), uint8(1))
+	f.Add([]byte("REAL-SECRET-7f3REAL"), uint8(7))
+	f.Add([]byte("xxREALREAL-SECRET-7f3a"), uint8(2))
+	f.Fuzz(func(t *testing.T, in []byte, chunk uint8) {
+		pairs := []maskPair{{secret: []byte(realSecret), mask: []byte("<P>")}, {secret: []byte("REAL"), mask: []byte("<R>")}}
+		var out bytes.Buffer
+		m := newMaskWriter(&out, pairs)
+		step := int(chunk%16) + 1
+		for i := 0; i < len(in); i += step {
+			if n, err := m.Write(in[i:min(i+step, len(in))]); err != nil || n != min(step, len(in)-i) {
+				t.Fatalf("Write: %d, %v", n, err)
+			}
+		}
+		m.Close()
+		// The reference: leftmost match, the longer secret first at a tie.
+		want := strings.NewReplacer(realSecret, "<P>", "REAL", "<R>").Replace(string(in))
+		if out.String() != want {
+			t.Fatalf("chunks of %d: %q, want %q", step, out.String(), want)
+		}
+	})
 }
 
 // The same checks over HTTP/1.1 keep-alive.

@@ -49,6 +49,9 @@ type Options struct {
 	// goroutine that refused: it must return quickly (hand slow work to
 	// a goroutine of its own). May be nil.
 	OnDeny func(Denial)
+	// OnBrokered is called, as OnDeny is, for every request that carried
+	// brokered credentials (SetCredentials). May be nil.
+	OnBrokered func(Brokered)
 	// OnDeniedAddrs, when set, is told the addresses the exact names of
 	// the policy's deny rules resolve to (see DeniedAddrs) whenever they
 	// change, so that the backend refuses them for other protocols too.
@@ -72,6 +75,7 @@ type Enforcer struct {
 	upstreamDial    DialFunc
 	upstreamTimeout time.Duration
 	onDeny          func(Denial)
+	onBrokered      func(Brokered)
 	log             *slog.Logger
 	dial            atomic.Pointer[DialFunc]
 	broker          atomic.Pointer[Broker] // nil: no brokered credentials
@@ -105,6 +109,7 @@ func New(o Options) (*Enforcer, error) {
 		upstream:        o.Upstream,
 		upstreamTimeout: o.UpstreamTimeout,
 		onDeny:          o.OnDeny,
+		onBrokered:      o.OnBrokered,
 		onDeniedAddrs:   o.OnDeniedAddrs,
 		log:             o.Logger,
 		resolved:        newResolvedAddrs(),
@@ -154,7 +159,8 @@ func (e *Enforcer) SetCredentials(ca *CA, creds []*Credential, rootCAs *x509.Cer
 		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return (*e.dial.Load())(ctx, network, addr)
 		},
-		Deny: e.deny,
+		Deny:     e.deny,
+		Brokered: e.brokered,
 	})
 	if err != nil {
 		return err
@@ -300,6 +306,13 @@ func (e *Enforcer) deny(d Denial) {
 	e.log.Info("egress denied", "proto", d.Proto, "dest", d.Dest, "port", d.Port, "name", d.Name, "reason", d.Reason)
 	if e.onDeny != nil {
 		e.onDeny(d)
+	}
+}
+
+func (e *Enforcer) brokered(r Brokered) {
+	e.log.Info("egress credential applied", "name", r.Name, "method", r.Method, "path", r.Path, "status", r.Status, "credentials", r.Credentials)
+	if e.onBrokered != nil {
+		e.onBrokered(r)
 	}
 }
 

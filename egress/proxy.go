@@ -88,6 +88,13 @@ func (e *Enforcer) proxy(c net.Conn, dst func(net.Conn) (netip.AddrPort, error))
 	if !e.admit(pc) {
 		return
 	}
+	if bs, ok := pc.upstream.(*brokerSide); ok {
+		// The broker serves the sandbox's connection itself (no copy
+		// between it and a splice); a re-check's or Close's abort resets
+		// it as any other.
+		bs.br.ServeConn(pc.client, pc.head, pc.name, pc.dst)
+		return
+	}
 	if len(pc.head) > 0 {
 		if _, err := pc.upstream.Write(pc.head); err != nil {
 			pc.abort()
@@ -143,13 +150,10 @@ func (e *Enforcer) admit(pc *proxyConn) bool {
 
 func (e *Enforcer) connect(pc *proxyConn) (net.Conn, error) {
 	if br := e.broker.Load(); br != nil && pc.name != "" && isTLSRecord(pc.head) && br.Wants(pc.name, pc.dst.Port()) {
-		// A host a credential goes to: the connection goes to the broker
-		// (over an in-memory pipe), which reaches the real server itself.
-		// Everything else (the policy's re-checks, Close) holds as for a
-		// spliced connection.
-		inner, outer := net.Pipe()
-		go br.ServeConn(inner, nil, pc.name, pc.dst)
-		return outer, nil
+		// A host a credential goes to: the broker serves the connection
+		// (proxy) and reaches the real server itself. Everything else (the
+		// policy's re-checks, Close) holds as for a spliced connection.
+		return &brokerSide{br: br}, nil
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, dialTimeout)
 	defer cancel()
@@ -258,3 +262,17 @@ func pipe(dst, src net.Conn) {
 	resetClose(dst)
 	resetClose(src)
 }
+
+// brokerSide is the upstream of a connection the broker serves: the
+// broker's own connections to the real server are its, so this side holds
+// nothing to read, write or close.
+type brokerSide struct{ br *Broker }
+
+func (*brokerSide) Read([]byte) (int, error)         { return 0, io.EOF }
+func (*brokerSide) Write(p []byte) (int, error)      { return len(p), nil }
+func (*brokerSide) Close() error                     { return nil }
+func (*brokerSide) LocalAddr() net.Addr              { return nil }
+func (*brokerSide) RemoteAddr() net.Addr             { return nil }
+func (*brokerSide) SetDeadline(time.Time) error      { return nil }
+func (*brokerSide) SetReadDeadline(time.Time) error  { return nil }
+func (*brokerSide) SetWriteDeadline(time.Time) error { return nil }

@@ -592,9 +592,12 @@ Every change through /admin is written to the audit trail (kind admin).`)
 	d.Components.Schemas["Egress"] = egress
 	denial := schemaFor[backend.EgressDenial](map[string]string{
 		"time": "when", "proto": "dns, tcp or udp", "dest": `the address tried, or the name looked up for "dns"`,
-		"port": "the port tried", "name": "the TLS SNI, HTTP Host or DNS name involved, if any", "reason": "why it was refused",
+		"port": "the port tried", "name": "the TLS SNI, HTTP Host or DNS name involved, if any", "reason": "why it was refused, or which credentials a let-through request carried (names, never values)",
+		"kind":   `"" for a refused attempt; "credential" for a request to a declared host that carried brokered credentials`,
+		"method": "kind credential: the request's method", "path": "kind credential: the request's path, without its query",
+		"status": "kind credential: the server's answer (502 when it was not reached)",
 	})
-	denial.Description = "One refused attempt of the sandbox to reach something."
+	denial.Description = "One refused attempt of the sandbox to reach something, or one request that carried brokered credentials."
 	d.Components.Schemas["EgressDenial"] = denial
 	d.Components.Schemas["EgressStatus"] = object("A sandbox's policy and its latest refused attempts, oldest first.", map[string]*jsonschema.Schema{
 		"policy": ref("Egress"), "denials": arrayOf(ref("EgressDenial"), "the latest refused attempts, oldest first"),

@@ -2,11 +2,15 @@ package lite
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/atomicfile"
+	"github.com/sandboxkit/sandboxkit/internal/egressctl"
 )
 
 // Brokered credentials (backend.Credential): the values go to the
@@ -33,4 +37,37 @@ func prepareCredentials(ctx context.Context, id, dir string, creds []backend.Cre
 		return nil, "", err
 	}
 	return br.Env, br.CAPEM, nil
+}
+
+// RotateCredentials reads creds' sources again and gives the values to
+// sandbox id's enforcer (backend.CredentialRotator): the file is rewritten
+// (for the enforcer's restarts) and the values sent over its control
+// socket, since an enforcer that gave up root cannot read the file again.
+// A failing source changes nothing.
+func (b *Backend) RotateCredentials(ctx context.Context, id string, creds []backend.Credential) error {
+	sb, _, err := b.egressSandbox(ctx, "rotate credentials", id)
+	if err != nil {
+		return err
+	}
+	file := credentialsFile(sb.dir)
+	old, err := os.ReadFile(file)
+	if err != nil {
+		return sb.opErr("rotate credentials", fmt.Errorf("%w: the sandbox was made without credentials (%v)", backend.ErrInvalidConfig, err))
+	}
+	data, err := backendkit.RotatedFile(ctx, old, creds)
+	if err != nil {
+		return sb.opErr("rotate credentials", err)
+	}
+	var c egressctl.Credentials
+	if err := json.Unmarshal(data, &c); err != nil {
+		return sb.opErr("rotate credentials", err)
+	}
+	// The enforcer first: if it refuses, the file keeps what it brokers.
+	if err := egressctl.SetCredentials(ctx, egressctl.PathsIn(sb.dir).Control, c); err != nil {
+		return sb.opErr("rotate credentials", err)
+	}
+	if err := atomicfile.Write(file, data); err != nil {
+		return sb.opErr("rotate credentials", err)
+	}
+	return nil
 }

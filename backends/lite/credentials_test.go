@@ -1,10 +1,12 @@
 package lite
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -37,8 +39,8 @@ func TestEgressCredentials(t *testing.T) {
 	sb := create(t, b, spec)
 	env := egresstest.NewEnv(t, fn, b, sb)
 
-	env.MustReach(t, "header "+brokeredValue, "get-verified", "https://allowed.test/header?name=X-Api-Key", "X-Api-Key", "$API_KEY")
-	env.MustReach(t, "header "+brokeredValue, "get-verified", "https://allowed.test/header?name=X-Api-Key")
+	env.MustBroker(t, brokeredValue, "X-Api-Key", "$API_KEY")
+	env.MustBroker(t, brokeredValue)
 	env.MustReach(t, "header", "get", "http://allowed.test/header?name=X-Api-Key")
 
 	res, err := sb.Exec(t.Context(), backend.ExecRequest{Shell: `echo "$API_KEY"; env; cat /etc/sandboxkit/* /proc/self/environ; grep -rl ` + brokeredValue + ` /etc /root /tmp /home 2>/dev/null; true`})
@@ -55,4 +57,24 @@ func TestEgressCredentials(t *testing.T) {
 	fi, err := os.Stat(credentialsFile(sb.dir))
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+
+	env.MustRecordBrokered(t, "api", brokeredValue)
+	placeholder := strings.TrimSpace(strings.SplitN(out, "\n", 2)[0])
+	egresstest.MustKeepOutOfMemory(t, sb, brokeredValue, placeholder)
+	// Rotation: over the enforcer's control socket (it gave up root), and
+	// into the file its restarts read.
+	egresstest.RotateAndSee(t, b, sb, spec.Credentials, env, "lite-rotated-value-3c1d", 10*time.Second)
+	data, err := os.ReadFile(credentialsFile(sb.dir))
+	require.NoError(t, err)
+	require.Contains(t, string(data), "lite-rotated-value-3c1d")
+
+	// A bundle or a move carries the sandbox's snapshot: neither value nor
+	// the CA's key is in it, and the sandbox made from it on the other side
+	// gets its own placeholder and CA and the value from its source again.
+	var file struct {
+		CAKey string `json:"ca_key"`
+	}
+	require.NoError(t, json.Unmarshal(data, &file))
+	require.Contains(t, file.CAKey, "PRIVATE KEY")
+	env.MustRestoreWithoutSecrets(t, b, spec, "lite-rotated-value-3c1d", brokeredValue, strings.Split(file.CAKey, "\n")[1])
 }

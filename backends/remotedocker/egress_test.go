@@ -93,7 +93,8 @@ func TestEgressCredentials(t *testing.T) {
 		From: backend.CredentialSource{Env: "SBX_TEST_BROKERED"}}}
 	sb := create(t, b, s)
 	e := egresstest.NewEnv(t, fn, b, sb)
-	e.MustReach(t, "header "+value, "get-verified", "https://allowed.test/header?name=X-Api-Key", "X-Api-Key", "$API_KEY")
+	e.MustBroker(t, value, "X-Api-Key", "$API_KEY")
+	e.MustRecordBrokered(t, "api", value)
 	e.MustReach(t, "header", "get", "http://allowed.test/header?name=X-Api-Key")
 	res, err := sb.Exec(t.Context(), backend.ExecRequest{Shell: `env; cat /etc/sandboxkit/*`})
 	require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,8 +69,10 @@ func printEgress(a *app, st backend.EgressStatus) {
 		def = "deny"
 	}
 	fmt.Fprintf(a.stdout, "default: %s\nallow:   %s\ndeny:    %s\n", def, listOrNone(st.Policy.Allow), listOrNone(st.Policy.Deny))
-	if len(st.Denials) == 0 {
+	if !slices.ContainsFunc(st.Denials, func(d backend.EgressDenial) bool { return d.Kind == "" }) {
 		fmt.Fprintln(a.stdout, "\nno denied attempts")
+	}
+	if len(st.Denials) == 0 {
 		return
 	}
 	fmt.Fprintln(a.stdout)
@@ -79,7 +82,12 @@ func printEgress(a *app, st backend.EgressStatus) {
 		if d.Port != 0 {
 			port = fmt.Sprint(d.Port)
 		}
-		t.row(d.Time.Local().Format(time.TimeOnly), d.Proto, d.Dest, port, orDash(d.Name), d.Reason)
+		reason := d.Reason
+		if d.Kind == backend.EgressKindCredential {
+			// Let through: what it was, and the server's answer.
+			reason = fmt.Sprintf("%s %s -> %d: %s", d.Method, d.Path, d.Status, d.Reason)
+		}
+		t.row(d.Time.Local().Format(time.TimeOnly), d.Proto, d.Dest, port, orDash(d.Name), reason)
 	}
 	t.flush()
 }

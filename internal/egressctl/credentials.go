@@ -54,9 +54,18 @@ func loadCredentials(file string) (*egress.CA, []*egress.Credential, error) {
 	if err := json.Unmarshal(data, &c); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", file, err)
 	}
-	ca, err := egress.LoadCA([]byte(c.CACert), []byte(c.CAKey))
+	ca, creds, err := c.parse()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return ca, creds, nil
+}
+
+// parse returns c's CA and credentials, checked.
+func (c Credentials) parse() (*egress.CA, []*egress.Credential, error) {
+	ca, err := egress.LoadCA([]byte(c.CACert), []byte(c.CAKey))
+	if err != nil {
+		return nil, nil, err
 	}
 	var creds []*egress.Credential
 	for _, s := range c.Credentials {
@@ -64,12 +73,12 @@ func loadCredentials(file string) (*egress.CA, []*egress.Credential, error) {
 		for _, h := range s.Hosts {
 			r, err := egress.ParseRule(h)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%s: credential %s: %w", file, s.Name, err)
+				return nil, nil, fmt.Errorf("credential %s: %w", s.Name, err)
 			}
 			cred.Hosts = append(cred.Hosts, r)
 		}
 		if err := cred.Check(); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", file, err)
+			return nil, nil, err
 		}
 		cred.SetValue(s.Value)
 		creds = append(creds, cred)

@@ -141,12 +141,13 @@ func Run(args []string, stderr io.Writer) error {
 	}
 	var e *egress.Enforcer
 	dial := guardedDial(func() *egress.Policy { return e.Policy() }, guard, dialer)
-	e, err = egress.New(egress.Options{Policy: pol, Upstream: *upstream, OnDeny: dw.write, Logger: log, Dial: dial, UpstreamDial: upstreamDial,
+	e, err = egress.New(egress.Options{Policy: pol, Upstream: *upstream, OnDeny: dw.write, OnBrokered: dw.brokered, Logger: log, Dial: dial, UpstreamDial: upstreamDial,
 		OnDeniedAddrs: onDenied})
 	if err != nil {
 		return err
 	}
 	s.e = e
+	s.credentials = *credentials
 	if *credentials != "" {
 		// Read while privileged (the file is root's alone).
 		if err := applyCredentials(e, *credentials); err != nil {
@@ -259,6 +260,8 @@ type server struct {
 	// enforcer follows it.
 	onPolicy func(*egress.Policy) error
 	closers  []io.Closer
+	// credentials is the --credentials file ("": none brokered).
+	credentials string
 
 	addrMu    sync.Mutex   // guards denied and installed, and orders address-rule writes
 	denied    []netip.Addr // what the policy's deny names resolved to
@@ -374,6 +377,29 @@ func (s *server) handler() http.Handler {
 		}
 		s.e.SetPolicy(pol)
 		s.spec = spec
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("PUT /credentials", func(w http.ResponseWriter, r *http.Request) {
+		// A rotation, for an enforcer that gave up root and so cannot read
+		// its credentials file again; the socket is root's alone (0600).
+		if s.credentials == "" {
+			http.Error(w, "this enforcer brokers no credentials (it was started without --credentials)", http.StatusConflict)
+			return
+		}
+		var c Credentials
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&c); err != nil {
+			http.Error(w, "credentials: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		ca, creds, err := c.parse()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := s.e.SetCredentials(ca, creds, nil); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		w.WriteHeader(http.StatusNoContent)
 	})
 	return mux
@@ -542,13 +568,25 @@ func InterfaceAddrs() []netip.Prefix {
 // SetPolicy sends spec to the enforcer whose control socket is sock; the
 // enforcer follows it when this returns.
 func SetPolicy(ctx context.Context, sock string, spec Policy) error {
-	body, err := json.Marshal(spec)
+	return put(ctx, sock, "/policy", "egress", spec)
+}
+
+// SetCredentials sends c to the enforcer whose control socket is sock (a
+// rotation); it brokers them when this returns.
+func SetCredentials(ctx context.Context, sock string, c Credentials) error {
+	return put(ctx, sock, "/credentials", "credentials", c)
+}
+
+// put sends v as JSON to path of the control socket sock; what names v in
+// the errors of a refusal.
+func put(ctx context.Context, sock, path, what string, v any) error {
+	body, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
 	c := unixClient(sock)
 	defer c.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://enforcer/policy", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://enforcer"+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -560,7 +598,7 @@ func SetPolicy(ctx context.Context, sock string, spec Policy) error {
 	if resp.StatusCode != http.StatusNoContent {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		if resp.StatusCode == http.StatusBadRequest {
-			return fmt.Errorf("%w: egress: %s", errdefs.ErrInvalidConfig, bytes.TrimSpace(msg))
+			return fmt.Errorf("%w: %s: %s", errdefs.ErrInvalidConfig, what, bytes.TrimSpace(msg))
 		}
 		return fmt.Errorf("egress enforcer: %s: %s", resp.Status, bytes.TrimSpace(msg))
 	}
@@ -596,7 +634,18 @@ func openDenials(path string, log *slog.Logger) (*denialWriter, error) {
 }
 
 func (w *denialWriter) write(d egress.Denial) {
-	line, _ := json.Marshal(Denial{Time: d.Time.UTC(), Proto: d.Proto, Dest: d.Dest, Port: d.Port, Name: d.Name, Reason: d.Reason})
+	w.append(Denial{Time: d.Time.UTC(), Proto: d.Proto, Dest: d.Dest, Port: d.Port, Name: d.Name, Reason: d.Reason})
+}
+
+// brokered records a request that carried credentials: method, host, path
+// and status, with the credentials' names (never their values).
+func (w *denialWriter) brokered(b egress.Brokered) {
+	w.append(Denial{Time: b.Time.UTC(), Proto: "https", Dest: b.Dest, Port: b.Port, Name: b.Name, Kind: KindCredential,
+		Method: b.Method, Path: b.Path, Status: b.Status, Reason: "credential " + strings.Join(b.Credentials, ", ") + " applied"})
+}
+
+func (w *denialWriter) append(d Denial) {
+	line, _ := json.Marshal(d)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if fi, err := w.f.Stat(); err == nil && fi.Size() > maxDenialsFile {
@@ -607,8 +656,10 @@ func (w *denialWriter) write(d egress.Denial) {
 	}
 }
 
-// ReadDenials returns the latest max denials recorded in file, oldest
-// first. A missing file has none.
+// ReadDenials returns the latest max denials recorded in file, and the
+// latest max records of requests that carried credentials (so that busy
+// use of an API does not push refusals out), oldest first. A missing
+// file has none.
 func ReadDenials(file string, max int) ([]Denial, error) {
 	f, err := os.Open(file)
 	if errors.Is(err, os.ErrNotExist) {
@@ -627,10 +678,29 @@ func ReadDenials(file string, max int) ([]Denial, error) {
 			all = append(all, d)
 		}
 	}
-	if max > 0 && len(all) > max {
-		all = all[len(all)-max:]
+	if max > 0 {
+		all = latestOfEachKind(all, max)
 	}
 	return all, sc.Err()
+}
+
+// latestOfEachKind keeps, in order, the last max records of each kind.
+func latestOfEachKind(all []Denial, max int) []Denial {
+	left := map[string]int{}
+	keep := make([]bool, len(all))
+	for i := len(all) - 1; i >= 0; i-- {
+		if left[all[i].Kind] < max {
+			left[all[i].Kind]++
+			keep[i] = true
+		}
+	}
+	out := all[:0]
+	for i, d := range all {
+		if keep[i] {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // Paths of an enforcer's files in a sandbox folder dir.
@@ -799,7 +869,16 @@ type Denial struct {
 	Port   uint16    `json:"port,omitempty"`
 	Name   string    `json:"name,omitempty"`
 	Reason string    `json:"reason"`
+	// Kind, Method, Path, Status: see backend.EgressDenial.
+	Kind   string `json:"kind,omitempty"`
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
+	Status int    `json:"status,omitempty"`
 }
+
+// KindCredential is the Kind of a record of a request that carried
+// brokered credentials (it was let through, not refused).
+const KindCredential = "credential"
 
 // Status is the enforcer's copy of backend.EgressStatus.
 type Status struct {

@@ -7,6 +7,7 @@ package egresstest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -408,15 +409,50 @@ func TrustFakenet(t testing.TB, fn *fakenet.Net) {
 
 // RotateAndSee checks rotation of sb's credentials creds (their value
 // from $SBX_TEST_BROKERED): a set that is not the sandbox's is refused,
-// and after a rotation to value the server at allowed.test gets it (as
-// its /header?name=X-Api-Key shows) within timeout.
+// and after a rotation to value the server at allowed.test gets it within
+// timeout.
 func RotateAndSee(t *testing.T, rot backend.CredentialRotator, sb backend.Sandbox, creds []backend.Credential, e *Env, value string, timeout time.Duration) {
 	t.Helper()
 	require.ErrorIs(t, rot.RotateCredentials(t.Context(), sb.ID(), nil), backend.ErrInvalidConfig)
 	t.Setenv("SBX_TEST_BROKERED", value)
 	require.NoError(t, rot.RotateCredentials(t.Context(), sb.ID(), creds))
 	require.Eventually(t, func() bool {
-		out, ok := e.Probe(t, "get-verified", "https://allowed.test/header?name=X-Api-Key")
-		return ok && strings.TrimSpace(out) == "header "+value
+		_, ok := e.Probe(t, "get-verified", "https://allowed.test/header?name=X-Api-Key")
+		got, _ := e.Net.Received("X-Api-Key")
+		return ok && got == value
 	}, timeout, 100*time.Millisecond, "the server never got the rotated value")
+	e.MustBroker(t, value)
+}
+
+// MustBroker requires a request from the sandbox to allowed.test's
+// /header?name=X-Api-Key (extra: more netprobe arguments, such as a header
+// carrying the placeholder) to reach the server with value applied, and
+// the server's echo of it to reach the sandbox masked: the sandbox's
+// placeholder in its stead, never the value.
+func (e *Env) MustBroker(t testing.TB, value string, extra ...string) {
+	t.Helper()
+	args := append([]string{"get-verified", "https://allowed.test/header?name=X-Api-Key"}, extra...)
+	out, ok := e.Probe(t, args...)
+	require.True(t, ok, "netprobe %v was refused: %s", args, out)
+	require.NotContains(t, out, value, "the server's echo of the credential reached the sandbox")
+	require.True(t, strings.HasPrefix(out, "header sbx-placeholder-"), "the echo is not masked by the placeholder: %q", out)
+	got, _ := e.Net.Received("X-Api-Key")
+	require.Equal(t, value, got, "what the server got")
+}
+
+// MustRecordBrokered requires the sandbox's egress status to record the
+// requests to allowed.test's /header that carried credential name (GET,
+// answered 200), and none of its records to hold value or the query.
+func (e *Env) MustRecordBrokered(t testing.TB, name, value string) {
+	t.Helper()
+	st, err := e.Ctl.EgressStatus(t.Context(), e.Sandbox.ID())
+	require.NoError(t, err)
+	require.True(t, slices.ContainsFunc(st.Denials, func(d backend.EgressDenial) bool {
+		return d.Kind == backend.EgressKindCredential && d.Method == "GET" && d.Path == "/header" && d.Status == 200 &&
+			d.Name == "allowed.test" && strings.Contains(d.Reason, name)
+	}), "no record of the requests that carried credential %s: %+v", name, st.Denials)
+	data, err := json.Marshal(st)
+	require.NoError(t, err)
+	require.NotContains(t, string(data), value, "the egress status holds the value")
+	require.NotContains(t, string(data), "name=X-Api-Key", "the egress status holds a query")
 }

@@ -3,6 +3,7 @@ package fakenet
 import (
 	"crypto/x509"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -43,9 +44,20 @@ type Net struct {
 	CAPEM     []byte         // the test CA certificate, PEM
 	CAPool    *x509.CertPool // a pool holding only the test CA
 
-	hosts  map[string]netip.Addr
-	byAddr map[netip.Addr]string
-	dns    *dnsServer
+	hosts    map[string]netip.Addr
+	byAddr   map[netip.Addr]string
+	dns      *dnsServer
+	received sync.Map // header name -> the value /header last got
+}
+
+// Received returns the value of header the server got in the last request
+// to /header?name=HEADER, on any domain ("" and false if none came).
+func (n *Net) Received(header string) (string, bool) {
+	v, ok := n.received.Load(http.CanonicalHeaderKey(header))
+	if !ok {
+		return "", false
+	}
+	return v.(string), true
 }
 
 // Addr returns the address of the test domain name; it panics when name is

@@ -153,8 +153,14 @@ func (n *Net) handler() http.Handler {
 	mux.HandleFunc("GET /header", func(w http.ResponseWriter, r *http.Request) {
 		// The request's header ?name=, for the credential tests: what the
 		// sandbox's request carried when it reached the server.
+		// The answer echoes it, as some APIs do, so that the tests see what
+		// of an echoed credential reaches the sandbox; Received tells what
+		// the server itself got.
+		name := r.URL.Query().Get("name")
+		v := r.Header.Get(name)
+		n.received.Store(http.CanonicalHeaderKey(name), v)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "header "+r.Header.Get(r.URL.Query().Get("name"))+"\n")
+		io.WriteString(w, "header "+v+"\n")
 	})
 	mux.HandleFunc("GET /bytes", func(w http.ResponseWriter, r *http.Request) {
 		size, err := strconv.ParseUint(r.URL.Query().Get("n"), 10, 64)
