@@ -68,6 +68,20 @@ func TestDirectAgent(t *testing.T) {
 	res, err := sb.Exec(t.Context(), backend.ExecRequest{Cmd: []string{"stat", "-c", "%a %u", agentFile}})
 	require.NoError(t, err)
 	assert.Equal(t, "600 0\n", string(res.Stdout), "the credentials' mode and owner")
+	// On a loaded machine (CI runs every package at once) a first dial
+	// can time out, which marks the pod network down for a while and
+	// sends clients through exec, as it should; what this test proves is
+	// the direct path, so it waits until the network answers.
+	require.Eventually(t, func() bool {
+		b.agentFailed.Store(0)
+		c, err := sb.DialAgent(t.Context())
+		if err != nil {
+			t.Logf("dialling the agent on %s: %v", sb.podIP, err)
+			return false
+		}
+		c.Close()
+		return true
+	}, time.Minute, 200*time.Millisecond, "the agent never answered on the pod network")
 	assert.True(t, wrapAgent(t, sb), "the client did not reach the agent on the pod network")
 
 	got, err := b.Get(t.Context(), sb.ID())
