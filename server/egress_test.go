@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backends/lite"
+	"github.com/sandboxkit/sandboxkit/internal/egresstest"
 	"github.com/sandboxkit/sandboxkit/internal/fakenet"
 	"github.com/sandboxkit/sandboxkit/internal/harness"
 	"github.com/sandboxkit/sandboxkit/internal/rootfs"
@@ -77,7 +79,10 @@ func TestEgressAdminAuth(t *testing.T) {
 
 // On lite, the operator reads and changes the policy of a sandbox the
 // server made from an entry with one; bad policies change nothing.
-func TestEgressAdminLite(t *testing.T) {
+// liteOnFakenet returns a fake internet, a lite backend whose sandboxes'
+// DNS is its, and a busybox root file system (an image "dir:" names).
+func liteOnFakenet(t *testing.T) (*fakenet.Net, *lite.Backend, string) {
+	t.Helper()
 	if os.Geteuid() != 0 || exec.Command("runc", "--version").Run() != nil {
 		harness.Unavailable(t, "SBX_REQUIRE_LITE", "the lite backend needs root and runc")
 	}
@@ -92,6 +97,11 @@ func TestEgressAdminLite(t *testing.T) {
 		ImageDir: filepath.Join(base, "images"), RuntimeRoot: filepath.Join(base, "runtime")})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
+	return fn, b, dir
+}
+
+func TestEgressAdminLite(t *testing.T) {
+	_, b, dir := liteOnFakenet(t)
 	s := newServer(t, b, func(o *server.Options) {
 		o.APIKey, o.AdminKey = "agent", "operator"
 		o.Spec = func(typ string) (backend.Spec, error) {
@@ -160,4 +170,54 @@ func TestEgressAdminLite(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []int{http.StatusBadRequest, http.StatusBadRequest, http.StatusNoContent}, puts, "the operator's PUTs (the agent's, refused, is not the operator's)")
+}
+
+// sbx serve with a sandbox type that declares a credential: the agent's
+// requests to the declared host carry it, and no answer of the server
+// (tool results, the sandbox's listing and egress status, the audit trail,
+// the metrics, the console's page of the sandbox) holds the value; the
+// egress status records the requests that carried it.
+func TestServeCredentialsLite(t *testing.T) {
+	fn, b, dir := liteOnFakenet(t)
+	egresstest.TrustFakenet(t, fn)
+	const value = "serve-brokered-value-5e0b"
+	t.Setenv("SBX_TEST_SERVE_CREDENTIAL", value)
+	s := newServer(t, b, func(o *server.Options) {
+		o.APIKey, o.AdminKey = "agent", "operator"
+		o.Spec = func(typ string) (backend.Spec, error) {
+			return backend.Spec{Name: typ, Image: "dir:" + dir, Egress: &backend.Egress{Default: "deny", Allow: []string{"allowed.test"}},
+				Credentials: []backend.Credential{{Name: "api", Hosts: []string{"allowed.test"}, Header: "X-Api-Key", Env: "API_KEY",
+					From: backend.CredentialSource{Env: "SBX_TEST_SERVE_CREDENTIAL"}}}}, nil
+		}
+	})
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	var answers []string
+	call := func(tool string, args map[string]any) string {
+		res := toolCallKey(t, hs.URL, "agent", "creds", tool, args)
+		require.False(t, res.IsError, "%s: %s", tool, res.Output)
+		answers = append(answers, res.Output)
+		return res.Output
+	}
+	out := call("create_sandbox", map[string]any{"type": "main"})
+	m := regexp.MustCompile(`sandbox_id=([0-9a-f]+)`).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	id := m[1]
+	sb, err := b.Get(t.Context(), id)
+	require.NoError(t, err)
+	env := egresstest.NewEnv(t, fn, b, sb)
+	env.MustBroker(t, value)
+
+	got := call("execute", map[string]any{"sandbox_id": id, "command": `echo "$API_KEY"; env; /netprobe get-verified https://allowed.test/header?name=X-Api-Key`})
+	require.Contains(t, got, "sbx-placeholder-api-")
+	call("list_sandboxes", map[string]any{})
+	for _, path := range []string{"/admin/sandboxes/" + id + "/egress", "/admin/audit", "/metrics"} {
+		code, body := get(t, hs.URL, path, "operator")
+		require.Equal(t, http.StatusOK, code, "%s: %s", path, body)
+		answers = append(answers, string(body))
+	}
+	env.MustRecordBrokered(t, "api", value)
+	for i, a := range answers {
+		require.NotContains(t, a, value, "answer %d holds the value", i)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 )
@@ -106,6 +107,13 @@ func (s *Server) osbEgress(w http.ResponseWriter, r *http.Request, conv, id, p s
 	}
 	defer release()
 	err := s.withBox(r.Context(), conv, id, func(ctx context.Context, b *box) error {
+		if p == "/credential-vault" || strings.HasPrefix(p, "/credential-vault/") {
+			// OpenSandbox's vault takes values from its API's caller; here
+			// that is the agent, and credentials are the operator's.
+			dropBody(w, r)
+			osbError(w, http.StatusForbidden, "FORBIDDEN", "credentials are the operator's: sbx serve brokers those its config declares for the sandbox's type ([sandbox.sandboxes.NAME.credentials.KEY]); its API can neither set nor read them")
+			return nil
+		}
 		if p != "/policy" {
 			osbError(w, http.StatusNotFound, "NOT_FOUND", "the egress API of sandboxkit serves /policy only")
 			return nil

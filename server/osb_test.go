@@ -811,14 +811,22 @@ func TestOpenSandboxAPIEgressNative(t *testing.T) {
 	code, out, _ = c.do("DELETE", direct+"/policy", []string{"169.254.169.254"}, route)
 	require.Equal(t, 200, code, "%v", out)
 	assert.Contains(t, policy(out)["egress"], map[string]any{"action": "deny", "target": "169.254.169.254"})
-	// Each change is in the audit trail; reads are not.
+	// Credentials are the operator's: the vault routes refuse an agent.
+	code, out, _ = c.do("POST", direct+"/credential-vault", map[string]any{"credentials": []map[string]any{
+		{"name": "k", "source": map[string]string{"type": "inline", "value": "agent-given"}}}, "bindings": []any{}}, route)
+	assert.Equal(t, 403, code, "%v", out)
+	assert.Contains(t, fmt.Sprint(out["message"]), "credentials are the operator's")
+	code, _, _ = c.do("GET", direct+"/credential-vault", nil, route)
+	assert.Equal(t, 403, code)
+	// Each change, and the refused attempt, is in the audit trail; reads
+	// are not.
 	var changes []string
 	for _, e := range auditEntries(t, hs.URL, "kind=opensandbox&sandbox="+id) {
 		if strings.HasPrefix(e.Route, "egress ") {
 			changes = append(changes, fmt.Sprintf("%s %d", e.Route, e.Status))
 		}
 	}
-	assert.Equal(t, []string{"egress PATCH /policy 200", "egress DELETE /policy 200", "egress DELETE /policy 200"}, changes)
+	assert.Equal(t, []string{"egress PATCH /policy 200", "egress DELETE /policy 200", "egress DELETE /policy 200", "egress POST /credential-vault 403"}, changes)
 
 	// A sandbox without a policy has no sidecar: 502, as on the real server.
 	plain := c.create(nil)

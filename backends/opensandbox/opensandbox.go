@@ -141,6 +141,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Isolation:        backend.IsolationContainer,
 		RuntimeHint:      "an OpenSandbox server runs every sandbox on one runtime, its [secure_runtime] (gVisor, Kata, Firecracker): set it in the server's config",
 		Egress:           true,
+		Credentials:      true,
 		Images:           true,
 		BindVolumes:      true,
 		NamedVolumes:     true,
@@ -164,6 +165,25 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err := b.Capabilities().Check(Name, spec); err != nil {
 		return nil, b.opErr("create", "", err)
 	}
+	// Credentials: checked and read before anything is made; the values
+	// go to the vault once the sandbox runs (credentials.go).
+	var vaultCreds []vaultCredentialJSON
+	var vaultBinds []vaultBindingJSON
+	if len(spec.Credentials) > 0 {
+		if spec.Egress == nil {
+			return nil, b.opErr("create", "", fmt.Errorf("%w: credentials need an egress policy (its sidecar's vault applies them): set egress in the entry", backend.ErrInvalidConfig))
+		}
+		var err error
+		if vaultBinds, err = vaultBindings(spec.Credentials); err != nil {
+			return nil, b.opErr("create", "", err)
+		}
+		if vaultCreds, err = vaultCredentials(ctx, spec.Credentials); err != nil {
+			return nil, b.opErr("create", "", err)
+		}
+		if spec.Env, err = credentialEnv(spec); err != nil {
+			return nil, b.opErr("create", "", err)
+		}
+	}
 	req, meta, err := b.createRequest(spec)
 	if err != nil {
 		return nil, b.opErr("create", "", err)
@@ -177,7 +197,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	}
 	b.log.Debug("sandbox accepted", "id", created.ID, "name", spec.Name, "state", created.Status.State)
 	sb := b.newSandbox(created.ID, meta)
-	if err := sb.start(ctx, created, spec.Progress); err != nil {
+	err = sb.start(ctx, created, spec.Progress)
+	if err == nil && vaultBinds != nil {
+		err = b.openVault(ctx, created.ID, vaultCreds, vaultBinds)
+	}
+	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
 		if derr := sb.Destroy(cctx); derr != nil {

@@ -152,6 +152,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 				s.inner.ServeHTTP(w, r)
 			}
 		}
+	case toSandbox && t.port == EgressPort && (t.path == "/credential-vault" || strings.HasPrefix(t.path, "/credential-vault/")):
+		if !t.direct && !s.keyOK(r) {
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"code": "UNAUTHORIZED", "message": "no API key"})
+			return
+		}
+		s.vault(w, r, t)
 	case toSandbox:
 		s.inner.ServeHTTP(w, r)
 	default:

@@ -109,6 +109,11 @@ type Options struct {
 	// NoTerminalSessions answers as an execd before bash sessions and
 	// their WebSocket (POST /session, GET /ws/session/{id}) do: 404.
 	NoTerminalSessions bool
+	// CredentialVault makes the egress sidecar serve OpenSandbox's
+	// credential vault routes (POST, GET, PATCH, DELETE /credential-vault),
+	// keeping what it is given (Vault shows it) and enforcing nothing; a
+	// deployment without it answers 404 there.
+	CredentialVault bool
 }
 
 // Server is the server. Use NewServer, then Close.
@@ -127,6 +132,7 @@ type Server struct {
 	creates    []json.RawMessage
 	made       map[string]*made // the sandboxes created through this server
 	removals   int              // removals under way
+	vaults     map[string]*Vault // sandbox id -> its sidecar's credential vault
 
 	// commands are the command streams still running after their client
 	// got its answer (see commands.go); closing ends their wait.
