@@ -130,8 +130,8 @@ type Server struct {
 	violations []string
 	requests   map[string]int
 	creates    []json.RawMessage
-	made       map[string]*made // the sandboxes created through this server
-	removals   int              // removals under way
+	made       map[string]*made  // the sandboxes created through this server
+	removals   int               // removals under way
 	vaults     map[string]*Vault // sandbox id -> its sidecar's credential vault
 
 	// commands are the command streams still running after their client
