@@ -28,7 +28,7 @@ const (
 type seen struct {
 	mu       sync.Mutex
 	reqs     []*http.Request
-	brokered []Brokered // what the broker reported of them
+	brokered []Brokered    // what the broker reported of them
 	next     chan struct{} // /stream sends its second event after it
 }
 
