@@ -66,6 +66,53 @@ func CredentialValue(ctx context.Context, c backend.Credential) (string, error) 
 	return v, nil
 }
 
+// ForkCredentials makes, from parentFile (the enforcer's file of a
+// sandbox), the credentials of its fork id: a CA of the fork's own and a
+// new placeholder per credential, with the parent's values (the latest
+// their sources gave). It returns them (Env: the CA bundle's variables),
+// the parent's CA certificate, and the fork's placeholder for each of the
+// parent's.
+func ForkCredentials(id string, parentFile []byte) (br *Brokered, parentCA string, placeholders map[string]string, err error) {
+	var file egressctl.Credentials
+	if err := json.Unmarshal(parentFile, &file); err != nil {
+		return nil, "", nil, fmt.Errorf("the parent's credentials file: %w", err)
+	}
+	ca, err := egress.NewCA(id)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	key, err := ca.KeyPEM()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	parentCA = file.CACert
+	file.CACert, file.CAKey = string(ca.CertPEM()), string(key)
+	placeholders = map[string]string{}
+	for i, c := range file.Credentials {
+		ph, err := egress.PlaceholderFor(c.Name)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		if c.Placeholder != "" {
+			placeholders[c.Placeholder] = ph
+		}
+		file.Credentials[i].Placeholder = ph
+	}
+	data, err := json.Marshal(file)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return &Brokered{Env: caEnv(), CAPEM: string(ca.CertPEM()), EnforcerFile: data}, parentCA, placeholders, nil
+}
+
+// caEnv are the variables that name the CA bundle for the usual clients.
+func caEnv() map[string]string {
+	return map[string]string{
+		"SSL_CERT_FILE": SandboxCABundle, "REQUESTS_CA_BUNDLE": SandboxCABundle, "CURL_CA_BUNDLE": SandboxCABundle,
+		"GIT_SSL_CAINFO": SandboxCABundle, "NODE_EXTRA_CA_CERTS": SandboxCAFile,
+	}
+}
+
 // Brokered is what a backend needs to broker a sandbox's credentials (see
 // backend.Credential): the variables the sandbox gets (placeholders, and
 // the CA bundle's paths), the certificate of the sandbox's CA (public), and
@@ -100,10 +147,7 @@ func PrepareCredentials(ctx context.Context, id string, creds []backend.Credenti
 		return nil, err
 	}
 	file := egressctl.Credentials{CACert: string(ca.CertPEM()), CAKey: string(key)}
-	env := map[string]string{
-		"SSL_CERT_FILE": SandboxCABundle, "REQUESTS_CA_BUNDLE": SandboxCABundle, "CURL_CA_BUNDLE": SandboxCABundle,
-		"GIT_SSL_CAINFO": SandboxCABundle, "NODE_EXTRA_CA_CERTS": SandboxCAFile,
-	}
+	env := caEnv()
 	for _, c := range creds {
 		v, err := CredentialValue(ctx, c)
 		if err != nil {
@@ -141,7 +185,7 @@ func CAFiles(caPEM string, system []byte, systemPath string) map[string][]byte {
 
 // InstallCA writes CAFiles into the root file system at rootfs (through an
 // os.Root: the image's symlinks cannot lead out).
-func InstallCA(rootfs, caPEM string) error {
+func InstallCA(rootfs, caPEM string, replaced ...string) error {
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
 		return err
@@ -157,6 +201,12 @@ func InstallCA(rootfs, caPEM string) error {
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			return err
+		}
+	}
+	for _, old := range replaced {
+		if old != "" {
+			system = bytes.ReplaceAll(system, []byte("\n"+old), nil)
+			system = bytes.ReplaceAll(system, []byte(old), nil)
 		}
 	}
 	for p, data := range CAFiles(caPEM, system, systemPath) {

@@ -77,4 +77,22 @@ func TestEgressCredentials(t *testing.T) {
 	require.NoError(t, json.Unmarshal(data, &file))
 	require.Contains(t, file.CAKey, "PRIVATE KEY")
 	env.MustRestoreWithoutSecrets(t, b, spec, "lite-rotated-value-3c1d", brokeredValue, strings.Split(file.CAKey, "\n")[1])
+
+	// Forks: each on a network of its own with the parent's policy, a CA
+	// and placeholders of its own, and the value applied by its own
+	// enforcer, whose file (a key of its own) stays in its host folder.
+	for _, fe := range env.MustForkWithOwnCredentials(t, 2, "lite-rotated-value-3c1d") {
+		fdir := filepath.Join(b.dir, fe.Sandbox.ID())
+		fdata, err := os.ReadFile(credentialsFile(fdir))
+		require.NoError(t, err)
+		var ffile struct {
+			CAKey string `json:"ca_key"`
+		}
+		require.NoError(t, json.Unmarshal(fdata, &ffile))
+		require.NotEqual(t, file.CAKey, ffile.CAKey, "a fork has its parent's CA key")
+		record, err := os.ReadFile(filepath.Join(fdir, "meta.json"))
+		require.NoError(t, err)
+		require.NotContains(t, string(record), "lite-rotated-value-3c1d")
+		egresstest.MustKeepOutOfMemory(t, fe.Sandbox, "lite-rotated-value-3c1d", "sbx-placeholder-")
+	}
 }

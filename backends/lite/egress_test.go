@@ -60,8 +60,8 @@ func TestEgress(t *testing.T) {
 	})
 }
 
-// A Reset keeps the sandbox in its enforced network; a fork of it is
-// refused (each fork would need a network of its own).
+// A Reset keeps the sandbox in its enforced network; a fork of it gets a
+// network and enforcer of its own with the same policy, gone with it.
 func TestEgressResetAndFork(t *testing.T) {
 	e := newEgressEnv(t, func(*fakenet.Net) backend.Egress { return backend.Egress{Allow: []string{"allowed.test:80"}} })
 	require.False(t, e.b.CleanReset(backend.Spec{Egress: &backend.Egress{}}), "a pool would reuse a sandbox whose network outlives its Reset")
@@ -71,9 +71,21 @@ func TestEgressResetAndFork(t *testing.T) {
 		e.MustReach(t, "hello from allowed.test", "get", "http://allowed.test/")
 		e.MustFail(t, "get", "http://"+e.Net.Addr("denied.test").String()+"/", "denied.test")
 	}
-	_, err := e.sb.Fork(t.Context(), backend.ForkRequest{N: 1})
-	require.ErrorIs(t, err, errors.ErrUnsupported)
-	require.Contains(t, err.Error(), "egress")
+	forks, err := e.sb.Fork(t.Context(), backend.ForkRequest{N: 1})
+	require.NoError(t, err)
+	f := forks[0].(*Sandbox)
+	fe := egresstest.NewEnv(t, e.Net, e.b, f)
+	fe.MustReach(t, "hello from allowed.test", "get", "http://allowed.test/")
+	fe.MustFail(t, "get", "http://"+e.Net.Addr("denied.test").String()+"/", "denied.test")
+	fm, err := f.meta()
+	require.NoError(t, err)
+	pm, err := e.sb.meta()
+	require.NoError(t, err)
+	require.NotEqual(t, pm.EgressNet.Index, fm.EgressNet.Index, "the fork shares its parent's network")
+	require.NoError(t, f.Destroy(t.Context()))
+	requireEgressNet(t, fm.EgressNet.Index, false)
+	requireEgressNet(t, pm.EgressNet.Index, true)
+	e.MustReach(t, "hello from allowed.test", "get", "http://allowed.test/")
 }
 
 // A sandbox's egress network, enforcer and claim are gone with it, and a

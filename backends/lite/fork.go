@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit"
+	"github.com/sandboxkit/sandboxkit/internal/atomicfile"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
@@ -92,9 +95,6 @@ type forkPlan struct {
 func (s *Sandbox) makeForks(ctx context.Context, req backend.ForkRequest) (_ []*forkPlan, err error) {
 	if req.N < 1 {
 		return nil, fmt.Errorf("%w: fork: n must be at least 1, got %d", backend.ErrInvalidConfig, req.N)
-	}
-	if m, err := s.meta(); err == nil && m.Egress != nil {
-		return nil, fmt.Errorf("%w: fork of a sandbox with an egress policy (each fork would need its own enforced network; snapshot it and create sandboxes from the snapshot with the policy instead)", errors.ErrUnsupported)
 	}
 	if req.TTL < 0 {
 		return nil, fmt.Errorf("%w: fork: ttl must not be negative, got %s", backend.ErrInvalidConfig, req.TTL)
@@ -284,6 +284,11 @@ func forkMeta(parent *meta, id string, req backend.ForkRequest) *meta {
 		ReadOnly: parent.ReadOnly, Volumes: parent.Volumes, UID: parent.UID, GID: parent.GID,
 		Agent: parent.Agent, Rootless: parent.Rootless,
 	}
+	if parent.Egress != nil {
+		// Its own network and enforcer, made when it starts (forkEgress).
+		e := cloneEgress(*parent.Egress)
+		m.Egress = &e
+	}
 	// The parent's own labels, not those the backend or a pool manage.
 	m.Labels = map[string]string{}
 	for k, v := range parent.Labels {
@@ -311,12 +316,78 @@ func (b *Backend) startFork(ctx context.Context, p *forkPlan) error {
 	if p.standby {
 		return m.runtime().startCreated(ctx, m.ContainerID, bundleDir(p.sb.dir, 0))
 	}
+	var parentCA string
+	if m.Egress != nil {
+		var err error
+		if parentCA, err = b.forkEgress(ctx, p); err != nil {
+			return err
+		}
+	}
 	if !m.Rootless {
 		if err := mountOverlay(m.Lower, p.sb.dir, 0); err != nil {
 			return err
 		}
 	}
+	if m.CredentialCA != "" {
+		// The parent's CA, in the files copied from it, gives way to the
+		// fork's own.
+		if err := backendkit.InstallCA(rootfsDir(p.sb.dir, 0), m.CredentialCA, parentCA); err != nil {
+			return fmt.Errorf("installing the credential broker's CA: %w", err)
+		}
+	}
 	return p.sb.start(ctx, m)
+}
+
+// forkEgress gives fork p a network and an enforcer of its own with its
+// parent's policy and, when the parent brokers credentials, a CA and
+// placeholders of its own with the parent's values (the enforcer's file
+// stays outside both sandboxes); the fork's OCI config then names its
+// network namespace and placeholders. It returns the parent's CA
+// certificate ("" without credentials).
+func (b *Backend) forkEgress(ctx context.Context, p *forkPlan) (parentCA string, _ error) {
+	m, dir := p.m, p.sb.dir
+	parentDir := filepath.Join(b.dir, m.Labels[backend.LabelForkOf])
+	var placeholders map[string]string
+	data, err := os.ReadFile(credentialsFile(parentDir))
+	switch {
+	case err == nil:
+		var br *backendkit.Brokered
+		if br, parentCA, placeholders, err = backendkit.ForkCredentials(m.ID, data); err != nil {
+			return "", err
+		}
+		if err := atomicfile.Write(credentialsFile(dir), br.EnforcerFile); err != nil {
+			return "", err
+		}
+		if err := b.update(m, func(cur *meta) { cur.CredentialCA = br.CAPEM }); err != nil {
+			return "", err
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", err
+	}
+	if err := b.setupEgress(ctx, m, dir); err != nil {
+		return "", err
+	}
+	cfg, err := readConfig(bundleDir(dir, 0))
+	if err != nil {
+		return "", err
+	}
+	in := egressInput(m, dir)
+	if cfg.Linux != nil {
+		for i, ns := range cfg.Linux.Namespaces {
+			if ns.Type == specs.NetworkNamespace {
+				cfg.Linux.Namespaces[i].Path = in.netns
+			}
+		}
+	}
+	if cfg.Process != nil {
+		for i, e := range cfg.Process.Env {
+			k, v, _ := strings.Cut(e, "=")
+			if ph, ok := placeholders[v]; ok {
+				cfg.Process.Env[i] = k + "=" + ph
+			}
+		}
+	}
+	return parentCA, writeConfig(bundleDir(dir, 0), cfg)
 }
 
 // forkConfig is the parent's OCI config made the fork's: what names the

@@ -141,3 +141,45 @@ func placeholderAndCA(t *testing.T, sb backend.Sandbox) string {
 	require.NoError(t, err)
 	return string(res.Stdout)
 }
+
+// MustForkWithOwnCredentials forks e's sandbox (n forks, made with a
+// policy that allows allowed.test and, for credentials, value in X-Api-Key)
+// and requires each fork to keep the policy on a network of its own
+// (allowed.test reachable, denied.test not) and to have a placeholder and
+// CA of its own, through which its requests carry value again; the
+// parent's CA is in none of a fork's CA files. It returns the forks' Envs.
+func (e *Env) MustForkWithOwnCredentials(t *testing.T, n int, value string) []*Env {
+	t.Helper()
+	fk, ok := backend.As[backend.Forker](e.Sandbox)
+	require.True(t, ok, "the sandbox makes no forks")
+	forks, err := fk.Fork(t.Context(), backend.ForkRequest{N: n})
+	require.NoError(t, err)
+	for _, f := range forks {
+		t.Cleanup(func() { f.Destroy(context.Background()) })
+	}
+	parent := placeholderAndCA(t, e.Sandbox)
+	parentPH, parentCA, _ := strings.Cut(parent, "\n")
+	caLine := strings.Split(parentCA, "\n")[1]
+	seen := map[string]bool{parentPH: true}
+	var envs []*Env
+	for _, f := range forks {
+		fe := NewEnv(t, e.Net, e.Ctl, f)
+		fe.MustBroker(t, value)
+		fe.MustFail(t, "get", "http://denied.test/")
+		own := placeholderAndCA(t, f)
+		ph, _, _ := strings.Cut(own, "\n")
+		require.True(t, strings.HasPrefix(ph, "sbx-placeholder-"), "the fork has no placeholder: %.60q", own)
+		require.False(t, seen[ph], "a fork shares a placeholder: %s", ph)
+		seen[ph] = true
+		res, err := f.Exec(t.Context(), backend.ExecRequest{Shell: "cat /etc/sandboxkit/* /etc/ssl/certs/ca-certificates.crt 2>/dev/null; true"})
+		require.NoError(t, err)
+		require.NotContains(t, string(res.Stdout), caLine, "a fork still trusts its parent's CA")
+		st, err := e.Ctl.EgressStatus(t.Context(), f.ID())
+		require.NoError(t, err)
+		require.Equal(t, []string{"allowed.test"}, st.Policy.Allow, "the fork's policy")
+		envs = append(envs, fe)
+	}
+	// The parent's own broker still works, with its placeholder.
+	e.MustBroker(t, value)
+	return envs
+}
