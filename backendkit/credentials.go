@@ -183,8 +183,21 @@ func CAFiles(caPEM string, system []byte, systemPath string) map[string][]byte {
 	return files
 }
 
+// WithoutCAs is the trust store system without the CAs replaced (each a
+// PEM that CAFiles added, such as a forked sandbox's parent's).
+func WithoutCAs(system []byte, replaced ...string) []byte {
+	for _, old := range replaced {
+		if old != "" {
+			system = bytes.ReplaceAll(system, []byte("\n"+old), nil)
+			system = bytes.ReplaceAll(system, []byte(old), nil)
+		}
+	}
+	return system
+}
+
 // InstallCA writes CAFiles into the root file system at rootfs (through an
-// os.Root: the image's symlinks cannot lead out).
+// os.Root: the image's symlinks cannot lead out); the CAs replaced (a
+// fork's parent's) leave the trust store first.
 func InstallCA(rootfs, caPEM string, replaced ...string) error {
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
@@ -203,13 +216,7 @@ func InstallCA(rootfs, caPEM string, replaced ...string) error {
 			return err
 		}
 	}
-	for _, old := range replaced {
-		if old != "" {
-			system = bytes.ReplaceAll(system, []byte("\n"+old), nil)
-			system = bytes.ReplaceAll(system, []byte(old), nil)
-		}
-	}
-	for p, data := range CAFiles(caPEM, system, systemPath) {
+	for p, data := range CAFiles(caPEM, WithoutCAs(system, replaced...), systemPath) {
 		if err := root.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}

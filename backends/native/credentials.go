@@ -76,8 +76,8 @@ func filesTar(files map[string]fileInTar) io.Reader {
 
 // installCA puts the CA caPEM into container cid (created, not started):
 // its image's trust store (read from the container), the CA and the
-// bundle.
-func (b *Backend) installCA(ctx context.Context, cid, caPEM string) error {
+// bundle. The CAs replaced (a fork's parent's) leave the trust store.
+func (b *Backend) installCA(ctx context.Context, cid, caPEM string, replaced ...string) error {
 	var system []byte
 	var systemPath string
 	for _, p := range backendkit.SystemBundles {
@@ -88,7 +88,7 @@ func (b *Backend) installCA(ctx context.Context, cid, caPEM string) error {
 		}
 	}
 	files := map[string]fileInTar{}
-	for p, data := range backendkit.CAFiles(caPEM, system, systemPath) {
+	for p, data := range backendkit.CAFiles(caPEM, backendkit.WithoutCAs(system, replaced...), systemPath) {
 		files["/"+p] = fileInTar{data: data, mode: 0o644}
 	}
 	if err := b.cli.CopyToContainer(ctx, cid, "/", filesTar(files), container.CopyToContainerOptions{}); err != nil {

@@ -210,13 +210,24 @@ func TestEgressRefused(t *testing.T) {
 			require.Contains(t, err.Error(), tc.want)
 		})
 	}
-	// A fork would not carry the policy.
+	// A fork carries the policy, on an enforcer of its own that goes
+	// with it.
 	s := spec("egress-fork", dockertest.BusyboxImage)
-	s.Egress = &backend.Egress{}
+	s.Egress = &backend.Egress{Allow: []string{"allowed.test"}}
 	sb := create(t, b, s)
-	_, err := sb.(backend.Forker).Fork(t.Context(), backend.ForkRequest{N: 1})
-	require.ErrorIs(t, err, errors.ErrUnsupported)
-	require.Contains(t, err.Error(), "egress")
+	forks, err := sb.(backend.Forker).Fork(t.Context(), backend.ForkRequest{N: 1})
+	require.NoError(t, err)
+	fst, err := b.EgressStatus(t.Context(), forks[0].ID())
+	require.NoError(t, err)
+	require.Equal(t, []string{"allowed.test"}, fst.Policy.Allow)
+	cli := dockertest.Client(t)
+	_, err = cli.ContainerInspect(t.Context(), "sbxe-"+forks[0].ID())
+	require.NoError(t, err, "the fork has no enforcer of its own")
+	require.NoError(t, forks[0].Destroy(t.Context()))
+	_, err = cli.ContainerInspect(t.Context(), "sbxe-"+forks[0].ID())
+	require.Error(t, err, "the fork's enforcer outlived it")
+	_, err = cli.ContainerInspect(t.Context(), "sbxe-"+sb.ID())
+	require.NoError(t, err, "the fork's removal took its parent's enforcer")
 	// A sandbox made without a policy has no enforcer to change.
 	plain := create(t, b, spec("plain", dockertest.BusyboxImage))
 	err = b.SetEgress(t.Context(), plain.ID(), backend.Egress{})
@@ -349,6 +360,13 @@ func TestEgressCredentialsNative(t *testing.T) {
 		egresstest.MustKeepOutOfMemory(t, sb, value, strings.TrimSpace(strings.SplitN(out, "\n", 2)[0]))
 	}
 	egresstest.RotateAndSee(t, b, sb, s.Credentials, env, "rotated-value-77aa", 10*time.Second)
+	// Forks: an enforcer, CA and placeholders of their own, the value
+	// applied again.
+	for _, fe := range env.MustForkWithOwnCredentials(t, 2, "rotated-value-77aa") {
+		if rt := os.Getenv("SBX_NATIVE_RUNTIME"); rt == "" || rt == "runc" {
+			egresstest.MustKeepOutOfMemory(t, fe.Sandbox, "rotated-value-77aa", "sbx-placeholder-")
+		}
+	}
 	// What a bundle or a move carries holds no secret; the sandbox made
 	// from it gets its own placeholder and CA and the value again.
 	env.MustRestoreWithoutSecrets(t, b, s, "rotated-value-77aa", value)

@@ -2,6 +2,7 @@ package native
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,10 +14,13 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/owner"
+	"github.com/sandboxkit/sandboxkit/internal/sbxdbin"
 )
 
 // Snapshots are images committed from a sandbox's container, as
@@ -324,9 +328,6 @@ func (s *Sandbox) makeForks(ctx context.Context, req backend.ForkRequest, maker 
 	if s.adopted {
 		return nil, "", fmt.Errorf("%w: the sandbox is an existing container sandboxkit did not make", errors.ErrUnsupported)
 	}
-	if s.egress != "" {
-		return nil, "", fmt.Errorf("%w: the sandbox has an egress policy, which a fork would not carry; create sandboxes of its entry instead", errors.ErrUnsupported)
-	}
 	c, err := s.inspect(ctx)
 	if err != nil {
 		return nil, "", err
@@ -430,12 +431,47 @@ func (s *Sandbox) startFork(ctx context.Context, c container.InspectResponse, re
 			nc.EndpointsConfig[name] = &network.EndpointSettings{Aliases: aliases}
 		}
 	}
+	var ef *forkedEnforcer
+	if s.egress != "" {
+		// A network and enforcer of its own, with the parent's policy and
+		// credentials (a CA and placeholders of its own); it joins it as
+		// its parent joined its parent's.
+		var err error
+		if ef, err = s.forkEnforcer(ctx, spec, id); err != nil {
+			return madeFork{}, err
+		}
+		cfg.Labels[labelEgress] = ef.name
+		cfg.Hostname, cfg.Domainname = "", "" // the enforcer's (a joined namespace has no other)
+		hc.NetworkMode = container.NetworkMode("container:" + ef.name)
+		cfg.Env = slices.Clone(cfg.Env)
+		for i, e := range cfg.Env {
+			k, v, _ := strings.Cut(e, "=")
+			if ph, ok := ef.placeholders[v]; ok {
+				cfg.Env[i] = k + "=" + ph
+			}
+		}
+		nc = nil
+	}
 	name := containerName(spec, id)
 	created, err := s.b.cli.ContainerCreate(ctx, &cfg, &hc, nc, nil, name+makingSuffix)
+	if err == nil && ef != nil && ef.caPEM != "" {
+		err = s.b.installCA(ctx, created.ID, ef.caPEM, ef.parentCA)
+	}
 	if err != nil {
+		if created.ID != "" {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			s.b.cli.ContainerRemove(rctx, created.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+			cancel()
+		}
+		if ef != nil {
+			ef.drop(ctx)
+		}
 		return madeFork{}, s.b.explainCreate(err)
 	}
 	if err := s.b.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		if ef != nil {
+			defer ef.drop(ctx)
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		s.b.cli.ContainerRemove(rctx, created.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
@@ -443,7 +479,118 @@ func (s *Sandbox) startFork(ctx context.Context, c container.InspectResponse, re
 	}
 	sb := &Sandbox{b: s.b, id: id, cid: created.ID, workDir: s.workDir, pool: false,
 		autoRemove: hc.AutoRemove, bareInit: s.bareInit, runtime: hc.Runtime}
+	if ef != nil {
+		sb.egress = ef.name
+	}
 	return madeFork{sb: sb, name: name}, nil
+}
+
+// forkedEnforcer is the enforcer started for a fork of a sandbox with a
+// policy.
+type forkedEnforcer struct {
+	b    *Backend
+	name string
+	// With credentials: the fork's CA (caPEM), the parent's (parentCA),
+	// and the fork's placeholder for each of the parent's.
+	caPEM, parentCA string
+	placeholders    map[string]string
+}
+
+// drop removes the enforcer after a failure.
+func (f *forkedEnforcer) drop(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := f.b.removeEnforcer(rctx, f.name); err != nil {
+		f.b.log.Warn("removing a failed fork's egress enforcer failed", "enforcer", f.name, "err", err)
+	}
+}
+
+// forkEnforcer starts the enforcer of fork id (of spec) of s: a copy of
+// s's enforcer's container with s's policy as it is now and, when s
+// brokers credentials, the same values under a CA and placeholders of the
+// fork's own (backendkit.ForkCredentials), copied into the new enforcer
+// alone.
+func (s *Sandbox) forkEnforcer(ctx context.Context, spec backend.Spec, id string) (*forkedEnforcer, error) {
+	ec, err := s.b.cli.ContainerInspect(ctx, s.egress)
+	if err != nil {
+		return nil, fmt.Errorf("the parent's egress enforcer: %w", s.b.translate(err))
+	}
+	st, err := s.b.EgressStatus(ctx, s.id)
+	if err != nil {
+		return nil, err
+	}
+	policy, err := json.Marshal(st.Policy)
+	if err != nil {
+		return nil, err
+	}
+	ecfg := *ec.Config
+	ecfg.Entrypoint = slices.Clone(ecfg.Entrypoint)
+	for i, a := range ecfg.Entrypoint {
+		if a == "--policy-json" && i+1 < len(ecfg.Entrypoint) {
+			ecfg.Entrypoint[i+1] = string(policy)
+		}
+	}
+	ecfg.Env = slices.Clone(ecfg.Env)
+	ecfg.Labels = maps.Clone(ecfg.Labels)
+	ecfg.Labels[labelEgressFor] = id
+	ecfg.Labels[backend.LabelCreator] = owner.Self()
+	if spec.Session != "" {
+		ecfg.Labels[backend.LabelSession] = spec.Session
+	}
+	if len(ec.ID) >= 12 && ecfg.Hostname == ec.ID[:12] {
+		ecfg.Hostname = ""
+	}
+	ehc := *ec.HostConfig
+	ehc.Mounts = slices.Clone(ehc.Mounts)
+	// The fork publishes no fixed host ports: they are its parent's.
+	ehc.PortBindings = nil
+	ecfg.ExposedPorts = nil
+	f := &forkedEnforcer{b: s.b, name: enforcerName(id)}
+	files := map[string]fileInTar{}
+	if slices.Contains(ecfg.Entrypoint, "--credentials") {
+		parent, err := s.b.readContainerFile(ctx, ec.ID, egressCredentials)
+		if err != nil {
+			return nil, fmt.Errorf("the parent's credentials: %w", s.b.translate(err))
+		}
+		br, parentCA, phs, err := backendkit.ForkCredentials(id, parent)
+		if err != nil {
+			return nil, err
+		}
+		f.caPEM, f.parentCA, f.placeholders = br.CAPEM, parentCA, phs
+		files[egressCredentials] = fileInTar{data: br.EnforcerFile, mode: 0o600}
+		if roots, err := s.b.readContainerFile(ctx, ec.ID, egressRoots); err == nil {
+			files[egressRoots] = fileInTar{data: roots, mode: 0o644}
+		}
+	}
+	hasSbxd := slices.ContainsFunc(ehc.Mounts, func(m mount.Mount) bool { return m.Target == sbxdDir && m.Type == mount.TypeVolume && m.Source != "" })
+	inject := func(ctx context.Context, cid string) error {
+		if !hasSbxd {
+			facts, err := s.b.facts(ctx)
+			if err != nil {
+				return err
+			}
+			bin, err := sbxdbin.Lookup(s.b.cfg.SbxdPath, facts.arch)
+			if err != nil {
+				return err
+			}
+			if err := s.b.injectSbxd(ctx, cid, bin, &ehc, errSbxdCopyForced); err != nil {
+				return err
+			}
+		}
+		if len(files) == 0 {
+			return nil
+		}
+		if err := s.b.cli.CopyToContainer(ctx, cid, "/", filesTar(files), container.CopyToContainerOptions{}); err != nil {
+			return fmt.Errorf("egress enforcer: its credentials: %w", s.b.translate(err))
+		}
+		return nil
+	}
+	espec := spec
+	espec.Ports = nil
+	if _, err := s.b.runEnforcer(ctx, espec, f.name, &ecfg, &ehc, inject); err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // markMaking makes info, of a container named name, say what the

@@ -100,4 +100,7 @@ func TestEgressCredentials(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(res.Stdout), value, "the sandbox can see the value")
 	egresstest.RotateAndSee(t, b, sb, s.Credentials, e, "rotated-value-remote", 10*time.Second)
+	// Forks on the remote engine: enforcers, CAs and placeholders of their
+	// own.
+	e.MustForkWithOwnCredentials(t, 1, "rotated-value-remote")
 }
