@@ -1,13 +1,8 @@
 package egress
 
 import (
-	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
@@ -37,11 +32,9 @@ func BenchmarkBroker(b *testing.B) {
 		size = v
 	}
 	chunk := make([]byte, 1<<20)
-	realCA, err := NewCA("real")
-	if err != nil {
-		b.Fatal(err)
-	}
-	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	cred := &Credential{Name: "api", Hosts: []Rule{mustRule("web.test")}, Header: "Authorization", Format: "Bearer {value}", Placeholder: placeholder}
+	cred.SetValue(realSecret)
+	_, proxy, sandboxCA, realCA := brokeringEnforcer(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/big" {
 			io.WriteString(w, "ok")
 			return
@@ -54,40 +47,10 @@ func BenchmarkBroker(b *testing.B) {
 			}
 			left -= int64(n)
 		}
-	}))
-	webCert, _ := realCA.leaf("web.test")
-	keepCert, _ := realCA.leaf("keep.test")
-	up.TLS = &tls.Config{Certificates: []tls.Certificate{*webCert, *keepCert}}
-	up.StartTLS()
-	b.Cleanup(up.Close)
-	hostTrust := x509.NewCertPool()
-	hostTrust.AppendCertsFromPEM(realCA.CertPEM())
-
-	zone := proxyZone(b)
-	te := startEnforcer(b, mustPolicy(b, Deny, []string{"web.test", "keep.test"}, nil), zone.addr)
-	te.resolve(b, "web.test")
-	te.resolve(b, "keep.test")
-	sandboxCA, err := NewCA("sb")
-	if err != nil {
-		b.Fatal(err)
-	}
-	cred := &Credential{Name: "api", Hosts: []Rule{mustRule("web.test")}, Header: "Authorization", Format: "Bearer {value}", Placeholder: placeholder}
-	cred.SetValue(realSecret)
-	if err := te.SetCredentials(sandboxCA, []*Credential{cred}, hostTrust); err != nil {
-		b.Fatal(err)
-	}
-	proxy := te.startProxy(b, serverAddr(up))
+	}), cred)
 	// The sandbox trusts its CA (for web.test) and the real one (keep.test).
-	trust := x509.NewCertPool()
-	trust.AppendCertsFromPEM(sandboxCA.CertPEM())
-	trust.AppendCertsFromPEM(realCA.CertPEM())
 	client := func(keepAlive bool) *http.Client {
-		var d net.Dialer
-		c := &http.Client{Transport: &http.Transport{
-			DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return d.DialContext(ctx, "tcp", proxy) },
-			TLSClientConfig:   &tls.Config{RootCAs: trust},
-			DisableKeepAlives: !keepAlive,
-		}}
+		c := proxyClient(proxy, keepAlive, sandboxCA, realCA)
 		b.Cleanup(c.CloseIdleConnections)
 		return c
 	}

@@ -429,6 +429,55 @@ func TestCredentialCheck(t *testing.T) {
 	}
 }
 
+// brokeringEnforcer starts a real HTTPS server serving handler, whose
+// certificate (of realCA, which the host trusts) is for web.test and
+// keep.test, and an enforcer whose policy allows both and whose broker
+// gives cred to web.test, with certificates of sandboxCA; it returns the
+// enforcer and the address of its proxy, to which every connection counts
+// as one to the server.
+func brokeringEnforcer(tb testing.TB, handler http.Handler, cred *Credential) (te *testEnforcer, proxy string, sandboxCA, realCA *CA) {
+	tb.Helper()
+	realCA, err := NewCA("real")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	up := httptest.NewUnstartedServer(handler)
+	webCert, _ := realCA.leaf("web.test")
+	keepCert, _ := realCA.leaf("keep.test")
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{*webCert, *keepCert}}
+	up.StartTLS()
+	tb.Cleanup(up.Close)
+	hostTrust := x509.NewCertPool()
+	hostTrust.AppendCertsFromPEM(realCA.CertPEM())
+
+	zone := proxyZone(tb)
+	te = startEnforcer(tb, mustPolicy(tb, Deny, []string{"web.test", "keep.test"}, nil), zone.addr)
+	te.resolve(tb, "web.test")
+	te.resolve(tb, "keep.test")
+	if sandboxCA, err = NewCA("sb"); err != nil {
+		tb.Fatal(err)
+	}
+	if err := te.SetCredentials(sandboxCA, []*Credential{cred}, hostTrust); err != nil {
+		tb.Fatal(err)
+	}
+	return te, te.startProxy(tb, serverAddr(up)), sandboxCA, realCA
+}
+
+// proxyClient is an HTTPS client whose every connection goes to proxy,
+// trusting the certificates of trust.
+func proxyClient(proxy string, keepAlive bool, trust ...*CA) *http.Client {
+	pool := x509.NewCertPool()
+	for _, ca := range trust {
+		pool.AppendCertsFromPEM(ca.CertPEM())
+	}
+	var d net.Dialer
+	return &http.Client{Transport: &http.Transport{
+		DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return d.DialContext(ctx, "tcp", proxy) },
+		TLSClientConfig:   &tls.Config{RootCAs: pool},
+		DisableKeepAlives: !keepAlive,
+	}}
+}
+
 func newTestBroker(t *testing.T, creds ...*Credential) *Broker {
 	ca, err := NewCA("t")
 	if err != nil {
@@ -447,48 +496,14 @@ func newTestBroker(t *testing.T, creds ...*Credential) *Broker {
 // goes to is spliced as before (the sandbox sees the real server's
 // certificate, and nothing is added).
 func TestEnforcerBrokers(t *testing.T) {
-	// A real server whose certificate (of a CA the host trusts) is for
-	// web.test and keep.test.
-	realCA, err := NewCA("real")
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := &seen{}
-	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got.add(r)
-		io.WriteString(w, "hello "+r.Host)
-	}))
-	webCert, _ := realCA.leaf("web.test")
-	keepCert, _ := realCA.leaf("keep.test")
-	up.TLS = &tls.Config{Certificates: []tls.Certificate{*webCert, *keepCert}}
-	up.StartTLS()
-	t.Cleanup(up.Close)
-	hostTrust := x509.NewCertPool()
-	hostTrust.AppendCertsFromPEM(realCA.CertPEM())
-
-	zone := proxyZone(t)
-	te := startEnforcer(t, mustPolicy(t, Deny, []string{"web.test", "keep.test"}, nil), zone.addr)
-	te.resolve(t, "web.test")
-	te.resolve(t, "keep.test")
-	sandboxCA, err := NewCA("sb")
-	if err != nil {
-		t.Fatal(err)
-	}
 	cred := &Credential{Name: "api", Hosts: []Rule{mustRule("web.test")}, Header: "X-Api-Key", Placeholder: placeholder}
 	cred.SetValue(realSecret)
-	if err := te.SetCredentials(sandboxCA, []*Credential{cred}, hostTrust); err != nil {
-		t.Fatal(err)
-	}
-	proxy := te.startProxy(t, serverAddr(up))
-	client := func(trust *CA) *http.Client {
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(trust.CertPEM())
-		var d net.Dialer
-		return &http.Client{Transport: &http.Transport{
-			DialContext:     func(ctx context.Context, _, _ string) (net.Conn, error) { return d.DialContext(ctx, "tcp", proxy) },
-			TLSClientConfig: &tls.Config{RootCAs: pool},
-		}}
-	}
+	te, proxy, sandboxCA, realCA := brokeringEnforcer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.add(r)
+		io.WriteString(w, "hello "+r.Host)
+	}), cred)
+	client := func(trust *CA) *http.Client { return proxyClient(proxy, true, trust) }
 
 	resp, body := do(t, client(sandboxCA), "GET", "https://web.test/", "", map[string]string{"X-Api-Key": placeholder})
 	if resp.StatusCode != 200 || body != "hello web.test" {
