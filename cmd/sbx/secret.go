@@ -123,7 +123,7 @@ func (a *app) secretRotateCmd() *cobra.Command {
 			}
 			rot, ok := backend.AsBackend[backend.CredentialRotator](b)
 			if !ok {
-				return fmt.Errorf("sandbox %s: the %s backend cannot rotate credentials while a sandbox runs (native, remotedocker and k8s can): %w", id, b.Name(), errors.ErrUnsupported)
+				return fmt.Errorf("sandbox %s: the %s backend cannot rotate credentials while a sandbox runs (lite, native, remotedocker, k8s and opensandbox can): %w", id, b.Name(), errors.ErrUnsupported)
 			}
 			if err := rot.RotateCredentials(ctx, id, creds); err != nil {
 				return err

@@ -13,7 +13,7 @@ import (
 
 // sbx secret rotate on native: a sandbox whose entry declares credentials
 // has them read again and handed to its enforcer; one whose entry declares
-// none, and a backend that cannot rotate (lite), are refused saying so.
+// none is refused saying so, as is a source that fails (naming it, never a value).
 func TestSecretRotate(t *testing.T) {
 	setup(t)
 	dockertest.RequireImage(t, dockertest.Client(t), dockertest.BusyboxImage)
