@@ -3,6 +3,7 @@ package opensandbox_test
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ const (
 	envRealProxy  = "SBX_TEST_OPENSANDBOX_PROXY"   // "1": reach execd through the server proxy
 	envRealProto  = "SBX_TEST_OPENSANDBOX_PROTOCOL"
 	envRealEgress = "SBX_TEST_OPENSANDBOX_EGRESS" // "1": the deployment runs egress sidecars
+	envRealVault  = "SBX_TEST_OPENSANDBOX_VAULT"  // "1": its sidecars have the credential vault
 )
 
 // TestRealDeployment runs the backend suite and the fileops table against a
@@ -76,5 +78,31 @@ func TestRealDeployment(t *testing.T) {
 		res, err := sb.Exec(ctx, backend.ExecRequest{Shell: "getent hosts evil.pypi.org"})
 		require.NoError(t, err)
 		assert.NotZero(t, res.ExitCode, "a denied name resolved: %s", res.Stdout)
+	})
+	t.Run("credentials", func(t *testing.T) {
+		if os.Getenv(envRealVault) != "1" {
+			t.Skipf("set %s=1 when the deployment's egress sidecars have the credential vault (its credential proxy set up)", envRealVault)
+		}
+		// The value goes to the vault; the sandbox sees the placeholder, and
+		// a request to the declared host leaves with the value (httpbin
+		// echoes what it got: the deployment's proxy may or may not mask
+		// it, so only the placeholder's absence there is checked).
+		t.Setenv("SBX_TEST_REAL_CREDENTIAL", "sbx-real-deployment-value")
+		b := newBackend(t, cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		creds := []backend.Credential{{Name: "api", Hosts: []string{"httpbin.org"}, Header: "Authorization", Format: "Bearer {value}", Env: "API_TOKEN",
+			From: backend.CredentialSource{Env: "SBX_TEST_REAL_CREDENTIAL"}}}
+		sb, err := b.Create(ctx, backend.Spec{Name: "credentials", Image: image, TTL: 30 * time.Minute,
+			Egress: &backend.Egress{Default: "deny", Allow: []string{"httpbin.org"}}, Credentials: creds})
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, sb.Destroy(context.Background())) })
+		res, err := sb.Exec(ctx, backend.ExecRequest{Shell: `echo "$API_TOKEN"; curl -sS https://httpbin.org/headers -H "Authorization: Bearer $API_TOKEN"`})
+		require.NoError(t, err)
+		out := string(res.Stdout)
+		require.True(t, strings.HasPrefix(out, "sbx-placeholder-api-"), "API_TOKEN: %.60q", out)
+		ph, echo, _ := strings.Cut(out, "\n")
+		assert.NotContains(t, echo, ph, "the request left with the placeholder: the vault did not apply the value")
+		require.NoError(t, b.RotateCredentials(ctx, sb.ID(), creds))
 	})
 }
