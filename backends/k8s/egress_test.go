@@ -177,6 +177,8 @@ func TestEgressCredentials(t *testing.T) {
 	require.NoError(t, err)
 	podSpec, _ := json.Marshal(pod.Spec)
 	require.NotContains(t, string(podSpec), value, "the value is in the pod's spec")
+	// The sandbox container's processes (the node is this machine).
+	egresstest.MustKeepOutOfMemory(t, sb, value, "sbx-placeholder-")
 
 	egresstest.RotateAndSee(t, b, sb, s.Credentials, e, "rotated-value-k8s", 20*time.Second)
 }

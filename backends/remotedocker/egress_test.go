@@ -99,6 +99,8 @@ func TestEgressCredentials(t *testing.T) {
 	res, err := sb.Exec(t.Context(), backend.ExecRequest{Shell: `env; cat /etc/sandboxkit/*`})
 	require.NoError(t, err)
 	require.NotContains(t, string(res.Stdout), value, "the sandbox can see the value")
+	// The remote engine's containers run on this machine: their memory.
+	egresstest.MustKeepOutOfMemory(t, sb, value, "sbx-placeholder-")
 	egresstest.RotateAndSee(t, b, sb, s.Credentials, e, "rotated-value-remote", 10*time.Second)
 	// Forks on the remote engine: enforcers, CAs and placeholders of their
 	// own.
