@@ -112,6 +112,18 @@ func (s *Sandbox) makeSnapshot(ctx context.Context, req backend.SnapshotRequest,
 // PruneCaches removes it.
 func (b *Backend) handOverSnapshot(ctx context.Context, making, ref string) error {
 	if err := b.cli.ImageTag(ctx, making, ref); err != nil {
+		// The engine may have made the tag while the call failed (a
+		// cancelled ctx): the caller is told the snapshot failed, so the
+		// tag goes too (only if it names this image).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if mi, ierr := b.cli.ImageInspect(rctx, making); ierr == nil {
+			if ri, rerr := b.cli.ImageInspect(rctx, ref); rerr == nil && ri.ID == mi.ID {
+				if _, err := b.cli.ImageRemove(rctx, ref, image.RemoveOptions{}); err != nil {
+					b.log.Warn("untagging a snapshot that failed", "image", ref, "err", b.translate(err))
+				}
+			}
+		}
 		b.dropMaking(ctx, making)
 		return b.translate(err)
 	}

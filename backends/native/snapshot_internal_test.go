@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
+	"github.com/sandboxkit/sandboxkit/internal/owner"
 	"github.com/sandboxkit/sandboxkit/internal/ownertest"
 )
 
@@ -182,5 +183,27 @@ func TestSnapshotHandOver(t *testing.T) {
 	img, err := cli.ImageInspect(ctx, ref2)
 	if err != nil || slices.ContainsFunc(img.RepoTags, isMakingTag) {
 		t.Errorf("after PruneCaches the snapshot has tags %v (%v), want %s alone", img.RepoTags, err, ref2)
+	}
+
+	// The tag call failed (its ctx cancelled) after the engine made the
+	// tag: the caller is told the snapshot failed, so neither tag stays.
+	ref3 := "sandboxkit-test/handover:" + newID()
+	_, making3, err := parent.makeSnapshot(ctx, backend.SnapshotRequest{Ref: ref3}, owner.Self())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.RemoveSnapshot(context.Background(), ref3); b.RemoveSnapshot(context.Background(), making3) })
+	if err := cli.ImageTag(ctx, making3, ref3); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := b.handOverSnapshot(cancelled, making3, ref3); err == nil {
+		t.Fatal("a hand-over whose tag call failed succeeded")
+	}
+	for _, r := range []string{ref3, making3} {
+		if _, err := cli.ImageInspect(ctx, r); err == nil {
+			t.Errorf("a snapshot reported failed left its tag %s", r)
+		}
 	}
 }

@@ -106,6 +106,10 @@ func TestChaos(t *testing.T) {
 	}
 }
 
+// chaosCredential gives the "fenced" entry a brokered credential, so that
+// what its runs and forks make (CA, enforcer files) is in the inventory.
+const chaosCredential = "[sandbox.sandboxes.fenced.credentials.api]\nhosts = [\"allowed.test\"]\nheader = \"X-Api-Key\"\nenv = \"API_KEY\"\nfrom_command = \"echo chaos-value\"\n"
+
 func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 	t.Setenv("SBX_CONFIG", tg.config)
 	t.Setenv("XDG_STATE_HOME", t.TempDir())
@@ -152,6 +156,9 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 	}
 	if tg.forks {
 		ops = append(ops, "fork", "snapshot")
+		if tg.egress {
+			ops = append(ops, "fork-egress")
+		}
 	}
 	if tg.serve {
 		ops = append(ops, "serve")
@@ -201,6 +208,8 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 				args = []string{"run", "--sandbox", "worker", "--", "sh", "-c", "echo started; sleep 60"}
 			case "fork": // the forks' folders, containers, layers and images
 				args = []string{"fork", "-n", "2", kept}
+			case "fork-egress": // and their networks, rules and enforcers
+				args = []string{"fork", "-n", "2", fenced}
 			case "snapshot": // its image, layer or archive
 				args = []string{"snapshot", "--ref", fmt.Sprintf("chaos%s-%d", tag, n), kept}
 			case "restore": // the loaded images, the session's sandboxes, volumes and network
@@ -227,7 +236,7 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 			}
 			out := chaosOnce(t, bin, args, delay, ph.stop, during)
 			switch op {
-			case "fork":
+			case "fork", "fork-egress":
 				forks = append(forks, strings.Fields(out)...)
 			case "snapshot":
 				snaps = append(snaps, strings.Fields(out)...)
@@ -539,7 +548,7 @@ func chaosLite(t *testing.T) chaosTarget {
 	// looks a name up.
 	head := fmt.Sprintf("[sandbox]\nbackend = \"lite\"\n[sandbox.lite]\nstate_dir = %q\nimage_dir = %q\nruntime_root = %q\negress_dns = \"127.0.0.1\"\n",
 		state, filepath.Join(base, "images"), runtimeRoot)
-	fenced := fmt.Sprintf("\n[sandbox.sandboxes.fenced]\nimage = %q\negress = { allow = [\"allowed.test\"] }\n", "dir:"+fs)
+	fenced := fmt.Sprintf("\n[sandbox.sandboxes.fenced]\nimage = %q\negress = { allow = [\"allowed.test\"] }\n", "dir:"+fs) + chaosCredential
 	return chaosTarget{
 		config:   writeChaosConfig(t, head, "dir:"+fs, fenced),
 		egress:   true,
@@ -576,7 +585,7 @@ func chaosNative(t *testing.T) chaosTarget {
 	// included, which copy their labels) carry the run's label: the inventory's containers are
 	// this config's.
 	runKey, runValue, runLabel := chaosRunLabel(t)
-	fenced := fmt.Sprintf("\n[sandbox.sandboxes.fenced]\nimage = %q\negress = { allow = [\"allowed.test\"] }\n", dockertest.BusyboxImage)
+	fenced := fmt.Sprintf("\n[sandbox.sandboxes.fenced]\nimage = %q\negress = { allow = [\"allowed.test\"] }\n", dockertest.BusyboxImage) + chaosCredential
 	// Spare enforcers too: started after a create, removed at exit.
 	config := writeChaosConfig(t, "[sandbox]\nbackend = \"native\"\n[sandbox.native]\negress_dns = \"127.0.0.1\"\negress_spares = 1\n", dockertest.BusyboxImage, fenced)
 	labelEntries(t, config, runLabel)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -49,21 +50,53 @@ type forkJSON struct {
 func (a *app) fork(ctx context.Context, ref string, req backend.ForkRequest) error {
 	var forks []backend.Sandbox
 	b, sb, err := withCapability(ctx, a, ref, "fork sandboxes", func(f backend.Forker) (err error) {
-		forks, err = f.Fork(ctx, req)
+		// The backend's own Forker rather than the agent client's: a
+		// client starts each fork's agent once the backend has handed the
+		// forks over, and a sbx killed meanwhile would leave forks that
+		// no one knows of. Printing their IDs needs no client.
+		forks, err = innermostForker(f).Fork(ctx, req)
 		return err
 	})
 	if err != nil {
 		return err
 	}
+	var out []byte
 	if a.json {
-		out := make([]forkJSON, len(forks))
+		list := make([]forkJSON, len(forks))
 		for i, fk := range forks {
-			out[i] = forkJSON{ID: fk.ID(), ForkOf: sb.ID(), Backend: b.Name()}
+			list[i] = forkJSON{ID: fk.ID(), ForkOf: sb.ID(), Backend: b.Name()}
 		}
-		return printJSON(a.stdout, out)
+		out = jsonBytes(list)
+	} else {
+		for _, fk := range forks {
+			out = fmt.Appendln(out, fk.ID())
+		}
 	}
-	for _, fk := range forks {
-		fmt.Fprintln(a.stdout, fk.ID())
+	return handOver(ctx, a.stdout, out, "forks", func(ctx context.Context) error {
+		var errs []error
+		for _, fk := range forks {
+			errs = append(errs, fk.Destroy(ctx))
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// innermostForker is the Forker deepest in the chain of sandboxes f
+// wraps (f itself when it wraps none that forks).
+func innermostForker(f backend.Forker) backend.Forker {
+	var cur any = f
+	for {
+		w, ok := cur.(backend.Wrapper)
+		if !ok {
+			return f
+		}
+		inner := w.Unwrap()
+		if inner == nil {
+			return f
+		}
+		if g, ok := inner.(backend.Forker); ok {
+			f = g
+		}
+		cur = inner
 	}
-	return nil
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -50,4 +52,27 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// handOver writes out, what names things a command made (their IDs or
+// references), to w; when it cannot be written, the caller never learns
+// of them, so undo removes them, and the error says so.
+func handOver(ctx context.Context, w io.Writer, out []byte, what string, undo func(ctx context.Context) error) error {
+	_, err := w.Write(out)
+	if err == nil {
+		return nil
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if uerr := undo(uctx); uerr != nil {
+		return fmt.Errorf("writing the %s made: %w (removing them failed too: %v; sbx gc does not remove them, sbx ls shows them)", what, err, uerr)
+	}
+	return fmt.Errorf("writing the %s made: %w; they were removed, since no one could learn of them", what, err)
+}
+
+// jsonBytes is v as printJSON writes it.
+func jsonBytes(v any) []byte {
+	var buf bytes.Buffer
+	printJSON(&buf, v)
+	return buf.Bytes()
 }

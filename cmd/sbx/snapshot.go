@@ -91,16 +91,22 @@ func (a *app) snapshot(ctx context.Context, ref string, req backend.SnapshotRequ
 	if err != nil {
 		return err
 	}
-	if !a.json {
-		fmt.Fprintln(a.stdout, snap.Ref)
-		return nil
+	out := fmt.Appendln(nil, snap.Ref)
+	if a.json {
+		js := snapshotJSON{Ref: snap.Ref, Sandbox: sb.ID(), Backend: b.Name(), Base: snap.Base, Size: snap.Size,
+			Labels: snap.Labels, CreatedAt: snap.CreatedAt}
+		if !snap.ExpiresAt.IsZero() {
+			js.ExpiresAt = &snap.ExpiresAt
+		}
+		out = jsonBytes(js)
 	}
-	out := snapshotJSON{Ref: snap.Ref, Sandbox: sb.ID(), Backend: b.Name(), Base: snap.Base, Size: snap.Size,
-		Labels: snap.Labels, CreatedAt: snap.CreatedAt}
-	if !snap.ExpiresAt.IsZero() {
-		out.ExpiresAt = &snap.ExpiresAt
-	}
-	return printJSON(a.stdout, out)
+	return handOver(ctx, a.stdout, out, "snapshot", func(ctx context.Context) error {
+		m, ok := backend.AsBackend[backend.SnapshotManager](b)
+		if !ok {
+			return fmt.Errorf("the %s backend cannot remove snapshots", b.Name())
+		}
+		return m.RemoveSnapshot(ctx, snap.Ref)
+	})
 }
 
 // whyNot says why a built-in backend has no snapshots or forks.
