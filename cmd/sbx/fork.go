@@ -48,36 +48,36 @@ type forkJSON struct {
 }
 
 func (a *app) fork(ctx context.Context, ref string, req backend.ForkRequest) error {
-	var forks []backend.Sandbox
-	b, sb, err := withCapability(ctx, a, ref, "fork sandboxes", func(f backend.Forker) (err error) {
+	// The IDs are written before the backend is closed: a sbx killed
+	// between the forks' hand-over and the write leaves forks no one
+	// knows of, so that span is kept short.
+	return withCapability(ctx, a, ref, "fork sandboxes", func(b backend.Backend, sb backend.Sandbox, f backend.Forker) error {
 		// The backend's own Forker rather than the agent client's: a
 		// client starts each fork's agent once the backend has handed the
-		// forks over, and a sbx killed meanwhile would leave forks that
-		// no one knows of. Printing their IDs needs no client.
-		forks, err = innermostForker(f).Fork(ctx, req)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	var out []byte
-	if a.json {
-		list := make([]forkJSON, len(forks))
-		for i, fk := range forks {
-			list[i] = forkJSON{ID: fk.ID(), ForkOf: sb.ID(), Backend: b.Name()}
+		// forks over (the same span). Writing their IDs needs no client.
+		forks, err := innermostForker(f).Fork(ctx, req)
+		if err != nil {
+			return err
 		}
-		out = jsonBytes(list)
-	} else {
-		for _, fk := range forks {
-			out = fmt.Appendln(out, fk.ID())
+		var out []byte
+		if a.json {
+			list := make([]forkJSON, len(forks))
+			for i, fk := range forks {
+				list[i] = forkJSON{ID: fk.ID(), ForkOf: sb.ID(), Backend: b.Name()}
+			}
+			out = jsonBytes(list)
+		} else {
+			for _, fk := range forks {
+				out = fmt.Appendln(out, fk.ID())
+			}
 		}
-	}
-	return handOver(ctx, a.stdout, out, "forks", func(ctx context.Context) error {
-		var errs []error
-		for _, fk := range forks {
-			errs = append(errs, fk.Destroy(ctx))
-		}
-		return errors.Join(errs...)
+		return handOver(ctx, a.stdout, out, "forks", func(ctx context.Context) error {
+			var errs []error
+			for _, fk := range forks {
+				errs = append(errs, fk.Destroy(ctx))
+			}
+			return errors.Join(errs...)
+		})
 	})
 }
 

@@ -83,29 +83,30 @@ type snapshotJSON struct {
 }
 
 func (a *app) snapshot(ctx context.Context, ref string, req backend.SnapshotRequest) error {
-	var snap backend.Snapshot
-	b, sb, err := withCapability(ctx, a, ref, "take snapshots", func(sn backend.Snapshotter) (err error) {
-		snap, err = sn.Snapshot(ctx, req)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	out := fmt.Appendln(nil, snap.Ref)
-	if a.json {
-		js := snapshotJSON{Ref: snap.Ref, Sandbox: sb.ID(), Backend: b.Name(), Base: snap.Base, Size: snap.Size,
-			Labels: snap.Labels, CreatedAt: snap.CreatedAt}
-		if !snap.ExpiresAt.IsZero() {
-			js.ExpiresAt = &snap.ExpiresAt
+	// The reference is written before the backend is closed: a sbx killed
+	// between the snapshot's hand-over and the write leaves a snapshot no
+	// one knows of, so that span is kept short.
+	return withCapability(ctx, a, ref, "take snapshots", func(b backend.Backend, sb backend.Sandbox, sn backend.Snapshotter) error {
+		snap, err := sn.Snapshot(ctx, req)
+		if err != nil {
+			return err
 		}
-		out = jsonBytes(js)
-	}
-	return handOver(ctx, a.stdout, out, "snapshot", func(ctx context.Context) error {
-		m, ok := backend.AsBackend[backend.SnapshotManager](b)
-		if !ok {
-			return fmt.Errorf("the %s backend cannot remove snapshots", b.Name())
+		out := fmt.Appendln(nil, snap.Ref)
+		if a.json {
+			js := snapshotJSON{Ref: snap.Ref, Sandbox: sb.ID(), Backend: b.Name(), Base: snap.Base, Size: snap.Size,
+				Labels: snap.Labels, CreatedAt: snap.CreatedAt}
+			if !snap.ExpiresAt.IsZero() {
+				js.ExpiresAt = &snap.ExpiresAt
+			}
+			out = jsonBytes(js)
 		}
-		return m.RemoveSnapshot(ctx, snap.Ref)
+		return handOver(ctx, a.stdout, out, "snapshot", func(ctx context.Context) error {
+			m, ok := backend.AsBackend[backend.SnapshotManager](b)
+			if !ok {
+				return fmt.Errorf("the %s backend cannot remove snapshots", b.Name())
+			}
+			return m.RemoveSnapshot(ctx, snap.Ref)
+		})
 	})
 }
 
@@ -120,26 +121,26 @@ var whyNot = map[string]string{
 // capability, or one answering ErrUnsupported, gets cannot's error (what:
 // "fork sandboxes"). It returns the backend (closed by then: for its name)
 // and the sandbox.
-func withCapability[C any](ctx context.Context, a *app, ref, what string, do func(C) error) (backend.Backend, backend.Sandbox, error) {
+func withCapability[C any](ctx context.Context, a *app, ref, what string, do func(b backend.Backend, sb backend.Sandbox, c C) error) error {
 	_, b, err := a.open(ctx)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	defer b.Close()
 	sb, err := resolve(ctx, b, ref)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	c, ok := backend.As[C](sb)
 	if !ok {
-		return nil, nil, cannot(b, what, sb)
+		return cannot(b, what, sb)
 	}
-	if err := do(c); errors.Is(err, errors.ErrUnsupported) {
-		return nil, nil, cannot(b, what, sb, err)
+	if err := do(b, sb, c); errors.Is(err, errors.ErrUnsupported) {
+		return cannot(b, what, sb, err)
 	} else if err != nil {
-		return nil, nil, err
+		return err
 	}
-	return b, sb, nil
+	return nil
 }
 
 // cannot is the error for a sandbox whose backend lacks a capability:
