@@ -105,6 +105,19 @@ func ForkCredentials(id string, parentFile []byte) (br *Brokered, parentCA strin
 	return &Brokered{Env: caEnv(), CAPEM: string(ca.CertPEM()), EnforcerFile: data}, parentCA, placeholders, nil
 }
 
+// ReplacePlaceholders returns env (KEY=VALUE entries) with each value that
+// is a key of placeholders (a parent's) replaced by its value (a fork's).
+func ReplacePlaceholders(env []string, placeholders map[string]string) []string {
+	out := slices.Clone(env)
+	for i, e := range out {
+		k, v, _ := strings.Cut(e, "=")
+		if ph, ok := placeholders[v]; ok {
+			out[i] = k + "=" + ph
+		}
+	}
+	return out
+}
+
 // caEnv are the variables that name the CA bundle for the usual clients.
 func caEnv() map[string]string {
 	return map[string]string{

@@ -380,12 +380,7 @@ func (b *Backend) forkEgress(ctx context.Context, p *forkPlan) (parentCA string,
 		}
 	}
 	if cfg.Process != nil {
-		for i, e := range cfg.Process.Env {
-			k, v, _ := strings.Cut(e, "=")
-			if ph, ok := placeholders[v]; ok {
-				cfg.Process.Env[i] = k + "=" + ph
-			}
-		}
+		cfg.Process.Env = backendkit.ReplacePlaceholders(cfg.Process.Env, placeholders)
 	}
 	return parentCA, writeConfig(bundleDir(dir, 0), cfg)
 }

@@ -455,13 +455,7 @@ func (s *Sandbox) startFork(ctx context.Context, c container.InspectResponse, re
 		cfg.Labels[labelEgress] = ef.name
 		cfg.Hostname, cfg.Domainname = "", "" // the enforcer's (a joined namespace has no other)
 		hc.NetworkMode = container.NetworkMode("container:" + ef.name)
-		cfg.Env = slices.Clone(cfg.Env)
-		for i, e := range cfg.Env {
-			k, v, _ := strings.Cut(e, "=")
-			if ph, ok := ef.placeholders[v]; ok {
-				cfg.Env[i] = k + "=" + ph
-			}
-		}
+		cfg.Env = backendkit.ReplacePlaceholders(cfg.Env, ef.placeholders)
 		nc = nil
 	}
 	name := containerName(spec, id)

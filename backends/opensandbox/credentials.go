@@ -112,14 +112,14 @@ func vaultBindings(creds []backend.Credential) ([]vaultBindingJSON, error) {
 			return nil, fmt.Errorf("%w: credential %s: some hosts name ports and some do not; OpenSandbox's vault binds one list of ports to all of a credential's hosts", errors.ErrUnsupported, c.Name)
 		}
 		bind.Match.Ports = slices.Sorted(maps.Keys(ports))
-		switch {
-		case c.Query != "":
+		switch vaultAuthType(c) {
+		case "":
 			return nil, fmt.Errorf("%w: credential %s: query = %q: OpenSandbox's credential vault puts values in headers only (bearer, basic, a header); use header = ... if the API takes one", errors.ErrUnsupported, c.Name, c.Query)
-		case c.BasicUser != "":
+		case "basic":
 			bind.Auth = vaultAuthJSON{Type: "basic", Credential: c.Name}
-		case strings.EqualFold(c.Header, "Authorization") && c.Format == "Bearer {value}":
+		case "bearer":
 			bind.Auth = vaultAuthJSON{Type: "bearer", Credential: c.Name}
-		case c.Format == "" || c.Format == "{value}":
+		case "apiKey":
 			bind.Auth = vaultAuthJSON{Type: "apiKey", Name: c.Header, Credential: c.Name}
 		default:
 			// The value stored is the header's whole value.
@@ -128,6 +128,23 @@ func vaultBindings(creds []backend.Credential) ([]vaultBindingJSON, error) {
 		out = append(out, bind)
 	}
 	return out, nil
+}
+
+// vaultAuthType is the vault's auth type for c: basic, bearer, apiKey (a
+// header holding the value as is) or customHeaders (a header whose value
+// c's format shapes); "" for a query parameter, which it cannot place.
+func vaultAuthType(c backend.Credential) string {
+	switch {
+	case c.Query != "":
+		return ""
+	case c.BasicUser != "":
+		return "basic"
+	case strings.EqualFold(c.Header, "Authorization") && c.Format == "Bearer {value}":
+		return "bearer"
+	case c.Format == "" || c.Format == "{value}":
+		return "apiKey"
+	}
+	return "customHeaders"
 }
 
 // vaultCredentials reads creds' values from their sources, as the vault
@@ -139,11 +156,10 @@ func vaultCredentials(ctx context.Context, creds []backend.Credential) ([]vaultC
 		if err != nil {
 			return nil, err
 		}
-		switch {
-		case c.BasicUser != "":
+		switch vaultAuthType(c) {
+		case "basic":
 			v = base64.StdEncoding.EncodeToString([]byte(c.BasicUser + ":" + v))
-		case strings.EqualFold(c.Header, "Authorization") && c.Format == "Bearer {value}":
-		case c.Format != "" && c.Format != "{value}":
+		case "customHeaders":
 			v = strings.ReplaceAll(c.Format, "{value}", v)
 		}
 		out = append(out, vaultCredentialJSON{Name: c.Name, Source: vaultSourceJSON{Type: "inline", Value: v}})

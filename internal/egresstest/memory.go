@@ -148,9 +148,9 @@ func memoryHolds(pid int, needles ...[]byte) ([]bool, error) {
 		// Chunks that overlap by a needle's length, so none is split.
 		for off := lo; off < hi; {
 			n := min(uint64(len(buf)), hi-off)
-			got, err := mem.ReadAt(buf[:n], int64(off))
-			if got <= 0 || err != nil && got == 0 {
-				break
+			got, _ := mem.ReadAt(buf[:n], int64(off))
+			if got <= 0 {
+				break // unreadable (unbacked, or gone)
 			}
 			for i, nd := range needles {
 				if !has[i] && bytes.Contains(buf[:got], nd) {

@@ -81,11 +81,11 @@ func (e *Env) MustRestoreWithoutSecrets(t *testing.T, b backend.Backend, spec ba
 }
 
 // archiveHolds returns those of needles found in the archive r: in its
-// members' bytes, a gzipped member's uncompressed too, and a member
-// archive's members in turn (an image archive holds layer archives).
+// members' bytes (a layer archive's files are in its bytes as they are),
+// a gzipped member's uncompressed.
 func archiveHolds(r io.Reader, needles []string) ([]string, error) {
 	found := map[string]bool{}
-	if err := scanArchive(r, needles, found, 0); err != nil {
+	if err := scanArchive(r, needles, found); err != nil {
 		return nil, err
 	}
 	var out []string
@@ -97,7 +97,7 @@ func archiveHolds(r io.Reader, needles []string) ([]string, error) {
 	return out, nil
 }
 
-func scanArchive(r io.Reader, needles []string, found map[string]bool, depth int) error {
+func scanArchive(r io.Reader, needles []string, found map[string]bool) error {
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -124,11 +124,6 @@ func scanArchive(r io.Reader, needles []string, found map[string]bool, depth int
 		for _, n := range needles {
 			if bytes.Contains(data, []byte(n)) {
 				found[n] = true
-			}
-		}
-		if depth < 2 && len(data) > 512 && string(data[257:262]) == "ustar" {
-			if err := scanArchive(bytes.NewReader(data), needles, found, depth+1); err != nil {
-				continue // not an archive after all
 			}
 		}
 	}
