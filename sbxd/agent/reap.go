@@ -1,12 +1,10 @@
 package agent
 
 import (
-	"bytes"
-	"os"
 	"os/exec"
-	"strconv"
 	"sync"
 	"syscall"
+	"unsafe"
 )
 
 // Orphan reaping for an agent that is its sandbox's first process (sbxd
@@ -49,56 +47,60 @@ func StartCommand(cmd *exec.Cmd) error {
 func WaitCommand(cmd *exec.Cmd) error {
 	err := cmd.Wait()
 	children.Lock()
+	reaping := children.owned != nil
 	delete(children.owned, cmd.Process.Pid)
 	children.Unlock()
+	if reaping {
+		// Orphans that exited while this command's zombie was the
+		// first the kernel named (see ReapOrphans).
+		ReapOrphans()
+	}
 	return err
 }
 
 // ReapOrphans reaps every exited child of this process that no command
 // registered: the orphans the kernel handed to it. Call it on SIGCHLD.
+//
+// It asks the kernel for an exited child without reaping it (waitid with
+// WNOWAIT) rather than scanning /proc, which costs a read per process of
+// the sandbox on every SIGCHLD (under gVisor's ptrace platform each of
+// those reads is a trapped system call). The kernel names the oldest
+// exited child first: when that is a registered command, the orphans
+// behind it wait until WaitCommand has reaped it and calls this again.
 func ReapOrphans() {
 	children.Lock()
 	defer children.Unlock()
-	self := os.Getpid()
-	for _, pid := range zombieChildren(self) {
-		if children.owned[pid] {
-			continue
+	if children.owned == nil {
+		return
+	}
+	for {
+		pid := exitedChild()
+		if pid <= 0 || children.owned[pid] {
+			return
 		}
 		var ws syscall.WaitStatus
-		syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		if _, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err != nil {
+			return
+		}
 	}
 }
 
-// zombieChildren lists the children of parent that have exited and wait to
-// be reaped, from /proc.
-func zombieChildren(parent int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
+// exitedChild is the pid of an exited child waiting to be reaped, left
+// waitable, or 0 when there is none.
+func exitedChild() int {
+	// siginfo_t: si_signo, si_errno, si_code (and padding on 64-bit
+	// architectures: the union is 8-aligned), then si_pid first in the
+	// union for SIGCHLD.
+	var info [128]byte
+	_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pAll, 0, uintptr(unsafe.Pointer(&info[0])),
+		syscall.WEXITED|syscall.WNOHANG|syscall.WNOWAIT, 0, 0)
+	if errno != 0 {
+		return 0
 	}
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// "pid (comm) state ppid ...": comm may hold spaces and
-		// parentheses, so parse after its last ')'.
-		i := bytes.LastIndexByte(data, ')')
-		if i < 0 {
-			continue
-		}
-		f := bytes.Fields(data[i+1:])
-		if len(f) < 2 || string(f[0]) != "Z" {
-			continue
-		}
-		if ppid, err := strconv.Atoi(string(f[1])); err == nil && ppid == parent {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return int(*(*int32)(unsafe.Pointer(&info[siPidOffset])))
 }
+
+const (
+	pAll        = 0  // P_ALL
+	siPidOffset = 16 // offsetof(siginfo_t, si_pid) on 64-bit Linux
+)

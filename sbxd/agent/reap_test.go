@@ -1,0 +1,65 @@
+package agent
+
+import (
+	"errors"
+	"os/exec"
+	"syscall"
+	"testing"
+	"unsafe"
+)
+
+// waitExited blocks until pid has exited, leaving it waitable.
+func waitExited(t *testing.T, pid int) {
+	t.Helper()
+	var info [128]byte
+	_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, 1 /* P_PID */, uintptr(pid), uintptr(unsafe.Pointer(&info[0])),
+		syscall.WEXITED|syscall.WNOWAIT, 0, 0)
+	if errno != 0 {
+		t.Fatalf("waitid %d: %v", pid, errno)
+	}
+}
+
+// reaped says whether pid is no longer a child of this process (asking
+// without reaping it).
+func reaped(pid int) bool {
+	var info [128]byte
+	_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, 1 /* P_PID */, uintptr(pid), uintptr(unsafe.Pointer(&info[0])),
+		syscall.WEXITED|syscall.WNOHANG|syscall.WNOWAIT, 0, 0)
+	return errors.Is(errno, syscall.ECHILD)
+}
+
+// TestReapOrphans: an exited child no command registered is reaped; a
+// registered command's is left for WaitCommand, which gets its status,
+// and an orphan that exited behind it (the kernel names the oldest
+// first) is reaped once WaitCommand has reaped the command.
+func TestReapOrphans(t *testing.T) {
+	EnableReaping()
+
+	orphan := exec.Command("true")
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitExited(t, orphan.Process.Pid)
+	ReapOrphans()
+	if !reaped(orphan.Process.Pid) {
+		t.Fatal("an exited child no command registered was not reaped")
+	}
+
+	own := exec.Command("sh", "-c", "exit 3")
+	if err := StartCommand(own); err != nil {
+		t.Fatal(err)
+	}
+	waitExited(t, own.Process.Pid)
+	behind := exec.Command("true")
+	if err := behind.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitExited(t, behind.Process.Pid)
+	ReapOrphans()
+	if err := WaitCommand(own); own.ProcessState == nil || own.ProcessState.ExitCode() != 3 {
+		t.Fatalf("the registered command's status was taken: %v, %v", err, own.ProcessState)
+	}
+	if !reaped(behind.Process.Pid) {
+		t.Fatal("the orphan behind a registered command was not reaped by WaitCommand")
+	}
+}
