@@ -100,10 +100,21 @@ fi
 # enforcer then governs as it does runc's. --host-uds=all lets the sandbox's
 # agent make its socket on the host (in a volume native dials), as lite's
 # does: without it each command goes through the engine's exec.
-if [ "$want_runsc" = 1 ] && [ -z "${DOCKER_HOST:-}" ] && command -v runsc >/dev/null 2>&1 &&
-	! $DOCKER info --format '{{json .Runtimes.runsc}}' 2>/dev/null | grep -q -- '--host-uds=all'; then
-	log "registering runsc with dockerd"
-	as_root python3 - "$(command -v runsc)" <<'PY'
+# --overlay2=none writes the root file system's changes to the engine's
+# own layer, where commits (snapshots, forks) and restarts find them
+# (newer runsc keep them in an overlay of their own by default, lost when
+# the container stops).
+#
+# Two gVisors are registered: Debian's as "runsc" and, when it can be
+# built (scripts/gvisor-release.sh: a current release from gVisor's own
+# module, static, about a minute once), that release as "runsc-20260905",
+# which an entry names with runtime = "runsc-20260905".
+register_runtime() { # NAME PATH
+	if $DOCKER info --format "{{json (index .Runtimes \"$1\")}}" 2>/dev/null | grep -q -- '--overlay2=none'; then
+		return 0
+	fi
+	log "registering $2 with dockerd as runtime $1"
+	as_root python3 - "$1" "$2" <<'PY'
 import json, os, sys
 p = "/etc/docker/daemon.json"
 cfg = {}
@@ -111,7 +122,7 @@ if os.path.exists(p):
     with open(p) as f:
         text = f.read().strip()
     cfg = json.loads(text) if text else {}
-cfg.setdefault("runtimes", {})["runsc"] = {"path": sys.argv[1], "runtimeArgs": ["--network=host", "--host-uds=all"]}
+cfg.setdefault("runtimes", {})[sys.argv[1]] = {"path": sys.argv[2], "runtimeArgs": ["--network=host", "--host-uds=all", "--overlay2=none"]}
 os.makedirs(os.path.dirname(p), exist_ok=True)
 with open(p + ".tmp", "w") as f:
     json.dump(cfg, f, indent=2)
@@ -120,14 +131,22 @@ PY
 	pid=$(cat /var/run/docker.pid 2>/dev/null || pgrep -xo dockerd)
 	as_root kill -HUP "$pid"
 	i=0
-	until $DOCKER info --format '{{json .Runtimes.runsc}}' 2>/dev/null | grep -q -- '--host-uds=all'; do
+	until $DOCKER info --format "{{json (index .Runtimes \"$1\")}}" 2>/dev/null | grep -q -- '--overlay2=none'; do
 		i=$((i + 1))
 		if [ "$i" -gt 40 ]; then
-			log "dockerd did not load runsc from /etc/docker/daemon.json within 10s"
+			log "dockerd did not load runtime $1 from /etc/docker/daemon.json within 10s"
 			exit 1
 		fi
 		sleep 0.25
 	done
+}
+if [ "$want_runsc" = 1 ] && [ -z "${DOCKER_HOST:-}" ] && command -v runsc >/dev/null 2>&1; then
+	register_runtime runsc "$(command -v runsc)"
+	if release=$(./scripts/gvisor-release.sh); then
+		register_runtime "$(basename "$release")" "$release"
+	else
+		log "gVisor's release could not be built; only Debian's runsc is registered"
+	fi
 fi
 
 have_image() { $DOCKER image inspect "$1" >/dev/null 2>&1; }

@@ -46,3 +46,10 @@ if ! command -v runsc >/dev/null 2>&1 && [ ! -x /usr/sbin/runsc ]; then
 		echo "lite-setup: no runsc (Debian: apt-get install runsc, as root); lite's gVisor pass will skip" >&2
 	fi
 fi
+
+# A current gVisor release beside it (scripts/gvisor-release.sh: built from
+# gVisor's module once, about a minute), for lite's third pass: optional too.
+if [ "$(id -u)" = 0 ] && command -v go >/dev/null 2>&1; then
+	"$(dirname "$0")/gvisor-release.sh" >/dev/null ||
+		echo "lite-setup: gVisor's release could not be built; lite's pass on it will skip" >&2
+fi

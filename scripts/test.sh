@@ -112,6 +112,7 @@ fi
 # lite on gVisor: its conformance and fileops suites a second time with
 # runsc as the OCI runtime (about a minute and a half; without -race, which
 # the main run gave lite's code on runc: this pass is about the runtime).
+gvisor_release=${SBX_GVISOR_RELEASE_PATH:-/usr/local/sbin/runsc-20260905}
 if [ $# -eq 0 ]; then
 	if command -v runsc >/dev/null 2>&1 || [ -x /usr/sbin/runsc ]; then
 		echo "== lite backend on gVisor (runsc)"
@@ -121,6 +122,17 @@ if [ $# -eq 0 ]; then
 		rc=1
 	else
 		echo "scripts/test.sh: no runsc; lite's gVisor pass skips" >&2
+	fi
+	# ... and on a current gVisor release beside Debian's (systrap platform;
+	# scripts/gvisor-release.sh builds it from gVisor's module).
+	if [ -x "$gvisor_release" ]; then
+		echo "== lite backend on gVisor's release ($(basename "$gvisor_release"))"
+		SBX_LITE_RUNTIME=$gvisor_release go test -count=1 -timeout 10m -run '^(TestConformance|TestFileops|TestForkStandby.*|TestClaimKeepsConcurrentWrites)$' ./backends/lite/ || rc=$?
+	elif [ "${SBX_REQUIRE_RUNSC:-}" = 1 ]; then
+		echo "scripts/test.sh: no $gvisor_release for lite's pass on gVisor's release and SBX_REQUIRE_RUNSC=1 (scripts/gvisor-release.sh builds it)" >&2
+		rc=1
+	else
+		echo "scripts/test.sh: no $gvisor_release; lite's pass on gVisor's release skips" >&2
 	fi
 	# native on gVisor: its conformance, fileops and egress suites with
 	# runtime = "gvisor" (runsc registered with dockerd by
@@ -134,6 +146,17 @@ if [ $# -eq 0 ]; then
 		rc=1
 	else
 		echo "scripts/test.sh: dockerd has no runsc runtime; native's gVisor pass skips" >&2
+	fi
+	release_name=$(basename "$gvisor_release")
+	if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q "\"$release_name\""; then
+		echo "== native backend on gVisor's release ($release_name)"
+		SBX_NATIVE_RUNTIME=$release_name go test -count=1 -timeout 10m \
+			-run '^(TestConformanceBusybox|TestFileopsBusybox|TestEgress.*)$' ./backends/native/ || rc=$?
+	elif [ "${SBX_REQUIRE_RUNSC:-}" = 1 ]; then
+		echo "scripts/test.sh: dockerd has no $release_name runtime for native's pass on gVisor's release and SBX_REQUIRE_RUNSC=1 (scripts/docker-setup.sh registers it)" >&2
+		rc=1
+	else
+		echo "scripts/test.sh: dockerd has no $release_name runtime; native's pass on gVisor's release skips" >&2
 	fi
 fi
 # examples/bubblewrap: a backend in a module of its own, with public

@@ -13,6 +13,7 @@ import (
 func benchEnv(b *testing.B) (*Backend, backend.Spec) {
 	requireHost(b)
 	base := b.TempDir()
+	b.Cleanup(func() { unmountNullNetNS(base + "/runtime") })
 	cfg := Config{Runtime: testRuntime(), StateDir: base + "/state", ImageDir: base + "/images", RuntimeRoot: base + "/runtime"}
 	bk, err := New(cfg)
 	if err != nil {

@@ -113,8 +113,10 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 			}
 		}
 	}
-	// The runtime level "gvisor" names runsc (see Backend.checkCreate).
-	if slices.Contains(b.runtimes, "runsc") {
+	// The runtime level "gvisor" names the configured runtime when that is
+	// a gVisor (a pinned release, runsc-SOMETHING), else runsc (see
+	// Backend.checkSpec).
+	if rt.gvisor() || slices.Contains(b.runtimes, "runsc") {
 		b.runtimes = append(b.runtimes, backend.RuntimeGVisor)
 	}
 	slices.Sort(b.runtimes)
@@ -558,6 +560,9 @@ func (b *Backend) checkSpec(spec backend.Spec) (*ociRuntime, error) {
 	name := spec.Runtime
 	if name == backend.RuntimeGVisor {
 		name = "runsc"
+		if rt.gvisor() {
+			name = rt.name
+		}
 	}
 	if name != "" && name != rt.name {
 		var err error

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -108,7 +109,17 @@ func newTestEnv(t *testing.T) *testEnv {
 	// Registered before any sandbox's cleanup, so it runs after all of
 	// them.
 	t.Cleanup(func() { e.checkNothingLeft(t) })
+	t.Cleanup(func() { unmountNullNetNS(e.cfg.RuntimeRoot) })
 	return e
+}
+
+// unmountNullNetNS unmounts what a newer runsc (2023 on) leaves in its
+// root: an empty network namespace its gofers share, bind-mounted at
+// ROOT/null-netns (stacked when made concurrently), which keeps the
+// folder from being removed.
+func unmountNullNetNS(root string) {
+	for syscall.Unmount(filepath.Join(root, "null-netns"), syscall.MNT_DETACH) == nil {
+	}
 }
 
 func (e *testEnv) open(t *testing.T) *Backend {

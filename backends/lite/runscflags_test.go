@@ -132,3 +132,23 @@ func TestRuntimeLevelGVisor(t *testing.T) {
 		t.Errorf("dmesg in the sandbox: %q %q (%v), want gVisor's", res.Stdout, res.Stderr, err)
 	}
 }
+
+// A backend whose runtime is a gVisor release installed beside runsc
+// (runsc-SOMETHING, as scripts/gvisor-release.sh installs one) offers the
+// level "gvisor", and the level means that release, not Debian's runsc.
+func TestRuntimeLevelGVisorRelease(t *testing.T) {
+	release := filepath.Join(t.TempDir(), "runsc-20991231")
+	if err := os.WriteFile(release, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := newTestEnv(t)
+	e.cfg.Runtime = release
+	b := e.open(t)
+	if !slices.Contains(b.Capabilities().Runtimes, backend.RuntimeGVisor) {
+		t.Fatalf("Capabilities().Runtimes = %v, want %q among them", b.Capabilities().Runtimes, backend.RuntimeGVisor)
+	}
+	rt, err := b.checkSpec(backend.Spec{Runtime: backend.RuntimeGVisor})
+	if err != nil || rt.path != release {
+		t.Fatalf("runtime %q means %+v (%v), want %s", backend.RuntimeGVisor, rt, err, release)
+	}
+}

@@ -371,14 +371,18 @@ func (r *ociRuntime) removeEnded(ctx context.Context, id string) error {
 
 // forget removes what runsc keeps of container id, whose processes are
 // all gone: its state and lock files under the root (named
-// ID_sandbox:SANDBOX.state and .lock by this runsc), as its delete does
-// after a wait that costs a second. A root with no such files (another
-// runsc's layout, or a container it never made) goes to remove.
+// ID_sandbox:SANDBOX.state and .lock by runsc), as its delete does after
+// a wait that costs a second, and the control socket a newer runsc (2023
+// on) makes there (runsc-SANDBOX.sock: lite's containers are each their
+// own sandbox), which would keep a container of the same ID from being
+// made again. A root with no state files (another runsc's layout, or a
+// container it never made) goes to remove.
 func (r *ociRuntime) forget(ctx context.Context, id string) error {
 	files, err := filepath.Glob(filepath.Join(r.root, id+"_sandbox:*"))
 	if err != nil || len(files) == 0 {
 		return r.remove(ctx, id)
 	}
+	files = append(files, filepath.Join(r.root, "runsc-"+id+".sock"))
 	for _, f := range files {
 		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err

@@ -23,7 +23,12 @@ type env struct {
 	// nativeGVisorConfig and liteGVisorConfig are nativeConfig and
 	// liteConfig with runtime = "gvisor".
 	nativeGVisorConfig, liteGVisorConfig string
-	bundle, runcRoot                     string
+	// nativeGVisorReleaseConfig and liteGVisorReleaseConfig run gVisor's
+	// release (scripts/gvisor-release.sh): native by the runtime name it
+	// is registered under, lite with it as [sandbox.lite] runtime, which
+	// runtime = "gvisor" then means.
+	nativeGVisorReleaseConfig, liteGVisorReleaseConfig string
+	bundle, runcRoot                                   string
 }
 
 func newEnv() (*env, error) {
@@ -55,6 +60,9 @@ func newEnv() (*env, error) {
 	if e.nativeGVisorConfig, err = write("native-gvisor.toml", fmt.Sprintf("[sandbox]\nbackend = \"native\"\nruntime = \"gvisor\"\n[sandbox.native]\npull_policy = \"never\"\n[sandbox.sandboxes.main]\nimage = %q\n", testImage)); err != nil {
 		return nil, err
 	}
+	if e.nativeGVisorReleaseConfig, err = write("native-gvisor-release.toml", fmt.Sprintf("[sandbox]\nbackend = \"native\"\nruntime = %q\n[sandbox.native]\npull_policy = \"never\"\n[sandbox.sandboxes.main]\nimage = %q\n", filepath.Base(gvisorReleasePath()), testImage)); err != nil {
+		return nil, err
+	}
 	if needDocker(e) == "" {
 		// lite takes the same image from a docker save archive, and the
 		// runc floor runs its root file system.
@@ -69,6 +77,10 @@ func newEnv() (*env, error) {
 		}
 		if e.liteGVisorConfig, err = write("lite-gvisor.toml", fmt.Sprintf("[sandbox]\nbackend = \"lite\"\nruntime = \"gvisor\"\n[sandbox.lite]\nstate_dir = %q\nimage_dir = %q\nruntime_root = %q\n[sandbox.sandboxes.main]\nimage = %q\n",
 			filepath.Join(lite, "state"), filepath.Join(lite, "images"), filepath.Join(lite, "runtime"), "docker-archive:"+archive)); err != nil {
+			return nil, err
+		}
+		if e.liteGVisorReleaseConfig, err = write("lite-gvisor-release.toml", fmt.Sprintf("[sandbox]\nbackend = \"lite\"\nruntime = \"gvisor\"\n[sandbox.lite]\nruntime = %q\nstate_dir = %q\nimage_dir = %q\nruntime_root = %q\n[sandbox.sandboxes.main]\nimage = %q\n",
+			gvisorReleasePath(), filepath.Join(lite, "state"), filepath.Join(lite, "images"), filepath.Join(lite, "runtime"), "docker-archive:"+archive)); err != nil {
 			return nil, err
 		}
 		if e.bundle, err = makeBundle(work, archive); err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,7 +25,11 @@ type pair struct {
 }
 
 // pairs are the gate's figures, in the order they run.
-var pairs = []pair{
+var pairs = slices.Concat(basePairs, gvisorPairs(gvisorDebian), gvisorPairs(gvisorRelease),
+	[]pair{ttfcPair("k8s-ttfc", "k8s", needK8s)})
+
+// basePairs are the figures of runc, Docker's default runtime and the CLI.
+var basePairs = []pair{
 	{
 		name: "cli-ls", figure: "sbx ls (local, nothing to list)", floor: "a Go program that does nothing",
 		needs: func(*env) string { return "" },
@@ -108,10 +113,8 @@ var pairs = []pair{
 				stats{N: rep.BaselineN, Min: rep.BaseP50, P50: rep.BaseP50, P90: rep.BaseP50, Max: rep.BaseMax}.samples(), "p50 and max only", nil
 		},
 	},
-	benchPair("lite-agent-exec", "exec of true through the sandbox's agent (lite, in process)", "a host spawn of true plus a local socket round trip",
-		"./backends/lite/", "BenchmarkAgentExec", "agent", "spawn", needRoot("runc")),
-	benchPair("native-agent-exec", "exec of true through the sandbox's agent (native, in process)", "a host spawn of true plus a local socket round trip",
-		"./backends/native/", "BenchmarkAgentExec", "agent", "spawn", needDocker),
+	agentExecPair("lite-agent-exec", "lite", "./backends/lite/", needRoot("runc")),
+	agentExecPair("native-agent-exec", "native", "./backends/native/", needDocker),
 	benchPair("lite-egress", "create to first exec with an egress policy (lite)", "the same without a policy",
 		"./backends/lite/", "BenchmarkEgressCreate", "egress", "plain", needRoot("runc")),
 	benchPair("native-egress", "create to first exec with an egress policy (native)", "the same without a policy",
@@ -126,27 +129,61 @@ var pairs = []pair{
 		"./backends/lite/", "BenchmarkFork/standby", "fork", "create-baseline", needRoot("runc")),
 	ttfcPair("lite-ttfc", "lite", needRoot("runc")),
 	ttfcPair("native-ttfc", "native", needDocker),
-	ttfcPair("native-gvisor-ttfc", "native-gvisor", needDockerGVisor),
-	ttfcPair("lite-gvisor-ttfc", "lite-gvisor", needLiteGVisor),
-	{
-		name: "lite-gvisor-run", figure: "sbx run -- true (lite, gVisor)", floor: "the same on runc",
-		needs: needLiteGVisor,
-		measure: func(e *env, n int) ([]float64, []float64, string, error) {
-			return alternate(n, e.cmd(e.sbx, "--config", e.liteGVisorConfig, "run", "--", "true"), e.cmd(e.sbx, "--config", e.liteConfig, "run", "--", "true"))
-		},
-	},
-	withEnv(benchPair("lite-gvisor-agent-exec", "exec of true through the sandbox's agent (lite, gVisor, in process)", "a host spawn of true plus a local socket round trip",
-		"./backends/lite/", "BenchmarkAgentExec", "agent", "spawn", needLiteGVisor), "SBX_LITE_RUNTIME=runsc"),
-	{
-		name: "native-gvisor-run", figure: "sbx run -- true (native, gVisor)", floor: "the same on the engine's default runtime (runc)",
-		needs: needDockerGVisor,
-		measure: func(e *env, n int) ([]float64, []float64, string, error) {
-			return alternate(n, e.cmd(e.sbx, "--config", e.nativeGVisorConfig, "run", "--", "true"), e.cmd(e.sbx, "--config", e.nativeConfig, "run", "--", "true"))
-		},
-	},
-	withEnv(benchPair("native-gvisor-agent-exec", "exec of true through the sandbox's agent (native, gVisor, in process)", "a host spawn of true plus a local socket round trip",
-		"./backends/native/", "BenchmarkAgentExec", "agent", "spawn", needDockerGVisor), "SBX_NATIVE_RUNTIME=gvisor"),
-	ttfcPair("k8s-ttfc", "k8s", needK8s),
+}
+
+// gvisorVariant is one gVisor the gate measures against runc: Debian's
+// runsc (2022-12, ptrace platform here) or the release
+// scripts/gvisor-release.sh builds (systrap).
+type gvisorVariant struct {
+	tag   string // "gvisor", "gvisor-release": in the pairs' names
+	label string // in their figures
+	// liteRuntime is SBX_LITE_RUNTIME for lite's in-process benchmark,
+	// nativeRuntime the engine runtime name (SBX_NATIVE_RUNTIME).
+	liteRuntime, nativeRuntime string
+	// configs returns the lite and native configs of its sbx runs.
+	configs              func(*env) (lite, native string)
+	needLite, needNative func(*env) string
+}
+
+var (
+	gvisorDebian = gvisorVariant{
+		tag: "gvisor", label: "gVisor", liteRuntime: "runsc", nativeRuntime: "gvisor",
+		configs:  func(e *env) (string, string) { return e.liteGVisorConfig, e.nativeGVisorConfig },
+		needLite: needLiteGVisor, needNative: needDockerGVisor,
+	}
+	gvisorRelease = gvisorVariant{
+		tag: "gvisor-release", label: "gVisor release", liteRuntime: gvisorReleasePath(), nativeRuntime: filepath.Base(gvisorReleasePath()),
+		configs:  func(e *env) (string, string) { return e.liteGVisorReleaseConfig, e.nativeGVisorReleaseConfig },
+		needLite: needLiteGVisorRelease, needNative: needDockerGVisorRelease,
+	}
+)
+
+// gvisorPairs are v's figures: pooled against cold time to first command
+// (native, lite), sbx run against the same on runc, and exec through the
+// agent against a host spawn (lite, native).
+func gvisorPairs(v gvisorVariant) []pair {
+	run := func(backend string, needs func(*env) string, floor string) pair {
+		return pair{
+			name: backend + "-" + v.tag + "-run", figure: "sbx run -- true (" + backend + ", " + v.label + ")", floor: floor,
+			needs: needs,
+			measure: func(e *env, n int) ([]float64, []float64, string, error) {
+				lite, native := v.configs(e)
+				cfg, base := lite, e.liteConfig
+				if backend == "native" {
+					cfg, base = native, e.nativeConfig
+				}
+				return alternate(n, e.cmd(e.sbx, "--config", cfg, "run", "--", "true"), e.cmd(e.sbx, "--config", base, "run", "--", "true"))
+			},
+		}
+	}
+	return []pair{
+		ttfcPair("native-"+v.tag+"-ttfc", "native-"+v.tag, v.needNative),
+		ttfcPair("lite-"+v.tag+"-ttfc", "lite-"+v.tag, v.needLite),
+		run("lite", v.needLite, "the same on runc"),
+		withEnv(agentExecPair("lite-"+v.tag+"-agent-exec", "lite, "+v.label, "./backends/lite/", v.needLite), "SBX_LITE_RUNTIME="+v.liteRuntime),
+		run("native", v.needNative, "the same on the engine's default runtime (runc)"),
+		withEnv(agentExecPair("native-"+v.tag+"-agent-exec", "native, "+v.label, "./backends/native/", v.needNative), "SBX_NATIVE_RUNTIME="+v.nativeRuntime),
+	}
 }
 
 // ttfcPair is pooled against cold time to first command on backend, from
@@ -156,7 +193,9 @@ func ttfcPair(name, backend string, needs func(*env) string) pair {
 		name: name, figure: "time to first command from a warm pool (" + backend + ")", floor: "the same, cold (create, agent, command)",
 		needs: needs,
 		measure: func(e *env, n int) ([]float64, []float64, string, error) {
-			cfg := map[string]string{"lite": e.liteConfig, "native": e.nativeConfig, "k8s": e.k8sConfig, "native-gvisor": e.nativeGVisorConfig, "lite-gvisor": e.liteGVisorConfig}[backend]
+			cfg := map[string]string{"lite": e.liteConfig, "native": e.nativeConfig, "k8s": e.k8sConfig,
+				"native-gvisor": e.nativeGVisorConfig, "lite-gvisor": e.liteGVisorConfig,
+				"native-gvisor-release": e.nativeGVisorReleaseConfig, "lite-gvisor-release": e.liteGVisorReleaseConfig}[backend]
 			rounds := 3
 			if backend == "k8s" {
 				rounds = 1 // cold pods take seconds each
@@ -216,6 +255,19 @@ func benchPair(name, figure, floor, pkg, bench, figPrefix, floorPrefix string, n
 			return fig.samples(), fl.samples(), "from go test -bench " + bench + " (p50 and p90)", nil
 		},
 	}
+}
+
+// agentExecPair is BenchmarkAgentExec of pkg: a command through the
+// sandbox's agent against a host spawn plus a socket round trip. Each
+// sample is milliseconds, so it runs ten times the gate's count: the
+// figure is the agent's steady state, which a sandbox's first few
+// commands (cold caches, under gVisor most) would otherwise weigh on.
+func agentExecPair(name, what, pkg string, needs func(*env) string) pair {
+	p := benchPair(name, "exec of true through the sandbox's agent ("+what+", in process)", "a host spawn of true plus a local socket round trip",
+		pkg, "BenchmarkAgentExec", "agent", "spawn", needs)
+	measure := p.measure
+	p.measure = func(e *env, n int) ([]float64, []float64, string, error) { return measure(e, 10*n) }
+	return p
 }
 
 // benchMetrics reads the metrics of the last benchmark line of go test
@@ -395,6 +447,40 @@ func needDockerGVisor(e *env) string {
 	out, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output()
 	if err != nil || !strings.Contains(string(out), `"runsc"`) {
 		return "the Docker engine has no runsc runtime (scripts/docker-setup.sh registers it)"
+	}
+	return ""
+}
+
+// gvisorReleasePath is where scripts/gvisor-release.sh installs gVisor's
+// release (SBX_GVISOR_RELEASE_PATH when set, as for the script).
+func gvisorReleasePath() string {
+	if p := os.Getenv("SBX_GVISOR_RELEASE_PATH"); p != "" {
+		return p
+	}
+	return "/usr/local/sbin/runsc-20260905"
+}
+
+// needLiteGVisorRelease: root, runc and gVisor's release.
+func needLiteGVisorRelease(e *env) string {
+	if why := needRoot("runc")(e); why != "" {
+		return why
+	}
+	if fi, err := os.Stat(gvisorReleasePath()); err != nil || fi.Mode()&0o111 == 0 {
+		return "no gVisor release at " + gvisorReleasePath() + " (scripts/gvisor-release.sh)"
+	}
+	return ""
+}
+
+// needDockerGVisorRelease: a Docker engine with gVisor's release
+// registered under its file name (scripts/docker-setup.sh).
+func needDockerGVisorRelease(e *env) string {
+	if why := needDocker(e); why != "" {
+		return why
+	}
+	name := filepath.Base(gvisorReleasePath())
+	out, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output()
+	if err != nil || !strings.Contains(string(out), `"`+name+`"`) {
+		return "the Docker engine has no " + name + " runtime (scripts/docker-setup.sh registers it)"
 	}
 	return ""
 }
