@@ -136,28 +136,23 @@ if [ $# -eq 0 ]; then
 	fi
 	# native on gVisor: its conformance, fileops and egress suites with
 	# runtime = "gvisor" (runsc registered with dockerd by
-	# scripts/docker-setup.sh; about two minutes).
-	if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then
-		echo "== native backend on gVisor (runsc)"
-		SBX_NATIVE_RUNTIME=gvisor go test -count=1 -timeout 10m \
-			-run '^(TestConformanceBusybox|TestFileopsBusybox|TestEgress.*)$' ./backends/native/ || rc=$?
-	elif [ "${SBX_REQUIRE_RUNSC:-}" = 1 ]; then
-		echo "scripts/test.sh: dockerd has no runsc runtime for native's gVisor pass and SBX_REQUIRE_RUNSC=1 (scripts/docker-setup.sh registers it)" >&2
-		rc=1
-	else
-		echo "scripts/test.sh: dockerd has no runsc runtime; native's gVisor pass skips" >&2
-	fi
+	# scripts/docker-setup.sh; about two minutes), then on the release,
+	# which docker-setup registers under its file name.
+	native_gvisor_pass() { # ENGINE-RUNTIME SBX_NATIVE_RUNTIME LABEL
+		if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q "\"$1\""; then
+			echo "== native backend on $3"
+			SBX_NATIVE_RUNTIME=$2 go test -count=1 -timeout 10m \
+				-run '^(TestConformanceBusybox|TestFileopsBusybox|TestEgress.*)$' ./backends/native/ || rc=$?
+		elif [ "${SBX_REQUIRE_RUNSC:-}" = 1 ]; then
+			echo "scripts/test.sh: dockerd has no $1 runtime for native's pass on $3 and SBX_REQUIRE_RUNSC=1 (scripts/docker-setup.sh registers it)" >&2
+			rc=1
+		else
+			echo "scripts/test.sh: dockerd has no $1 runtime; native's pass on $3 skips" >&2
+		fi
+	}
+	native_gvisor_pass runsc gvisor "gVisor (runsc)"
 	release_name=$(basename "$gvisor_release")
-	if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q "\"$release_name\""; then
-		echo "== native backend on gVisor's release ($release_name)"
-		SBX_NATIVE_RUNTIME=$release_name go test -count=1 -timeout 10m \
-			-run '^(TestConformanceBusybox|TestFileopsBusybox|TestEgress.*)$' ./backends/native/ || rc=$?
-	elif [ "${SBX_REQUIRE_RUNSC:-}" = 1 ]; then
-		echo "scripts/test.sh: dockerd has no $release_name runtime for native's pass on gVisor's release and SBX_REQUIRE_RUNSC=1 (scripts/docker-setup.sh registers it)" >&2
-		rc=1
-	else
-		echo "scripts/test.sh: dockerd has no $release_name runtime; native's pass on gVisor's release skips" >&2
-	fi
+	native_gvisor_pass "$release_name" "$release_name" "gVisor's release ($release_name)"
 fi
 # examples/bubblewrap: a backend in a module of its own, with public
 # packages only, through both suites (plain and through sbxd).
