@@ -341,7 +341,7 @@ func (p *Pool) Acquire(ctx context.Context, b Binding) (*Claimed, error) {
 		return p.bind(ctx, w.sb, w.raw, w.sess, b, true)
 	}
 	// Then other keepers' members.
-	infos, err := p.o.Backend.List(ctx, backend.Filter{Name: p.o.Name, Labels: map[string]string{
+	infos, err := p.o.Backend.List(ctx, backend.Filter{Name: p.o.Spec.Name, Labels: map[string]string{
 		backend.LabelPool: p.key, backend.LabelPoolState: backend.PoolReady}})
 	if err != nil {
 		return nil, p.fail(err)
@@ -978,8 +978,12 @@ func (p *Pool) retire(ctx context.Context, w *warm, count func(*counters)) {
 // ready list, so that they are replaced, and removes members that read as
 // claimed but still belong to this keeper: a claim whose claimer died
 // before recording it (a Docker claim record lost) is nobody's task.
+//
+// Members are listed by the name they are made with (the Spec's, which a
+// program building its own Spec may leave empty or set otherwise than
+// the entry's Name), as Acquire lists foreign ones.
 func (p *Pool) reconcile(ctx context.Context) {
-	infos, err := p.o.Backend.List(ctx, backend.Filter{Name: p.o.Name, Labels: map[string]string{
+	infos, err := p.o.Backend.List(ctx, backend.Filter{Name: p.o.Spec.Name, Labels: map[string]string{
 		backend.LabelPool: p.key, backend.LabelOwner: p.self}})
 	if err != nil {
 		return

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/config"
 	"github.com/sandboxkit/sandboxkit/session"
 )
 
@@ -371,4 +372,40 @@ func mustEntry(t *testing.T, cfg *sandboxkit.Config, name string) *sandboxkit.En
 	e, err := cfg.Entry(name)
 	require.NoError(t, err)
 	return e
+}
+
+// A pool whose Spec names its sandboxes otherwise than its entry (or not
+// at all, as a program that builds its own Spec may) still knows its
+// members: the keeper's check for members other processes claimed lists
+// them by the name they were made with. It once listed them by the
+// entry's name, found none, took every ready member older than 2 s for
+// claimed elsewhere, and dropped them from the pool without removing
+// them: each was left running until sbx gc.
+func TestPoolSpecNamedOtherwise(t *testing.T) {
+	cfg := localPoolConfig(t, 2, "")
+	ctx := t.Context()
+	b, err := cfg.Open(ctx, nil)
+	require.NoError(t, err)
+	defer b.Close()
+	for _, private := range []bool{false, true} {
+		p, err := session.NewPool(session.PoolOptions{Backend: b, Name: "main", Spec: backend.Spec{}, Settings: config.PoolConfig{Size: 2}, Private: private})
+		require.NoError(t, err)
+		kctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.Keep(kctx) }()
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		require.NoError(t, p.Ready(wctx, 2))
+		first, err := b.List(ctx, backend.Filter{Labels: map[string]string{backend.LabelPool: p.Key()}})
+		require.NoError(t, err)
+		// The check runs every second and spares members younger than 2 s.
+		require.Never(t, func() bool { return p.Stats().Ready < 2 }, 3500*time.Millisecond, 50*time.Millisecond,
+			"the keeper dropped ready members (private %v)", private)
+		stop()
+		require.NoError(t, <-done)
+		require.NoError(t, p.Close(wctx))
+		cancel()
+		left, err := b.List(ctx, backend.Filter{Labels: map[string]string{backend.LabelPool: p.Key()}})
+		require.NoError(t, err)
+		assert.Empty(t, left, "members left after Keep ended (private %v; made %d)", private, len(first))
+	}
 }
