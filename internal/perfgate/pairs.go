@@ -149,12 +149,12 @@ var (
 	gvisorDebian = gvisorVariant{
 		tag: "gvisor", label: "gVisor", liteRuntime: "runsc", nativeRuntime: "gvisor",
 		configs:  func(e *env) (string, string) { return e.liteGVisorConfig, e.nativeGVisorConfig },
-		needLite: needLiteGVisor, needNative: needDockerGVisor,
+		needLite: needLiteGVisor, needNative: needDockerRuntime("runsc"),
 	}
 	gvisorRelease = gvisorVariant{
 		tag: "gvisor-release", label: "gVisor release", liteRuntime: gvisorReleasePath(), nativeRuntime: filepath.Base(gvisorReleasePath()),
 		configs:  func(e *env) (string, string) { return e.liteGVisorReleaseConfig, e.nativeGVisorReleaseConfig },
-		needLite: needLiteGVisorRelease, needNative: needDockerGVisorRelease,
+		needLite: needLiteGVisorRelease, needNative: needDockerRuntime(filepath.Base(gvisorReleasePath())),
 	}
 )
 
@@ -438,17 +438,20 @@ func needLiteGVisor(e *env) string {
 	return needRoot("runsc")(e)
 }
 
-// needDockerGVisor: a Docker engine with gVisor registered as runtime
-// "runsc" (scripts/docker-setup.sh).
-func needDockerGVisor(e *env) string {
-	if why := needDocker(e); why != "" {
-		return why
+// needDockerRuntime: a Docker engine with the test image and runtime name
+// registered (scripts/docker-setup.sh registers Debian's runsc as "runsc"
+// and gVisor's release under its file name).
+func needDockerRuntime(name string) func(*env) string {
+	return func(e *env) string {
+		if why := needDocker(e); why != "" {
+			return why
+		}
+		out, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output()
+		if err != nil || !strings.Contains(string(out), `"`+name+`"`) {
+			return "the Docker engine has no " + name + " runtime (scripts/docker-setup.sh registers it)"
+		}
+		return ""
 	}
-	out, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output()
-	if err != nil || !strings.Contains(string(out), `"runsc"`) {
-		return "the Docker engine has no runsc runtime (scripts/docker-setup.sh registers it)"
-	}
-	return ""
 }
 
 // gvisorReleasePath is where scripts/gvisor-release.sh installs gVisor's
@@ -467,20 +470,6 @@ func needLiteGVisorRelease(e *env) string {
 	}
 	if fi, err := os.Stat(gvisorReleasePath()); err != nil || fi.Mode()&0o111 == 0 {
 		return "no gVisor release at " + gvisorReleasePath() + " (scripts/gvisor-release.sh)"
-	}
-	return ""
-}
-
-// needDockerGVisorRelease: a Docker engine with gVisor's release
-// registered under its file name (scripts/docker-setup.sh).
-func needDockerGVisorRelease(e *env) string {
-	if why := needDocker(e); why != "" {
-		return why
-	}
-	name := filepath.Base(gvisorReleasePath())
-	out, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output()
-	if err != nil || !strings.Contains(string(out), `"`+name+`"`) {
-		return "the Docker engine has no " + name + " runtime (scripts/docker-setup.sh registers it)"
 	}
 	return ""
 }
