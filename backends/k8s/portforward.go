@@ -336,25 +336,12 @@ func (f *forward) serve(local net.Conn) {
 // either side is done, the pod reports an error (nothing listens on the
 // port: local is closed, the connection stays) or the forward closes.
 func (f *forward) pipe(conn httpstream.Connection, local net.Conn) error {
-	h := http.Header{}
-	h.Set(corev1.StreamType, corev1.StreamTypeError)
-	h.Set(corev1.PortHeader, strconv.Itoa(f.port))
-	h.Set(corev1.PortForwardRequestIDHeader, strconv.FormatInt(f.requestID.Add(1)-1, 10))
-	errStream, err := conn.CreateStream(h)
+	errStream, data, err := f.openStreams(conn)
 	if err != nil {
 		f.drop(conn)
-		return fmt.Errorf("opening an error stream: %w", err)
+		return err
 	}
-	errStream.Close() // we write nothing on it
-	defer conn.RemoveStreams(errStream)
-	h.Set(corev1.StreamType, corev1.StreamTypeData)
-	data, err := conn.CreateStream(h)
-	if err != nil {
-		errStream.Reset()
-		f.drop(conn)
-		return fmt.Errorf("opening a data stream: %w", err)
-	}
-	defer conn.RemoveStreams(data)
+	defer conn.RemoveStreams(errStream, data)
 
 	report := make(chan string, 1)
 	go func() {
@@ -415,6 +402,61 @@ wait:
 		return errors.New(msg)
 	}
 	return nil
+}
+
+// openStreams opens the error and data streams of one forwarded
+// connection on conn. Opening waits for the other side's reply, which
+// httpstream bounds at 30 s and which neither closing conn nor the
+// forward ends; so it runs aside, and a forward that closes (or a
+// connection that drops) meanwhile is not held up: the streams it
+// opens later are reset.
+func (f *forward) openStreams(conn httpstream.Connection) (errStream, data httpstream.Stream, err error) {
+	type opened struct {
+		errStream, data httpstream.Stream
+		err             error
+	}
+	h := http.Header{}
+	h.Set(corev1.StreamType, corev1.StreamTypeError)
+	h.Set(corev1.PortHeader, strconv.Itoa(f.port))
+	h.Set(corev1.PortForwardRequestIDHeader, strconv.FormatInt(f.requestID.Add(1)-1, 10))
+	done := make(chan opened) // unbuffered: a send happens only to a waiting pipe
+	abandoned := make(chan struct{})
+	go func() {
+		var o opened
+		defer func() {
+			select {
+			case done <- o:
+			case <-abandoned:
+				for _, s := range []httpstream.Stream{o.errStream, o.data} {
+					if s != nil {
+						s.Reset()
+						conn.RemoveStreams(s)
+					}
+				}
+			}
+		}()
+		if o.errStream, o.err = conn.CreateStream(h); o.err != nil {
+			o.err = fmt.Errorf("opening an error stream: %w", o.err)
+			return
+		}
+		o.errStream.Close() // we write nothing on it
+		h.Set(corev1.StreamType, corev1.StreamTypeData)
+		if o.data, o.err = conn.CreateStream(h); o.err != nil {
+			o.errStream.Reset()
+			conn.RemoveStreams(o.errStream)
+			o.errStream, o.err = nil, fmt.Errorf("opening a data stream: %w", o.err)
+		}
+	}()
+	select {
+	case o := <-done:
+		return o.errStream, o.data, o.err
+	case <-conn.CloseChan():
+		close(abandoned)
+		return nil, nil, errors.New("opening streams: the connection to the pod closed")
+	case <-f.ctx.Done():
+		close(abandoned)
+		return nil, nil, errForwardClosed
+	}
 }
 
 // dialPortForward opens a port-forward connection to pod through the API

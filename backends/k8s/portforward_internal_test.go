@@ -5,14 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"net/http"
+	"runtime/pprof"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/k8stest"
@@ -96,7 +101,9 @@ for i in $(seq 300); do grep -qs ':1F90 0*:0000 0A' /proc/net/tcp /proc/net/tcp6
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not end the forward within 10 s")
+		var stacks strings.Builder
+		pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+		t.Fatalf("Close did not end the forward within 10 s; goroutines:\n%s", stacks.String())
 	}
 	_, err = net.DialTimeout("tcp", addr, time.Second)
 	assert.Error(t, err, "the listener is closed with the backend")
@@ -163,3 +170,92 @@ func TestRetryDelay(t *testing.T) {
 		assert.Equal(t, c.want, retryDelay(c.n), fmt.Sprint(c.n))
 	}
 }
+
+// A stream the pod's side never answers (the API server or kubelet went
+// quiet) holds CreateStream for httpstream's 30 s; closing the forward
+// must not wait for it, and the streams that open after all are reset.
+func TestForwardCloseDoesNotWaitForUnansweredStreams(t *testing.T) {
+	t.Parallel()
+	conn := &stalledConn{release: make(chan struct{}), creating: make(chan struct{}, 4), closed: make(chan bool)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	f := &forward{b: &Backend{log: slog.New(slog.DiscardHandler)}, pod: "p", port: 80, ln: ln, addr: ln.Addr().String(), conn: conn}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	f.wg.Add(1)
+	go f.acceptLoop()
+
+	local, err := net.Dial("tcp", f.addr)
+	require.NoError(t, err)
+	defer local.Close()
+	select {
+	case <-conn.creating:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the forward did not open a stream for the local connection")
+	}
+	closed := make(chan struct{})
+	go func() {
+		f.close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("close waited for a stream the other side never answered")
+	}
+	close(conn.release) // the answer comes late
+	require.Eventually(t, func() bool {
+		conn.mu.Lock()
+		defer conn.mu.Unlock()
+		return len(conn.streams) > 0 && conn.resets == len(conn.streams) && conn.removed == len(conn.streams)
+	}, 10*time.Second, 10*time.Millisecond, "the streams opened after close are reset and removed")
+}
+
+// stalledConn is an httpstream.Connection whose CreateStream waits for
+// release.
+type stalledConn struct {
+	release  chan struct{}
+	creating chan struct{}
+	closed   chan bool
+	once     sync.Once
+
+	mu      sync.Mutex
+	streams []*fakeStream
+	resets  int
+	removed int
+}
+
+func (c *stalledConn) CreateStream(h http.Header) (httpstream.Stream, error) {
+	c.creating <- struct{}{}
+	<-c.release
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := &fakeStream{c: c, h: h.Clone(), id: uint32(len(c.streams))}
+	c.streams = append(c.streams, s)
+	return s, nil
+}
+func (c *stalledConn) Close() error                 { c.once.Do(func() { close(c.closed) }); return nil }
+func (c *stalledConn) CloseChan() <-chan bool       { return c.closed }
+func (c *stalledConn) SetIdleTimeout(time.Duration) {}
+func (c *stalledConn) RemoveStreams(ss ...httpstream.Stream) {
+	c.mu.Lock()
+	c.removed += len(ss)
+	c.mu.Unlock()
+}
+
+type fakeStream struct {
+	c  *stalledConn
+	h  http.Header
+	id uint32
+}
+
+func (s *fakeStream) Read([]byte) (int, error)    { return 0, io.EOF }
+func (s *fakeStream) Write(p []byte) (int, error) { return len(p), nil }
+func (s *fakeStream) Close() error                { return nil }
+func (s *fakeStream) Reset() error {
+	s.c.mu.Lock()
+	s.c.resets++
+	s.c.mu.Unlock()
+	return nil
+}
+func (s *fakeStream) Headers() http.Header { return s.h }
+func (s *fakeStream) Identifier() uint32   { return s.id }
