@@ -240,8 +240,31 @@ type NetworkManager interface {
 // sandboxes (native's sbxd volume, one per build of the agent).
 // PruneCaches removes the ones no sandbox uses and this program does not
 // need, and names them; with dryRun it only names them. sbx gc calls it.
+//
+// Images loaded for a restore (backend.LabelTransient) have no sandbox
+// until the restore's create makes one; PruneCaches leaves those younger
+// than a grace period (a minute, or less: see WithPruneGrace) so that a
+// gc does not take the image a restore is about to start from.
 type CachePruner interface {
 	PruneCaches(ctx context.Context, dryRun bool) ([]string, error)
+}
+
+type pruneGraceKey struct{}
+
+// WithPruneGrace returns ctx carrying a bound on how long PruneCaches
+// spares an unused transient image: sbx gc --grace passes its grace (0
+// removes them at once, as a test that kills restores wants).
+func WithPruneGrace(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, pruneGraceKey{}, d)
+}
+
+// PruneGrace is how long PruneCaches spares an unused transient image:
+// def, or less when ctx carries a shorter grace (WithPruneGrace).
+func PruneGrace(ctx context.Context, def time.Duration) time.Duration {
+	if d, ok := ctx.Value(pruneGraceKey{}).(time.Duration); ok && d < def {
+		return max(d, 0)
+	}
+	return def
 }
 
 // Labeler is implemented by backends whose sandboxes' labels can change

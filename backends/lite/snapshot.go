@@ -372,7 +372,8 @@ const transientGrace = time.Minute
 
 // PruneCaches removes the snapshots whose TTL has run out, those labelled
 // backend.LabelTransient that no sandbox runs on (older than
-// transientGrace), and snapshot folders that neither a name nor a sandbox
+// transientGrace, or the shorter grace ctx carries: backend.PruneGrace),
+// and snapshot folders that neither a name nor a sandbox
 // uses (a snapshot removed while a sandbox ran on it), the folders of
 // Snapshots killed on the way, the hand-over marks of killed forks
 // (statedir.PruneBatches), and what a killed
@@ -414,10 +415,10 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 	} else {
 		names = append(names, nets...)
 	}
-	now := time.Now()
+	now, grace := time.Now(), backend.PruneGrace(ctx, transientGrace)
 	for _, r := range recs {
 		expired := !r.ExpiresAt.IsZero() && !now.Before(r.ExpiresAt)
-		unused := r.Labels[backend.LabelTransient] != "" && !running[r.Key] && now.Sub(r.CreatedAt) >= transientGrace
+		unused := r.Labels[backend.LabelTransient] != "" && !running[r.Key] && now.Sub(r.CreatedAt) >= grace
 		if !expired && !unused {
 			continue
 		}

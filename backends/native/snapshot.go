@@ -620,12 +620,21 @@ func labelsOfImage(ctx context.Context, b *Backend, ref string) map[string]strin
 	return img.Config.Labels
 }
 
+// transientGrace is how long pruneForkImages keeps an unused transient
+// image after it was made or loaded (at most: backend.PruneGrace). A
+// restore loads its bundle's image and creates from it next; before the
+// create, no container uses the image, and a gc (or another program's
+// PruneCaches on a shared engine) in that gap failed the restore's
+// create with a missing image. lite keeps its transient snapshots the
+// same minute.
+const transientGrace = time.Minute
+
 // pruneForkImages removes the fork images and the transient images
 // (backend.LabelTransient: a bundle's, taken or loaded) no container
-// uses. An image loaded for a restore that has no container yet is
-// removed too: a gc racing a restore fails the restore's create, which
-// says the image is missing.
+// uses; transient ones only once they are older than transientGrace
+// (made, or tagged by a load, that long ago).
 func (b *Backend) pruneForkImages(ctx context.Context, dryRun bool) ([]string, error) {
+	grace := backend.PruneGrace(ctx, transientGrace)
 	var imgs []image.Summary
 	seen := map[string]bool{}
 	for _, label := range []string{labelForkImage, backend.LabelTransient} {
@@ -651,6 +660,9 @@ func (b *Backend) pruneForkImages(ctx context.Context, dryRun bool) ([]string, e
 		}
 		kind := "fork image "
 		if img.Labels[labelForkImage] == "" {
+			if grace > 0 && b.imageTouchedWithin(ctx, img, grace) {
+				continue
+			}
 			kind = "transient image (a bundle's) "
 		}
 		pruned = append(pruned, kind+img.ID)
@@ -666,6 +678,21 @@ func (b *Backend) pruneForkImages(ctx context.Context, dryRun bool) ([]string, e
 		}
 	}
 	return pruned, nil
+}
+
+// imageTouchedWithin reports whether img was made or last tagged (a load
+// tags what it loads; Docker records when) within d. An image whose
+// inspection fails counts as touched: kept for the next gc.
+func (b *Backend) imageTouchedWithin(ctx context.Context, img image.Summary, d time.Duration) bool {
+	touched := time.Unix(img.Created, 0)
+	ins, err := b.cli.ImageInspect(ctx, img.ID)
+	if err != nil {
+		return !errors.Is(b.translate(err), backend.ErrNotFound)
+	}
+	if t := ins.Metadata.LastTagTime; t.After(touched) {
+		touched = t
+	}
+	return time.Since(touched) < d
 }
 
 // isTag reports whether an image list's tag is one: older engines list

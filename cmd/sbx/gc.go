@@ -49,7 +49,7 @@ the folders of snapshots whose maker died while filling them).`,
 		},
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only print what would be removed")
-	cmd.Flags().DurationVar(&grace, "grace", volumeGrace, "how old the volumes and networks of a session without sandboxes must be before they go (a session makes them before its sandboxes)")
+	cmd.Flags().DurationVar(&grace, "grace", volumeGrace, "how old the volumes and networks of a session without sandboxes must be before they go (a session makes them before its sandboxes); images loaded for a restore are kept a minute, or this grace when shorter")
 	return cmd
 }
 
@@ -116,7 +116,7 @@ func (a *app) gc(ctx context.Context, dryRun bool, grace time.Duration) error {
 	// enforcers whose sandboxes are gone (a create killed halfway) are
 	// among them, and one of them on a session's network keeps the
 	// network in use.
-	caches, err := a.gcCaches(ctx, b, dryRun)
+	caches, err := a.gcCaches(backend.WithPruneGrace(ctx, grace), b, dryRun)
 	if err != nil {
 		return err
 	}
