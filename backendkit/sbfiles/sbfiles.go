@@ -395,7 +395,11 @@ exec find "$1" -mindepth 1 -maxdepth 1 -exec sh -c "$2" sh '%f %s %Y' {} +`, "sh
 // %n') for each PATH, framed with NUL bytes when PATH holds a newline, so
 // no file name can forge or split a record. It needs only POSIX sh and
 // stat (coreutils or busybox), and runs stat once for all the ordinary
-// paths (find ... -exec sh -c "$script" sh FORMAT {} +).
+// paths (find ... -exec sh -c "$script" sh FORMAT {} +). A path removed
+// between the listing that named it and the stat is left out, not an
+// error (a busy /tmp lists files that are gone a moment later): when
+// stat fails and one of the paths no longer exists, the script exits 0
+// with the records of the others.
 const StatBatchScript = `f=$1
 shift
 nl='
@@ -407,7 +411,10 @@ for p do
   *) set -- "$@" "$p" ;;
   esac
 done
-[ $# -eq 0 ] || exec stat -c "$f %n" -- "$@"`
+[ $# -eq 0 ] || stat -c "$f %n" -- "$@" || {
+  for p do [ -e "$p" ] || [ -L "$p" ] || exit 0; done
+  exit 1
+}`
 
 // SortByName sorts file infos by name.
 func SortByName(infos []fs.FileInfo) {
