@@ -1,3 +1,4 @@
+//lint:file-ignore SA1019 the forward under test takes apimachinery's httpstream types (see portforward.go)
 package k8s
 
 import (
@@ -93,9 +94,18 @@ for i in $(seq 300); do grep -qs ':1F90 0*:0000 0A' /proc/net/tcp /proc/net/tcp6
 	_, err = sb.Endpoint(ctx, 8080)
 	assert.ErrorIs(t, err, backend.ErrNotFound)
 
+	requireReturns(t, func() { b.Close() }, "Close did not end the forward")
+	_, err = net.DialTimeout("tcp", addr, time.Second)
+	assert.Error(t, err, "the listener is closed with the backend")
+}
+
+// requireReturns fails t, with every goroutine's stack, when fn does not
+// return within 10 s.
+func requireReturns(t *testing.T, fn func(), msg string) {
+	t.Helper()
 	done := make(chan struct{})
 	go func() {
-		b.Close()
+		fn()
 		close(done)
 	}()
 	select {
@@ -103,10 +113,8 @@ for i in $(seq 300); do grep -qs ':1F90 0*:0000 0A' /proc/net/tcp /proc/net/tcp6
 	case <-time.After(10 * time.Second):
 		var stacks strings.Builder
 		pprof.Lookup("goroutine").WriteTo(&stacks, 1)
-		t.Fatalf("Close did not end the forward within 10 s; goroutines:\n%s", stacks.String())
+		t.Fatalf("%s within 10 s; goroutines:\n%s", msg, stacks.String())
 	}
-	_, err = net.DialTimeout("tcp", addr, time.Second)
-	assert.Error(t, err, "the listener is closed with the backend")
 }
 
 // maxDials is how many dials retryDelay lets through in d, and one more
@@ -192,16 +200,7 @@ func TestForwardCloseDoesNotWaitForUnansweredStreams(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the forward did not open a stream for the local connection")
 	}
-	closed := make(chan struct{})
-	go func() {
-		f.close()
-		close(closed)
-	}()
-	select {
-	case <-closed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("close waited for a stream the other side never answered")
-	}
+	requireReturns(t, f.close, "close waited for a stream the other side never answered")
 	close(conn.release) // the answer comes late
 	require.Eventually(t, func() bool {
 		conn.mu.Lock()
