@@ -345,9 +345,13 @@ func (s *Server) lookup(ctx context.Context, conv, id string) (*box, error) {
 		return nil, errNoConversation
 	}
 	b, err := s.find(ctx, id, OwnerKey(conv))
-	if b != nil && b.convName == "" {
+	if b != nil {
+		// Read and set under the lock: calls of one conversation come
+		// at once (the race detector caught two HTTP requests here).
 		s.mu.Lock()
-		b.convName = conv
+		if b.convName == "" {
+			b.convName = conv
+		}
 		s.mu.Unlock()
 	}
 	return b, err
