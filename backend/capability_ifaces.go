@@ -243,11 +243,18 @@ type NetworkManager interface {
 //
 // Images loaded for a restore (backend.LabelTransient) have no sandbox
 // until the restore's create makes one; PruneCaches leaves those younger
-// than a grace period (a minute, or less: see WithPruneGrace) so that a
-// gc does not take the image a restore is about to start from.
+// than PruneGrace so that a gc does not take the image a restore is about
+// to start from.
 type CachePruner interface {
 	PruneCaches(ctx context.Context, dryRun bool) ([]string, error)
 }
+
+// TransientGrace is how long PruneCaches keeps an unused transient image
+// (backend.LabelTransient) after it was made or loaded, unless ctx asks
+// for less (WithPruneGrace). LoadImages returns such an image for a
+// sandbox to start from next, and until that Create has made the sandbox
+// nothing uses the image: a minute leaves it time to finish.
+const TransientGrace = time.Minute
 
 type pruneGraceKey struct{}
 
@@ -259,12 +266,13 @@ func WithPruneGrace(ctx context.Context, d time.Duration) context.Context {
 }
 
 // PruneGrace is how long PruneCaches spares an unused transient image:
-// def, or less when ctx carries a shorter grace (WithPruneGrace).
-func PruneGrace(ctx context.Context, def time.Duration) time.Duration {
-	if d, ok := ctx.Value(pruneGraceKey{}).(time.Duration); ok && d < def {
+// TransientGrace, or less when ctx carries a shorter grace
+// (WithPruneGrace).
+func PruneGrace(ctx context.Context) time.Duration {
+	if d, ok := ctx.Value(pruneGraceKey{}).(time.Duration); ok && d < TransientGrace {
 		return max(d, 0)
 	}
-	return def
+	return TransientGrace
 }
 
 // Labeler is implemented by backends whose sandboxes' labels can change

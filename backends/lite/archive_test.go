@@ -193,7 +193,7 @@ func imageDirEntries(t *testing.T, dir string) []string {
 
 // TestPruneTransientImages checks that PruneCaches removes a loaded image
 // labelled transient once no sandbox runs on it (and it is older than
-// transientGrace), and keeps other loaded images.
+// backend.TransientGrace), and keeps other loaded images.
 func TestPruneTransientImages(t *testing.T) {
 	e := newTestEnv(t)
 	b := e.open(t)
@@ -221,7 +221,7 @@ func TestPruneTransientImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.CreatedAt = rec.CreatedAt.Add(-2 * transientGrace)
+	rec.CreatedAt = rec.CreatedAt.Add(-2 * backend.TransientGrace)
 	if err := b2.images.names().Write(rec); err != nil {
 		t.Fatal(err)
 	}

@@ -369,18 +369,11 @@ func (b *Backend) snapshotDirsOfSandboxes() (map[string]bool, error) {
 	return used, nil
 }
 
-// transientGrace is how long PruneCaches keeps a snapshot labelled
-// backend.LabelTransient that no sandbox runs on. LoadImages returns such
-// an image for a sandbox to start from next, and the Create that does so
-// has resolved it before its record names the folder (native has the same
-// gap with fork images): a minute leaves that Create time to finish.
-const transientGrace = time.Minute
-
 // PruneCaches removes the snapshots whose TTL has run out, those labelled
 // backend.LabelTransient that no sandbox runs on (older than
-// transientGrace, or the shorter grace ctx carries: backend.PruneGrace),
-// and snapshot folders that neither a name nor a sandbox
-// uses (a snapshot removed while a sandbox ran on it), the folders of
+// backend.PruneGrace: a Create from a loaded image resolves it before its
+// record names the folder), and snapshot folders that neither a name nor
+// a sandbox uses (a snapshot removed while a sandbox ran on it), the folders of
 // Snapshots killed on the way, the hand-over marks of killed forks
 // (statedir.PruneBatches), and what a killed
 // CreateVolume or RemoveVolume left (see volumes.go); with dryRun it only
@@ -421,7 +414,7 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 	} else {
 		names = append(names, nets...)
 	}
-	now, grace := time.Now(), backend.PruneGrace(ctx, transientGrace)
+	now, grace := time.Now(), backend.PruneGrace(ctx)
 	for _, r := range recs {
 		expired := !r.ExpiresAt.IsZero() && !now.Before(r.ExpiresAt)
 		unused := r.Labels[backend.LabelTransient] != "" && !running[r.Key] && now.Sub(r.CreatedAt) >= grace

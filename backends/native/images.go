@@ -87,12 +87,11 @@ func (b *Backend) LoadImages(ctx context.Context, r io.Reader) (map[string]strin
 	if len(loaded) == 0 {
 		return nil, b.opErr("load images", "", errors.New("the engine loaded no image from the archive"))
 	}
-	// Tag each loaded image again (the same name): the engine then
-	// records when (its LastTagTime; a load alone does not set it), which
+	// Tag each loaded image again (the same name): Docker then records
+	// when (its LastTagTime; a load alone does not set it), which
 	// PruneCaches reads to spare an image a restore is about to create
-	// from, though its creation time is the bundle's.
-	// An image loaded without a name has no tag to renew: it is kept
-	// by its creation time alone.
+	// from, though its creation time is the bundle's. An image loaded
+	// without a name has no tag to renew: its creation time alone counts.
 	for ref := range loaded {
 		if !strings.HasPrefix(ref, "sha256:") {
 			b.cli.ImageTag(ctx, ref, ref) // best effort: the load stands without it

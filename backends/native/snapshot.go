@@ -620,21 +620,14 @@ func labelsOfImage(ctx context.Context, b *Backend, ref string) map[string]strin
 	return img.Config.Labels
 }
 
-// transientGrace is how long pruneForkImages keeps an unused transient
-// image after it was made or loaded (at most: backend.PruneGrace). A
-// restore loads its bundle's image and creates from it next; before the
-// create, no container uses the image, and a gc (or another program's
-// PruneCaches on a shared engine) in that gap failed the restore's
-// create with a missing image. lite keeps its transient snapshots the
-// same minute.
-const transientGrace = time.Minute
-
 // pruneForkImages removes the fork images and the transient images
 // (backend.LabelTransient: a bundle's, taken or loaded) no container
-// uses; transient ones only once they are older than transientGrace
-// (made, or tagged by a load, that long ago).
+// uses; transient ones only once they are older than backend.PruneGrace
+// (made, or tagged by a load, that long ago): a gc (or another program's
+// PruneCaches on a shared engine) between a restore's load and its
+// create failed the create with a missing image.
 func (b *Backend) pruneForkImages(ctx context.Context, dryRun bool) ([]string, error) {
-	grace := backend.PruneGrace(ctx, transientGrace)
+	grace := backend.PruneGrace(ctx)
 	var imgs []image.Summary
 	seen := map[string]bool{}
 	for _, label := range []string{labelForkImage, backend.LabelTransient} {

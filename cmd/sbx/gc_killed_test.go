@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backends/lite"
 	"github.com/sandboxkit/sandboxkit/backends/local"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
+	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
 // A fork or a snapshot whose maker (sbx fork, sbx snapshot) is killed
@@ -307,19 +308,11 @@ func forkRecords(t *testing.T, dir, parent string) map[string]map[string]any {
 	return out
 }
 
-// handedOver reports whether a fork's record, read raw from dir, is
-// complete: its creator cleared, or its batch's hand-over mark made
-// (statedir.HandOver).
-func handedOver(dir string, rec map[string]any) bool {
-	if creator, _ := rec["creator"].(string); creator == "" {
-		return true
-	}
-	batch, _ := rec["batch"].(string)
-	if batch == "" {
-		return false
-	}
-	_, err := os.Lstat(filepath.Join(dir, ".handed-"+batch))
-	return err == nil
+// handedOver reports whether fork id's record under dir is complete, as
+// statedir reads it: its creator cleared, or its batch handed over.
+func handedOver(dir, id string) bool {
+	l, err := statedir.Read[statedir.Lifecycle](filepath.Join(dir, id))
+	return err == nil && l.Creator == ""
 }
 
 // killWhen runs the sbx binary with args and kills it as soon as ready
@@ -417,10 +410,10 @@ func TestGCKilledForkLite(t *testing.T) {
 		printed := killWhen(t, bin, running, "fork", "-n", "8", parent)
 		var cut []string
 		complete := false
-		for id, rec := range forkRecords(t, dir, parent) {
+		for id := range forkRecords(t, dir, parent) {
 			if !slices.Contains(handed, id) {
 				cut = append(cut, id)
-				complete = complete || handedOver(dir, rec)
+				complete = complete || handedOver(dir, id)
 			}
 		}
 		if complete && !printed {
