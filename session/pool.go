@@ -691,6 +691,12 @@ func (p *Pool) giveBack(c *Claimed, rs backend.Resetter) error {
 	if err != nil {
 		return err
 	}
+	// A Reset starts a new agent: its first command goes here, as a new
+	// member's does, not to the next task.
+	if err := warmUp(ctx, sb); err != nil {
+		closeQuietly(sb)
+		return err
+	}
 	p.mu.Lock()
 	keeping := p.keeping
 	p.mu.Unlock()
@@ -852,6 +858,17 @@ func (p *Pool) fill(ctx context.Context, made chan<- error) {
 	}
 }
 
+// warmUp runs one command in a sandbox before it becomes a ready member
+// (new, or reset and given back): a member that cannot run one is never
+// handed out, and a task's first command does not pay for the agent's
+// first (a fresh agent's is slower).
+func warmUp(ctx context.Context, sb backend.Sandbox) error {
+	if _, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"true"}}); err != nil {
+		return fmt.Errorf("cannot run a command: %w", err)
+	}
+	return nil
+}
+
 // addMember makes one ready member.
 func (p *Pool) addMember(ctx context.Context) error {
 	// Made as "making", so that no other process claims it before it is
@@ -860,12 +877,9 @@ func (p *Pool) addMember(ctx context.Context) error {
 	spec.Owner, spec.Session, spec.TTL = p.self, "", p.memTTL
 	sb, raw, sess, err := p.make(ctx, spec)
 	if err == nil {
-		// One command before it is ready: a member that cannot run one is
-		// never handed out, and a task's first command does not pay for
-		// the agent's first (a fresh agent's is slower).
-		if _, werr := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"true"}}); werr != nil && ctx.Err() == nil {
+		if werr := warmUp(ctx, sb); werr != nil && ctx.Err() == nil {
 			p.destroyLater(sb, sess)
-			err = fmt.Errorf("the new sandbox cannot run a command: %w", werr)
+			err = fmt.Errorf("the new sandbox %w", werr)
 		}
 	}
 	if err == nil && ctx.Err() != nil {

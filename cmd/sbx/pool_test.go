@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -295,7 +297,7 @@ func TestPoolReusesLiteCleanly(t *testing.T) {
 			return nil, err
 		}
 		_, err = c.Agent(ctx)
-		return c, err
+		return &execCounter{Sandbox: c}, err
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -352,6 +354,11 @@ func TestPoolReusesLiteCleanly(t *testing.T) {
 	if second.ID() != first.ID() || !second.Warm {
 		t.Fatalf("task two got %s (warm %v), want the returned %s", second.ID(), second.Warm, first.ID())
 	}
+	// Its Reset started a new agent, whose first command the pool ran
+	// before it handed the sandbox out again, as for a new member.
+	if ec, ok := second.Sandbox.(*execCounter); !ok || ec.n.Load() != 1 {
+		t.Errorf("commands the pool ran in the reset sandbox before task two: %v, want its one warm-up", ec)
+	}
 	res, err = second.Exec(ctx, backend.ExecRequest{Shell: `cat /tmp/task-one 2>&1; echo "task=$TASK"; ps -o args | grep -c "[s]leep 300"`})
 	if err != nil {
 		t.Fatal(err)
@@ -359,6 +366,27 @@ func TestPoolReusesLiteCleanly(t *testing.T) {
 	if got := string(res.Stdout); !strings.Contains(got, "No such file") || !strings.Contains(got, "task=\n") || !strings.HasSuffix(got, "0\n") {
 		t.Errorf("task two sees task one's state:\n%s", got)
 	}
+}
+
+// execCounter counts the commands run through a sandbox the pool wrapped
+// (after each Reset too: the pool wraps the new agent again).
+type execCounter struct {
+	backend.Sandbox
+	n atomic.Int32
+}
+
+func (e *execCounter) Exec(ctx context.Context, req backend.ExecRequest) (backend.ExecResult, error) {
+	e.n.Add(1)
+	return e.Sandbox.Exec(ctx, req)
+}
+
+func (e *execCounter) Unwrap() backend.Sandbox { return e.Sandbox }
+
+func (e *execCounter) String() string {
+	if e == nil {
+		return "not counted"
+	}
+	return fmt.Sprint(e.n.Load())
 }
 
 // appendToFile adds text at the end of the file at p.
