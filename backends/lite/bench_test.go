@@ -99,7 +99,7 @@ func BenchmarkReset(b *testing.B) {
 	var d []time.Duration
 	for b.Loop() {
 		b.StopTimer()
-		bk.bg.Wait()
+		bk.waitBackground()
 		if _, err := sb.Exec(ctx, backend.ExecRequest{Shell: "echo x > /a; mkdir -p /b/c; echo y > /b/c/d"}); err != nil {
 			b.Fatal(err)
 		}

@@ -106,7 +106,11 @@
 // the record takes, in any process. After the first Reset a sandbox keeps a
 // standby: the next generation's container, made with the runtime's create
 // on a fresh layer in the background, which the next Reset starts (about
-// 5 ms instead of a whole run); see Sandbox.Reset.
+// 5 ms instead of a whole run); see Sandbox.Reset. Containers made ahead
+// like it (and a fork's, see Fork) are made at the lowest CPU weight of
+// their cgroup, so that a task's commands in a sandbox just handed out win
+// the CPU over them; whatever waits for one (a Destroy, a Reset,
+// Backend.Close) gives it the normal weight, and so does its start.
 //
 // # Exec
 //

@@ -205,7 +205,7 @@ func (b *Backend) prepareFork(parent *Sandbox, pm *meta, cfg *specs.Spec, req ba
 	}
 	dir := p.sb.dir
 	bundle := make(chan error, 1)
-	go func() { bundle <- b.writeForkBundle(p, cfg, parent) }()
+	go func() { bundle <- b.writeForkBundle(p, cfg, parent, false) }()
 	err = func() error {
 		if quiesce != nil {
 			if err := quiesce(); err != nil {
@@ -248,7 +248,7 @@ func (b *Backend) recordFork(pm *meta, req backend.ForkRequest, standbyFor, batc
 // writeForkBundle makes fork p's folders but its writable layer, and
 // writes its host files and bundle: the parent's config cfg, with the
 // fork's ID, cgroup and host files.
-func (b *Backend) writeForkBundle(p *forkPlan, cfg *specs.Spec, parent *Sandbox) error {
+func (b *Backend) writeForkBundle(p *forkPlan, cfg *specs.Spec, parent *Sandbox, ahead bool) error {
 	m, dir := p.m, p.sb.dir
 	dirs := []string{rootfsDir(dir, 0), workDir(dir, 0)}
 	if m.Agent {
@@ -265,6 +265,9 @@ func (b *Backend) writeForkBundle(p *forkPlan, cfg *specs.Spec, parent *Sandbox)
 	fcfg, err := forkConfig(cfg, parent.id, parent.dir, m.ID, dir)
 	if err != nil {
 		return err
+	}
+	if ahead {
+		lowPriority(fcfg)
 	}
 	return writeConfig(bundleDir(dir, 0), fcfg)
 }
@@ -314,6 +317,9 @@ func forkMeta(parent *meta, id string, req backend.ForkRequest) *meta {
 func (b *Backend) startFork(ctx context.Context, p *forkPlan) error {
 	m := p.m
 	if p.standby {
+		if err := normalPriority(bundleDir(p.sb.dir, 0), cgroupName(m.ID, 0)); err != nil {
+			return err
+		}
 		return m.runtime().startCreated(ctx, m.ContainerID, bundleDir(p.sb.dir, 0))
 	}
 	var parentCA string

@@ -70,7 +70,7 @@ i=0; while [ $i -lt 256 ]; do dd if=/dev/urandom of=/data/small/f$i bs=8k count=
 			b.Fatal(err)
 		}
 		out[0].Destroy(ctx)
-		bk.bg.Wait()
+		bk.waitBackground()
 	}
 	var forks, copies []time.Duration
 	used := 0
@@ -90,7 +90,7 @@ i=0; while [ $i -lt 256 ]; do dd if=/dev/urandom of=/data/small/f$i bs=8k count=
 			used++
 		}
 		out[0].Destroy(ctx)
-		bk.bg.Wait()
+		bk.waitBackground()
 		// The copy alone, into a folder kept to the end: deleting it
 		// would slow the next copies (see above).
 		start = time.Now()

@@ -78,7 +78,7 @@ func standbyFits(m *meta) bool {
 // whose OCI config is cfg, and names it in the sandbox's record.
 func (s *Sandbox) makeForkStandby(ctx context.Context, p *forkPlan, cfg *specs.Spec) error {
 	m, dir := p.m, p.sb.dir
-	if err := s.b.writeForkBundle(p, cfg, s); err != nil {
+	if err := s.b.writeForkBundle(p, cfg, s, true); err != nil {
 		return err
 	}
 	if err := makeUpper(m.Lower, dir, 0); err != nil {
@@ -87,7 +87,9 @@ func (s *Sandbox) makeForkStandby(ctx context.Context, p *forkPlan, cfg *specs.S
 	if err := mountOverlay(m.Lower, dir, 0); err != nil {
 		return err
 	}
+	done := s.b.startLow(m.ID, cgroupName(m.ID, 0))
 	pid, err := m.runtime().launch(ctx, nil, "create", m.ContainerID, bundleDir(dir, 0), filepath.Join(dir, "main.log"))
+	done()
 	if err != nil {
 		return err
 	}

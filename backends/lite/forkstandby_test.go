@@ -28,7 +28,7 @@ func forkWithStandby(t *testing.T, b *Backend, spec backend.Spec) (*Sandbox, str
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { forks[0].Destroy(context.Background()) })
-	b.bg.Wait()
+	b.waitBackground()
 	standby := recordOf(t, parent).ForkStandby
 	if standby == "" {
 		t.Fatal("no container was made ahead for the next fork")
@@ -102,7 +102,7 @@ func TestForkStandby(t *testing.T) {
 		t.Error("List leaves the fork out")
 	}
 
-	b.bg.Wait()
+	b.waitBackground()
 	next := recordOf(t, parent).ForkStandby
 	if next == "" || next == standby {
 		t.Fatalf("the next container made ahead is %q", next)
@@ -186,6 +186,6 @@ func TestForkStandbyFallsBack(t *testing.T) {
 	if res, err := forks[0].Exec(ctx, backend.ExecRequest{Shell: "cat /redirected/f"}); err != nil || string(res.Stdout) != "x\n" {
 		t.Errorf("the fork: %v %+v", err, res)
 	}
-	b.bg.Wait()
+	b.waitBackground()
 	gone(t, b, standby)
 }

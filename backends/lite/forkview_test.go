@@ -61,7 +61,7 @@ done; hostname`
 	destroyAtCleanup(forks)
 	// The next fork starts the container made ahead meanwhile, with the
 	// parent's layer merged into its root file system.
-	b.bg.Wait()
+	b.waitBackground()
 	standby := recordOf(t, parent).ForkStandby
 	if standby == "" {
 		t.Fatal("no container was made ahead for the next fork")

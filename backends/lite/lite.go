@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -66,6 +67,11 @@ type Backend struct {
 	// the test sees what a Reset itself left.
 	bg     sync.WaitGroup
 	bgHold sync.RWMutex
+	// lows are the containers being made at low CPU weight, by the ID
+	// of the sandbox they are for (see lowShares); while urgent is above
+	// 0 they are hurried (see waitBackground).
+	lows   sync.Map // id -> *lowCreate
+	urgent atomic.Int32
 	// noForkStandby: forks make no container ahead for the next fork
 	// (tests and benchmarks of the other way).
 	noForkStandby bool
@@ -221,7 +227,7 @@ func (b *Backend) Name() string { return Name }
 // Close waits for background work (see Sandbox.Reset); the backend holds
 // no connections. Sandboxes keep running.
 func (b *Backend) Close() error {
-	b.bg.Wait()
+	b.waitBackground()
 	return nil
 }
 

@@ -177,7 +177,7 @@ func checkResetCrossesNoState(t *testing.T, b *Backend, spec backend.Spec) {
 		if round > 1 {
 			// The background work of the last Reset made a standby:
 			// this Reset starts it.
-			b.bg.Wait()
+			b.waitBackground()
 			if m, _ := readMeta(sb.dir); !m.Standby.ready() {
 				t.Fatalf("round %d: no standby to start: %+v", round, m.Standby)
 			}

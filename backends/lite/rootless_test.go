@@ -214,7 +214,7 @@ func TestRootlessHelper(t *testing.T) {
 				t.Errorf("after Reset %d: %q, want empty /root and /work", round, out)
 			}
 			run(t, sb, "echo again > /root/f")
-			b.bg.Wait()
+			b.waitBackground()
 			if m, _ := readMeta(sb.dir); !m.Standby.ready() {
 				t.Fatalf("no standby after Reset %d: %+v", round, m.Standby)
 			}

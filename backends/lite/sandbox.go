@@ -92,6 +92,9 @@ func (s *Sandbox) Info(ctx context.Context) (backend.Info, error) {
 // lock (statedir.Update), which the holder still takes for each write, so
 // claims and label changes do not wait for a Reset.
 func (s *Sandbox) lock() func() {
+	// A standby container being made at low CPU weight holds the lock:
+	// it is waited for now.
+	s.b.hurry(s.id)
 	l, _ := s.b.sbxLocks.LoadOrStore(s.id, &sync.Mutex{})
 	mu := l.(*sync.Mutex)
 	mu.Lock()
@@ -294,7 +297,8 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 // The first Reset stops the container, mounts a fresh layer and runs the
 // container again (as long as a Create). It then leaves a standby: a
 // container of the next generation on a fresh layer, made with the
-// runtime's create but not started, prepared in the background. Later
+// runtime's create but not started, prepared in the background at the
+// lowest CPU weight (see lowShares). Later
 // Resets kill the running container and start the standby, which takes a
 // runtime start instead of a whole run, and the old generation is removed
 // and a new standby made in the background. A sandbox that has been reset
@@ -331,6 +335,9 @@ func (s *Sandbox) switchToStandby(ctx context.Context, m *meta) error {
 		return err
 	}
 	id := containerID(m.runtime(), s.id, sb.Gen)
+	if err := normalPriority(bundleDir(s.dir, sb.Gen), cgroupName(s.id, sb.Gen)); err != nil {
+		return err
+	}
 	if err := m.runtime().startCreated(ctx, id, bundleDir(s.dir, sb.Gen)); err != nil {
 		return err
 	}
@@ -461,6 +468,7 @@ func (s *Sandbox) makeStandby(ctx context.Context, m *meta) error {
 		}
 		cfg.Linux.CgroupsPath = "/" + cgroupParent + "/" + cgroupName(s.id, gen)
 	}
+	lowPriority(cfg) // made ahead
 	if err := writeConfig(bundleDir(s.dir, gen), cfg); err != nil {
 		return err
 	}
@@ -468,7 +476,9 @@ func (s *Sandbox) makeStandby(ctx context.Context, m *meta) error {
 	if err != nil {
 		return err
 	}
+	done := s.b.startLow(s.id, cgroupName(s.id, gen))
 	pid, err := m.runtime().launch(ctx, prefix, "create", containerID(m.runtime(), s.id, gen), bundleDir(s.dir, gen), filepath.Join(s.dir, "main.log"))
+	done()
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,177 @@
+package lite
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+// cpuWeight returns cgroup's CPU weight as cgroup v1's cpu.shares says it
+// (v2's cpu.weight turned back: 1 is the least, 100 the default), or ""
+// while the cgroup has no such file.
+func cpuWeight(cgroup string) string {
+	for _, d := range cgroupDirs(cgroup) {
+		if data, err := os.ReadFile(filepath.Join(d, "cpu.shares")); err == nil {
+			return strings.TrimSpace(string(data))
+		}
+		if data, err := os.ReadFile(filepath.Join(d, "cpu.weight")); err == nil {
+			switch w := strings.TrimSpace(string(data)); w {
+			case "1":
+				return "2"
+			case normalWeight:
+				return normalShares
+			default:
+				return "weight " + w
+			}
+		}
+	}
+	return ""
+}
+
+// waitWeight waits up to 10 s until cgroup has CPU weight want (a new
+// cgroup has the default until the runtime writes the config's), and
+// returns the weight it has.
+func waitWeight(cgroup, want string) string {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) { // polls a condition
+		if w := cpuWeight(cgroup); w == want || time.Now().After(deadline) {
+			return w
+		}
+	}
+}
+
+// configShares returns the cpu shares the OCI config of bundle sets (0:
+// none).
+func configShares(t *testing.T, bundle string) uint64 {
+	t.Helper()
+	cfg, err := readConfig(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := cfg.Linux.Resources; r != nil && r.CPU != nil && r.CPU.Shares != nil {
+		return *r.CPU.Shares
+	}
+	return 0
+}
+
+// The standby a Reset leaves is made at the lowest CPU weight, gets the
+// normal one when something waits for it, and its cgroup and config have
+// the normal weight once the next Reset starts it.
+func TestStandbyMadeAtLowPriority(t *testing.T) {
+	e := newTestEnv(t)
+	b := e.open(t)
+	sb := create(t, b, e.spec("low-standby"))
+	ctx := t.Context()
+	low, normal := "2", normalShares
+	for round := 1; round <= 2; round++ {
+		before, err := readMeta(sb.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.Reset(ctx); err != nil {
+			t.Fatal(err)
+		}
+		m, err := readMeta(sb.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen := m.Gen + 1 // the standby's, being made
+		if w := cpuWeight(cgroupName(sb.id, m.Gen)); w != normal {
+			t.Errorf("round %d: the running generation %d's CPU weight is %q, want %s", round, m.Gen, w, normal)
+		}
+		if s := configShares(t, bundleDir(sb.dir, m.Gen)); s != 0 {
+			t.Errorf("round %d: the running generation's config sets cpu shares %d", round, s)
+		}
+		if round == 2 && m.Gen != before.Standby.Gen {
+			t.Fatalf("round 2: Reset did not start the standby (generation %d, the standby's %d)", m.Gen, before.Standby.Gen)
+		}
+		if w := waitWeight(cgroupName(sb.id, gen), low); w != low {
+			t.Errorf("round %d: the standby's CPU weight while it is made is %q, want %s", round, w, low)
+		}
+		b.waitBackground() // hurries it
+		m, err = readMeta(sb.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !m.Standby.ready() || m.Standby.Gen != gen {
+			t.Fatalf("round %d: no standby after the Reset: %+v", round, m.Standby)
+		}
+		if w := cpuWeight(cgroupName(sb.id, gen)); w != normal {
+			t.Errorf("round %d: the standby's CPU weight once waited for is %q, want %s", round, w, normal)
+		}
+		if s := configShares(t, bundleDir(sb.dir, gen)); s != lowShares {
+			t.Errorf("round %d: the standby's config sets cpu shares %d, want %d", round, s, lowShares)
+		}
+	}
+	if res, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"true"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("a command after the standby started: %v %+v", err, res)
+	}
+}
+
+// A low weight create that someone waits for (a lock of its sandbox,
+// waitBackground, which Close calls) gets the normal weight, and one that
+// starts while the backend waits does at once.
+func TestLowCreateHurried(t *testing.T) {
+	requireHost(t)
+	b := &Backend{}
+	lowCgroup := func(name string) string {
+		t.Helper()
+		made := false
+		for _, root := range cgroupRoots() {
+			if _, err := os.Stat(filepath.Join(root, "cpu.shares")); err != nil {
+				continue // not cgroup v1's cpu hierarchy
+			}
+			d := filepath.Join(root, cgroupParent, name)
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { syscall.Rmdir(d) })
+			writeExisting(filepath.Join(d, "cpu.shares"), "2")
+			made = true
+		}
+		if !made {
+			t.Skip("no cgroup v1 cpu hierarchy to make a test cgroup in (TestStandbyMadeAtLowPriority covers v2 through the runtime)")
+		}
+		if cpuWeight(name) != "2" {
+			t.Fatalf("cannot make a cgroup with a low CPU weight (%q)", cpuWeight(name))
+		}
+		return name
+	}
+	waitNormal := func(what, cgroup string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); cpuWeight(cgroup) != normalShares; time.Sleep(time.Millisecond) { // polls a condition
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the CPU weight is still %q", what, cpuWeight(cgroup))
+			}
+		}
+	}
+	a, c := lowCgroup("hurry-test-a"), lowCgroup("hurry-test-c")
+	doneA, doneC := b.startLow("a", a), b.startLow("c", c)
+	b.hurry("a")
+	waitNormal("a hurried create", a)
+	if w := cpuWeight(c); w != "2" {
+		t.Errorf("another sandbox's create was hurried too: weight %q", w)
+	}
+	doneA()
+	b.waitBackground()
+	waitNormal("a create waitBackground found", c)
+	doneC()
+
+	late := lowCgroup("hurry-test-late")
+	b.urgent.Add(1) // as while waitBackground waits
+	doneLate := b.startLow("late", late)
+	waitNormal("a create started while the backend waits for its background work", late)
+	doneLate()
+	b.urgent.Add(-1)
+
+	forgotten := lowCgroup("hurry-test-done")
+	b.startLow("done", forgotten)()
+	b.hurry("done")
+	if w := cpuWeight(forgotten); w != "2" {
+		t.Errorf("a create that had returned was hurried: weight %q", w)
+	}
+}
