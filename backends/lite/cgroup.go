@@ -53,7 +53,9 @@ func cgroupDirs(id string) []string {
 // when runsc no longer knows the container (killed while making it).
 func removeCgroups(id string) error {
 	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// Killed processes are gone within a millisecond or a few (gVisor's
+	// gofer after its sentry): look again soon, then less often.
+	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 5*time.Millisecond) {
 		var busy []string
 		var lastErr error
 		for _, root := range cgroupRoots() {
@@ -77,7 +79,7 @@ func removeCgroups(id string) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("removing cgroup %s/%s: %v (still there: %v)", cgroupParent, id, lastErr, cgroupDirs(id))
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(delay)
 	}
 }
 

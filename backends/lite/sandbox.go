@@ -132,6 +132,13 @@ func (s *Sandbox) update(m *meta, f func(*meta)) error { return s.b.update(m, f)
 // stop removes the running container and its cgroup and unmounts its root
 // file system.
 func (s *Sandbox) stop(ctx context.Context, m *meta) error {
+	if m.runtime().gvisor() && !m.Rootless {
+		// gVisor's gofer and sentry end together (removeGen would find
+		// the gofer only once the sentry has gone).
+		for _, d := range cgroupDirs(cgroupName(s.id, m.Gen)) {
+			killCgroupProcs(d)
+		}
+	}
 	killInit(m.InitPID, m.InitStart)
 	return s.removeGen(ctx, m, m.Gen)
 }
