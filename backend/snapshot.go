@@ -95,6 +95,23 @@ type ForkRequest struct {
 	// TTL of each fork; zero takes the parent's TTL (not its expiry: a
 	// fork lives the parent's TTL from its own creation).
 	TTL time.Duration
+	// Made, when set, is called with the forks' IDs once all are made
+	// and before they are handed over: until then each is recorded as
+	// being made by this process, so that sbx gc removes them should it
+	// die. A caller that tells someone of the forks does so here (sbx fork
+	// prints their IDs), so that no fork is complete that no one was told
+	// of; a process killed after Made and before the hand-over has told
+	// of forks that gc removes. An error from Made drops the forks, and
+	// Fork fails with it.
+	Made func(ids []string) error
+}
+
+// TellMade calls r.Made, when set, with the forks' IDs (see Made).
+func (r ForkRequest) TellMade(ids []string) error {
+	if r.Made == nil {
+		return nil
+	}
+	return r.Made(ids)
 }
 
 // Forker is a sandbox that makes new sandboxes from its file system's

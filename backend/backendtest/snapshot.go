@@ -172,8 +172,27 @@ func (s *suite) testForker(t *testing.T, sb backend.Sandbox) {
 	}
 	checkErr(t, "Fork of 0 sandboxes", err, backend.ErrInvalidConfig)
 
+	// Made is told the forks' IDs before they are handed over; an error
+	// from it drops them and fails Fork with it.
+	errTold := errors.New("backendtest: the caller could tell no one")
+	var dropped []string
+	_, err = f.Fork(ctx, backend.ForkRequest{N: 2, Made: func(ids []string) error { dropped = ids; return errTold }})
+	if !errors.Is(err, errTold) {
+		t.Errorf("Fork whose Made fails: %v, want its error", err)
+	}
+	if len(dropped) != 2 {
+		t.Errorf("Made was told %q, want 2 IDs", dropped)
+	}
+	for _, id := range dropped {
+		if _, err := s.b.Get(ctx, id); !errors.Is(err, backend.ErrNotFound) {
+			t.Errorf("Get(%s), a fork whose Made failed: %v, want ErrNotFound", id, err)
+		}
+	}
+
 	const n = 3
-	forks, err := f.Fork(ctx, backend.ForkRequest{N: n, Labels: map[string]string{"backendtest.fork": "yes"}})
+	var told []string
+	forks, err := f.Fork(ctx, backend.ForkRequest{N: n, Labels: map[string]string{"backendtest.fork": "yes"},
+		Made: func(ids []string) error { told = ids; return nil }})
 	if err != nil {
 		t.Fatalf("Fork(%d): %v", n, err)
 	}
@@ -182,6 +201,11 @@ func (s *suite) testForker(t *testing.T, sb backend.Sandbox) {
 	}
 	if len(forks) != n {
 		t.Fatalf("Fork(%d) made %d sandboxes", n, len(forks))
+	}
+	for i, fk := range forks {
+		if i >= len(told) || told[i] != fk.ID() {
+			t.Errorf("Made was told %q, Fork returned fork %d as %s", told, i, fk.ID())
+		}
 	}
 	ids := []string{parent.ID()}
 	for i, fk := range forks {

@@ -48,7 +48,14 @@ var _ backend.Forker = (*Sandbox)(nil)
 func (s *Sandbox) Fork(ctx context.Context, req backend.ForkRequest) ([]backend.Sandbox, error) {
 	plans, err := s.makeForks(ctx, req)
 	if err == nil {
-		if err = s.b.handOver(plans); err != nil {
+		ids := make([]string, len(plans))
+		for i, p := range plans {
+			ids[i] = p.sb.id
+		}
+		if err = req.TellMade(ids); err == nil {
+			err = s.b.handOver(plans)
+		}
+		if err != nil {
 			s.dropForks(ctx, plans)
 		}
 	}

@@ -253,7 +253,14 @@ func (s *Sandbox) Fork(ctx context.Context, req backend.ForkRequest) ([]backend.
 	}
 	forks, err := s.makeForks(ctx, req, batch)
 	if err == nil {
-		if err = s.b.handOver(forks, batch); err != nil {
+		ids := make([]string, len(forks))
+		for i, f := range forks {
+			ids[i] = f.ID()
+		}
+		if err = req.TellMade(ids); err == nil {
+			err = s.b.handOver(forks, batch)
+		}
+		if err != nil {
 			dropForks(ctx, forks)
 		}
 	}

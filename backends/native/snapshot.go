@@ -284,10 +284,21 @@ func (b *Backend) RemoveSnapshot(ctx context.Context, ref string) error {
 // forks' containers are named as being made (see above).
 func (s *Sandbox) Fork(ctx context.Context, req backend.ForkRequest) ([]backend.Sandbox, error) {
 	forks, ref, err := s.makeForks(ctx, req, owner.Self())
+	var told error // the caller's, passed on as it is (not translated)
 	if err == nil {
-		if err = s.b.handOverForks(ctx, forks); err != nil {
+		ids := make([]string, len(forks))
+		for i, f := range forks {
+			ids[i] = f.sb.ID()
+		}
+		if told = req.TellMade(ids); told == nil {
+			err = s.b.handOverForks(ctx, forks)
+		}
+		if err != nil || told != nil {
 			s.dropForks(ctx, forks, ref)
 		}
+	}
+	if told != nil {
+		return nil, backend.WrapOp("fork", Name, s.id, told)
 	}
 	if err != nil {
 		return nil, s.opErr("fork", err)

@@ -260,7 +260,12 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 		sbx(t, "down", id)
 	}
 	for _, id := range forks {
-		sbx(t, "rm", id).expect(t, 0)
+		// A fork sbx printed is gone when sbx was killed after the
+		// print and before the hand-over (backend.ForkRequest.Made): gc
+		// removed it as being made by a process that died.
+		if r := sbx(t, "rm", id); r.code != 0 && !strings.Contains(r.stderr, "not found") {
+			t.Errorf("sbx rm %s (a printed fork): exit %d: %s", id, r.code, r.stderr)
+		}
 	}
 	if len(snaps) > 0 {
 		sbx(t, append([]string{"snapshot", "rm"}, snaps...)...).expect(t, 0)

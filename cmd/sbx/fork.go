@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -48,36 +47,34 @@ type forkJSON struct {
 }
 
 func (a *app) fork(ctx context.Context, ref string, req backend.ForkRequest) error {
-	// The IDs are written before the backend is closed: a sbx killed
-	// between the forks' hand-over and the write leaves forks no one
-	// knows of, so that span is kept short.
+	// The IDs are written before the backend hands the forks over (see
+	// backend.ForkRequest.Made): a sbx killed before the write leaves
+	// forks still being made by it, which sbx gc removes, never complete
+	// forks no one was told of.
 	return withCapability(ctx, a, ref, "fork sandboxes", func(b backend.Backend, sb backend.Sandbox, f backend.Forker) error {
+		req.Made = func(ids []string) error {
+			var out []byte
+			if a.json {
+				list := make([]forkJSON, len(ids))
+				for i, id := range ids {
+					list[i] = forkJSON{ID: id, ForkOf: sb.ID(), Backend: b.Name()}
+				}
+				out = jsonBytes(list)
+			} else {
+				for _, id := range ids {
+					out = fmt.Appendln(out, id)
+				}
+			}
+			if _, err := a.stdout.Write(out); err != nil {
+				return fmt.Errorf("writing the forks made: %w; they were removed, since no one could learn of them", err)
+			}
+			return nil
+		}
 		// The backend's own Forker rather than the agent client's: a
-		// client starts each fork's agent once the backend has handed the
-		// forks over (the same span). Writing their IDs needs no client.
-		forks, err := innermostForker(f).Fork(ctx, req)
-		if err != nil {
-			return err
-		}
-		var out []byte
-		if a.json {
-			list := make([]forkJSON, len(forks))
-			for i, fk := range forks {
-				list[i] = forkJSON{ID: fk.ID(), ForkOf: sb.ID(), Backend: b.Name()}
-			}
-			out = jsonBytes(list)
-		} else {
-			for _, fk := range forks {
-				out = fmt.Appendln(out, fk.ID())
-			}
-		}
-		return handOver(ctx, a.stdout, out, "forks", func(ctx context.Context) error {
-			var errs []error
-			for _, fk := range forks {
-				errs = append(errs, fk.Destroy(ctx))
-			}
-			return errors.Join(errs...)
-		})
+		// client starts each fork's agent after the hand-over, which
+		// sbx fork does not need.
+		_, err := innermostForker(f).Fork(ctx, req)
+		return err
 	})
 }
 
