@@ -119,6 +119,7 @@ func TestConfigCheckAgreesWithCreate(t *testing.T) {
 	refused := func(t *testing.T, cfg string, want ...string) {
 		t.Helper()
 		t.Setenv("SBX_CONFIG", cfg)
+		before := listSandboxes(t)
 		check := sbx(t, "config", "check")
 		up := sbx(t, "up")
 		for _, r := range []result{check, up} {
@@ -133,8 +134,12 @@ func TestConfigCheckAgreesWithCreate(t *testing.T) {
 		}
 		// What other packages' tests make on a shared engine meanwhile
 		// carries their run's label (server: sbx-server-test-run; backends:
-		// sandboxkit.test-run) and is not this launch's.
+		// sandboxkit.test-run) and is not this launch's; nor is what was
+		// there before it.
 		left := slices.DeleteFunc(listSandboxes(t), func(s sandboxJSON) bool {
+			if slices.ContainsFunc(before, func(b sandboxJSON) bool { return b.ID == s.ID }) {
+				return true
+			}
 			for k := range s.Labels {
 				if strings.HasSuffix(k, "test-run") {
 					return true
