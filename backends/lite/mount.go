@@ -34,7 +34,8 @@ func mountOverlay(lower, dir string, gen int) error {
 		return fmt.Errorf("overlay: paths may not contain ',' or ':' (%s)", opts)
 	}
 	target := rootfsDir(dir, gen)
-	if !noVolatile.Load() {
+	tried := !noVolatile.Load()
+	if tried {
 		err := syscall.Mount("overlay", target, "overlay", 0, opts+",volatile")
 		if err == nil {
 			return nil
@@ -44,14 +45,12 @@ func mountOverlay(lower, dir string, gen int) error {
 		}
 		// Unknown to this kernel, or opts are wrong: the plain mount
 		// tells which.
-		if err := syscall.Mount("overlay", target, "overlay", 0, opts); err != nil {
-			return fmt.Errorf("mounting the overlay root file system (%s): %w", opts, err)
-		}
-		noVolatile.Store(true)
-		return nil
 	}
 	if err := syscall.Mount("overlay", target, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mounting the overlay root file system (%s): %w", opts, err)
+	}
+	if tried {
+		noVolatile.Store(true)
 	}
 	return nil
 }
