@@ -76,7 +76,11 @@ func TestNativeVolumeMounts(t *testing.T) {
 }
 
 func TestNativeIsolationAndRestart(t *testing.T) {
-	s1, b, _ := nativeServer(t, func(o *server.Options) { o.DeleteOnShutdown = false })
+	// The engine is shared with other packages' tests, which may hold
+	// sandboxes of a server of the default instance meanwhile: these two
+	// servers have an instance of their own.
+	instance := "restart-" + rand.Text()
+	s1, b, _ := nativeServer(t, func(o *server.Options) { o.DeleteOnShutdown, o.Instance = false, instance })
 	alice := servertest.HTTP(serveHTTP(t, s1), "", "alice")
 	id := servertest.Create(t, alice, nil)
 	servertest.Must(t, alice, "write_file", map[string]any{"sandbox_id": id, "path": "/tmp/notes", "content": "kept\n"})
@@ -86,6 +90,7 @@ func TestNativeIsolationAndRestart(t *testing.T) {
 	s2 := newServer(t, b, func(o *server.Options) {
 		o.Spec = mainSpec
 		o.DeleteOnShutdown = true
+		o.Instance = instance
 	})
 	n, err := s2.Adopt(context.Background(), "")
 	require.NoError(t, err)
