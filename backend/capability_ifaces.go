@@ -150,6 +150,27 @@ type Discarder interface {
 	Discard(ctx context.Context) error
 }
 
+// OneShotRunner is a backend that runs one command as a new sandbox's
+// first process and removes the sandbox when the command ends: what sbx run
+// needs, without the agent a sandbox otherwise starts for the commands that
+// would follow. The command's streams are the caller's (req.Stdin, Stdout
+// and Stderr; a nil writer's output is captured in the result), its
+// environment, working directory and user those of spec with req's on top;
+// req.Timeout kills every process of the sandbox (exit code 124,
+// TimedOut); cancelling ctx does too, and RunOnce then returns ctx's error.
+// The exit code is the command's, as Exec's. The sandbox is owned and
+// labelled as spec says while it runs, so that gc removes it when the
+// caller dies first.
+//
+// CanRunOnce says, before anything is made, whether spec and req can run
+// so (not: a spec with a command of its own or an existing sandbox, a
+// request with an output limit, a sandbox kind the backend cannot run so);
+// otherwise the caller creates the sandbox and runs the command in it.
+type OneShotRunner interface {
+	CanRunOnce(spec Spec, req ExecRequest) bool
+	RunOnce(ctx context.Context, spec Spec, req ExecRequest) (ExecResult, error)
+}
+
 // Renewer extends a sandbox's time to live.
 type Renewer interface {
 	// Renew sets the sandbox to expire ttl from now and returns the new

@@ -208,3 +208,24 @@ func TestEgressBoundary(t *testing.T) {
 	})
 	egresstest.RunBoundary(t, &e.Env, egresstest.HostService(t, e.Net.HostAddr))
 }
+
+// A one-shot sandbox (RunOnce) is held by its policy as one made by
+// Create, and its network and enforcer go with it.
+func TestRunOnceEgress(t *testing.T) {
+	e := newTestEnv(t)
+	fn := fakenet.Start(t)
+	e.cfg.EgressDNS = fn.DNS.String()
+	b := e.open(t)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "netprobe"), egresstest.Netprobe(t), 0o755))
+	spec := e.spec("egress-once")
+	spec.Egress = &backend.Egress{Allow: []string{"allowed.test:80"}}
+	spec.Volumes = []backend.Volume{{Type: backend.VolumeBind, Source: dir, Target: "/probe", ReadOnly: true}}
+	res, err := b.RunOnce(t.Context(), spec, backend.ExecRequest{
+		Shell: "/probe/netprobe get http://allowed.test/ && ! /probe/netprobe get http://" + fn.Addr("denied.test").String() + "/ && echo denied",
+	})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "stdout %q, stderr %q", res.Stdout, res.Stderr)
+	require.Contains(t, string(res.Stdout), "hello from allowed.test")
+	require.Contains(t, string(res.Stdout), "denied")
+}

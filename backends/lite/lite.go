@@ -313,6 +313,14 @@ type meta struct {
 	// Rootless: the sandbox runs in a user namespace of its own (see
 	// userNS).
 	Rootless bool `json:"rootless,omitempty"`
+	// Once: the sandbox runs one command as its first process and goes
+	// when it ends (Backend.RunOnce); it has no agent.
+	Once bool `json:"once,omitempty"`
+	// runtimeDeleted: the runtime has deleted the running generation's
+	// container itself (RunOnce's runtime in the foreground does): its
+	// removal skips the runtime. Not recorded, so that a sandbox whose
+	// runner died is removed in full.
+	runtimeDeleted bool
 	// Gen is the generation of the running container (ContainerID,
 	// InitPID). Standby is a created, not yet started container of the
 	// next generation that Reset starts instead of making one; Retired
@@ -429,20 +437,40 @@ func containerID(rt *ociRuntime, id string, gen int) string {
 func cgroupName(id string, gen int) string { return id + genSuffix(gen) }
 
 func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
+	sb, m, fail, err := b.makeBundle(ctx, spec, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := sb.start(ctx, m); err != nil {
+		return nil, fail(err)
+	}
+	if err := b.update(m, func(cur *meta) { cur.Creator = "" }); err != nil {
+		return nil, fail(err)
+	}
+	b.log.Debug("created sandbox", "id", sb.id, "name", spec.Name, "image", m.Image)
+	return sb, nil
+}
+
+// makeBundle does Create's work up to the container's start: the sandbox's
+// record, folder, root file system, egress network and OCI bundle. A
+// one-shot sandbox (RunOnce) runs spec.Command as its first process, with
+// no agent. fail removes what was made and returns err as Create's error;
+// so are makeBundle's own errors.
+func (b *Backend) makeBundle(ctx context.Context, spec backend.Spec, once bool) (sb *Sandbox, m *meta, fail func(error) error, err error) {
 	createErr := func(err error) error { return &backend.OpError{Op: "create", Backend: Name, Err: err} }
 	rt, ref, img, err := b.checkCreate(ctx, spec)
 	if err != nil {
-		return nil, createErr(err)
+		return nil, nil, nil, createErr(err)
 	}
 	id, err := statedir.NewID()
 	if err != nil {
-		return nil, createErr(err)
+		return nil, nil, nil, createErr(err)
 	}
-	// Held until the sandbox is made, so that RemoveVolume, which waits
+	// Held until the bundle is made, so that RemoveVolume, which waits
 	// for it, finds the record that names the volumes.
 	vols, release, err := b.holdVolumes(ctx, spec.Volumes)
 	if err != nil {
-		return nil, createErr(err)
+		return nil, nil, nil, createErr(err)
 	}
 	defer release()
 	spec.Volumes = vols
@@ -450,8 +478,8 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if network == "" {
 		network = b.cfg.network()
 	}
-	m := &meta{
-		ID: id, Name: spec.Name, Session: spec.Session, Image: ref, ImageDigest: img.config.Digest,
+	m = &meta{
+		ID: id, Name: spec.Name, Session: spec.Session, Image: ref, ImageDigest: img.config.Digest, Once: once,
 		Owner: spec.Owner, Labels: maps.Clone(spec.Labels),
 		Lifecycle: statedir.Lifecycle{Creator: owner.Self()},
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
@@ -467,7 +495,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		m.Egress = &e
 	}
 	dir := filepath.Join(b.dir, id)
-	sb := &Sandbox{b: b, id: id, dir: dir}
+	sb = &Sandbox{b: b, id: id, dir: dir}
 	// The egress network is made while the root file system is: it
 	// records itself in the meta file, which m catches up with below.
 	var egressDone chan error
@@ -482,31 +510,32 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		}
 		return err
 	}
-	fail := func(err error) (backend.Sandbox, error) {
+	fail = func(err error) error {
 		waitEgress()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		if derr := sb.teardown(cctx, m); derr != nil {
 			b.log.Warn("cleaning up a failed create", "sandbox", id, "err", derr)
 		}
-		return nil, createErr(err)
+		return createErr(err)
 	}
+	failed := func(err error) (*Sandbox, *meta, func(error) error, error) { return nil, nil, nil, fail(err) }
 	// The meta file comes first, so that a crash from here on leaves a
 	// sandbox that List shows and Destroy removes.
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fail(err)
+		return failed(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, lockFile), nil, 0o600); err != nil {
-		return fail(err)
+		return failed(err)
 	}
 	if err := writeMeta(dir, m); err != nil {
-		return fail(err)
+		return failed(err)
 	}
 	if len(spec.Credentials) > 0 {
 		// Before the enforcer starts: it reads them then.
 		env, caPEM, err := prepareCredentials(ctx, id, dir, spec.Credentials)
 		if err != nil {
-			return fail(err)
+			return failed(err)
 		}
 		spec.Env = maps.Clone(spec.Env)
 		if spec.Env == nil {
@@ -514,7 +543,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		}
 		maps.Copy(spec.Env, env)
 		if err := b.update(m, func(cur *meta) { cur.CredentialCA = caPEM }); err != nil {
-			return fail(err)
+			return failed(err)
 		}
 	}
 	if m.Egress != nil {
@@ -523,34 +552,27 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 		go func() { egressDone <- b.setupEgress(ctx, &em, dir) }()
 	}
 	if err := b.makeRootfs(m, dir, 0); err != nil {
-		return fail(err)
+		return failed(err)
 	}
 	in, err := b.prepare(m, spec, img, dir)
 	if err != nil {
-		return fail(err)
+		return failed(err)
 	}
 	if err := waitEgress(); err != nil {
-		return fail(err)
+		return failed(err)
 	}
 	in.egress = egressInput(m, dir)
 	ociSpec, err := buildSpec(in)
 	if err != nil {
-		return fail(err)
+		return failed(err)
 	}
 	if m.Rootless {
 		rootlessSpec(ociSpec)
 	}
 	if err := writeConfig(bundleDir(dir, 0), ociSpec); err != nil {
-		return fail(err)
+		return failed(err)
 	}
-	if err := sb.start(ctx, m); err != nil {
-		return fail(err)
-	}
-	if err := b.update(m, func(cur *meta) { cur.Creator = "" }); err != nil {
-		return fail(err)
-	}
-	b.log.Debug("created sandbox", "id", id, "name", spec.Name, "image", ref)
-	return sb, nil
+	return sb, m, fail, nil
 }
 
 // checkCreate checks spec before Create makes anything, and resolves the
@@ -687,7 +709,7 @@ func (b *Backend) prepare(m *meta, spec backend.Spec, img *image, dir string) (b
 	}
 	// The agent starts with the sandbox when it can run commands as any
 	// user (root) and its socket's host path fits a socket address.
-	m.Agent = m.UID == 0 && len(filepath.Join(agentHostDir(dir), agentSocket)) <= maxSocketPath
+	m.Agent = !m.Once && m.UID == 0 && len(filepath.Join(agentHostDir(dir), agentSocket)) <= maxSocketPath
 	var agentHost string
 	if m.Agent {
 		agentHost = agentHostDir(dir)
@@ -721,6 +743,10 @@ func (b *Backend) prepare(m *meta, spec backend.Spec, img *image, dir string) (b
 func initArgs(m *meta, spec backend.Spec, img *image) []string {
 	var cmd []string
 	switch {
+	case m.Once:
+		// The command as sbx exec would run it, not as the image's
+		// entrypoint's arguments.
+		cmd = spec.Command
 	case spec.ImageCommand:
 		cmd = append(slices.Clone(img.config.Entrypoint), img.config.Cmd...)
 	case spec.Command != nil:

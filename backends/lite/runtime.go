@@ -378,17 +378,26 @@ func (r *ociRuntime) removeEnded(ctx context.Context, id string) error {
 // made again. A root with no state files (another runsc's layout, or a
 // container it never made) goes to remove.
 func (r *ociRuntime) forget(ctx context.Context, id string) error {
+	if found, err := r.forgetFiles(id); err != nil || found {
+		return err
+	}
+	return r.remove(ctx, id)
+}
+
+// forgetFiles is forget without the fallback: it removes the state files
+// runsc left of container id, if any, and says whether there were.
+func (r *ociRuntime) forgetFiles(id string) (found bool, err error) {
 	files, err := filepath.Glob(filepath.Join(r.root, id+"_sandbox:*"))
 	if err != nil || len(files) == 0 {
-		return r.remove(ctx, id)
+		return false, nil
 	}
 	files = append(files, filepath.Join(r.root, "runsc-"+id+".sock"))
 	for _, f := range files {
 		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
+			return true, err
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // list returns the IDs of the containers the runtime knows under its root.

@@ -147,6 +147,19 @@ func (s *Sandbox) stop(ctx context.Context, m *meta) error {
 // root file system's mount. Its folders are left.
 func (s *Sandbox) removeGen(ctx context.Context, m *meta, gen int) error {
 	rt := m.runtime()
+	if m.runtimeDeleted && gen == m.Gen {
+		// Only what is lite's own is left, and what a runtime may leave
+		// on its way out: a cgroup, runsc's state files.
+		if err := removeCgroups(cgroupName(s.id, gen)); err != nil {
+			return err
+		}
+		if rt.gvisor() && rt.root != "" {
+			if _, err := rt.forgetFiles(containerID(rt, s.id, gen)); err != nil {
+				return err
+			}
+		}
+		return unmount(rootfsDir(s.dir, gen))
+	}
 	if m.Rootless { // no cgroup; mounted only in the sandbox's namespaces
 		return rt.remove(ctx, containerID(rt, s.id, gen))
 	}

@@ -109,6 +109,19 @@ func (a *app) runSandbox(ctx context.Context, o runOptions) error {
 		spec.Image = o.image
 	}
 	spec.Owner = self
+	if r, ok := backend.AsBackend[backend.OneShotRunner](b); ok && !o.keep && !o.tty {
+		if req := a.runRequest(o); r.CanRunOnce(spec, req) {
+			// The command is the sandbox's first process: no agent starts
+			// for one command.
+			sink, err := newProgress(a.progress, a.stderr)
+			if err != nil {
+				return err
+			}
+			res, err := r.RunOnce(ctx, withProgress(spec, sink), req)
+			sink.close()
+			return a.exitStatus(ctx, res, err, o.timeout)
+		}
+	}
 	// The engine removes it once it is killed (where the backend can
 	// arrange that), so sbx exits without waiting for the removal.
 	spec.AutoRemove = !o.keep
@@ -176,10 +189,7 @@ func (a *app) runIn(ctx context.Context, sb backend.Sandbox, o runOptions) error
 // one (a connect instead of the backend's exec: lite's runc exec costs
 // ~50 ms); sbx starts no agent for one command.
 func (a *app) execute(ctx context.Context, sb backend.Sandbox, argv []string, timeout time.Duration, stdin bool) error {
-	req := backend.ExecRequest{Cmd: argv, Stdout: a.stdout, Stderr: a.stderr, Timeout: timeout}
-	if stdin {
-		req.Stdin = a.stdin
-	}
+	req := a.runRequest(runOptions{argv: argv, timeout: timeout, stdin: stdin})
 	if _, ok := backend.As[backend.AgentDialer](sb); ok {
 		c, err := sbxd.Wrap(ctx, sb, sbxd.WithDialOnly(), sbxd.WithLogger(a.logger))
 		if err != nil {
@@ -192,6 +202,22 @@ func (a *app) execute(ctx context.Context, sb backend.Sandbox, argv []string, ti
 		sb = c
 	}
 	res, err := sb.Exec(ctx, req)
+	return a.exitStatus(ctx, res, err, timeout)
+}
+
+// runRequest is the request of sbx run's (or exec's) command: the
+// terminal's streams, stdin only when asked for.
+func (a *app) runRequest(o runOptions) backend.ExecRequest {
+	req := backend.ExecRequest{Cmd: o.argv, Stdout: a.stdout, Stderr: a.stderr, Timeout: o.timeout}
+	if o.stdin {
+		req.Stdin = a.stdin
+	}
+	return req
+}
+
+// exitStatus turns a command's end into sbx's exit code: the command's,
+// 124 after a timeout, 130 or 143 when sbx was stopped.
+func (a *app) exitStatus(ctx context.Context, res backend.ExecResult, err error, timeout time.Duration) error {
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return &exitCode{stoppedStatus(ctx)}

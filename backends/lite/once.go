@@ -1,0 +1,234 @@
+package lite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/backendkit"
+	"github.com/sandboxkit/sandboxkit/internal/procfs"
+	"github.com/sandboxkit/sandboxkit/internal/stdinpipe"
+)
+
+// CanRunOnce reports whether RunOnce takes spec and req: not a spec with a
+// command of its own, an existing sandbox or a relative working directory
+// for the command, and not a rootless backend (whose runtime runs behind a
+// user-namespace helper).
+func (b *Backend) CanRunOnce(spec backend.Spec, req backend.ExecRequest) bool {
+	return spec.Command == nil && !spec.ImageCommand && spec.Existing == "" &&
+		(req.WorkDir == "" || path.IsAbs(req.WorkDir)) && b.userns == nil
+}
+
+// RunOnce runs req's command as the first process of a new sandbox made
+// from spec and removes the sandbox when the command ends (see
+// backend.OneShotRunner). The runtime runs in the foreground, as a bare
+// `runc run` does: the command's streams are the caller's, its exit status
+// is the runtime's, and the runtime deletes the container once its first
+// process has ended. That process is sbxd init (not the agent), which
+// starts the command, reaps what it leaves and passes its exit status on,
+// with sbxd exec's codes where the command cannot start (127, 126). What a
+// sandbox made by Create adds for later commands (the agent, its hello,
+// the exec round trip, the kill at the end) is not done.
+//
+// A runtime that fails to start the container is an error (runc's log
+// says why); gVisor's runsc prints why on the command's stderr and exits
+// 128, which RunOnce returns as the exit code, as a bare runsc run would.
+func (b *Backend) RunOnce(ctx context.Context, spec backend.Spec, req backend.ExecRequest) (backend.ExecResult, error) {
+	runErr := func(err error) error { return &backend.OpError{Op: "run", Backend: Name, Err: err} }
+	if !b.CanRunOnce(spec, req) {
+		return backend.ExecResult{}, runErr(fmt.Errorf("%w: this sandbox cannot run its command as its first process (a command of its own, an existing sandbox, a relative working directory or a rootless backend); create it and exec", errors.ErrUnsupported))
+	}
+	argv, err := req.Argv()
+	if err != nil {
+		return backend.ExecResult{}, runErr(err)
+	}
+	spec.Command = argv
+	if len(req.Env) > 0 {
+		env := maps.Clone(spec.Env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		maps.Copy(env, req.Env)
+		spec.Env = env
+	}
+	if req.WorkDir != "" {
+		spec.WorkingDir = req.WorkDir
+	}
+	if req.User != "" {
+		spec.User = req.User
+	}
+	if err := ctx.Err(); err != nil {
+		return backend.ExecResult{}, runErr(err)
+	}
+	sb, m, _, err := b.makeBundle(ctx, spec, true)
+	if err != nil {
+		return backend.ExecResult{}, err
+	}
+	res, deleted, err := sb.runAttached(ctx, m, req)
+	m.runtimeDeleted = deleted
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if terr := sb.teardown(cctx, m); terr != nil {
+		return res, runErr(errors.Join(err, fmt.Errorf("removing sandbox %s: %w", sb.id, terr)))
+	}
+	if err != nil {
+		return res, runErr(err)
+	}
+	b.log.Debug("ran a command in a sandbox of its own", "id", sb.id, "exit", res.ExitCode)
+	return res, nil
+}
+
+// cleanupTimeout bounds a one-shot sandbox's removal after its command.
+const cleanupTimeout = time.Minute
+
+// recordAfter is how long a one-shot sandbox's command runs before the
+// sandbox's record gets its first process (and so reads as running, and
+// is killed by it when removed by another process): most such commands
+// are over sooner, and theirs is a write saved.
+const recordAfter = 20 * time.Millisecond
+
+// runAttached runs the one-shot sandbox's container in the foreground with
+// req's streams until its first process ends, killing everything in it
+// after req.Timeout or when ctx ends (the result's ExitCode is then -1,
+// the error ctx's). deleted says the runtime ended normally, having
+// deleted the container (not after a failure of its own, which may leave
+// some of it).
+func (s *Sandbox) runAttached(ctx context.Context, m *meta, req backend.ExecRequest) (res backend.ExecResult, deleted bool, err error) {
+	rt := m.runtime()
+	bundle := bundleDir(s.dir, m.Gen)
+	pidFile := filepath.Join(bundle, "init.pid")
+	logFile := filepath.Join(s.dir, "main.log")
+	args := []string{"run", "--bundle", bundle, "--pid-file", pidFile, m.ContainerID}
+	if rt.gvisor() {
+		if err := runscBundle(bundle); err != nil {
+			return res, false, err
+		}
+		args = append(runscFlags(bundle), args...)
+	} else {
+		// The runtime's own errors, apart from the command's stderr.
+		args = append([]string{"--log", logFile, "--log-format", "json"}, args...)
+	}
+	// Not the caller's context: a cancel kills the container (below),
+	// never the runtime alone, which would leave the container running.
+	cmd := rt.command(context.Background(), args...)
+	out := backend.NewOutputs(req)
+	cmd.Stdout, cmd.Stderr = out.Stdout, out.Stderr
+	stdin, err := stdinpipe.Set(cmd, req.Stdin)
+	if err != nil {
+		return res, false, err
+	}
+	start := time.Now()
+	err = cmd.Start()
+	stdin.Started(err)
+	if err != nil {
+		return res, false, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	stopRecord := s.recordInit(m, pidFile)
+	kill := func() {
+		for _, d := range cgroupDirs(cgroupName(s.id, m.Gen)) {
+			killCgroupProcs(d)
+		}
+		if pid := readPIDFile(pidFile); pid > 0 && !rt.gvisor() {
+			killInit(pid, 0)
+		}
+	}
+	var timer <-chan time.Time
+	if req.Timeout > 0 {
+		t := time.NewTimer(req.Timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	var waitErr, ctxErr error
+	select {
+	case waitErr = <-done:
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+		waitErr = killExec(cmd, kill, done)
+	case <-timer:
+		res.TimedOut = true
+		waitErr = killExec(cmd, kill, done)
+	}
+	stopRecord()
+	res.Duration = time.Since(start)
+	stdin.Close()
+	out.Finish(&res)
+	var exitErr *exec.ExitError
+	ended := waitErr == nil || errors.As(waitErr, &exitErr) || errors.Is(waitErr, exec.ErrWaitDelay)
+	// The runtime deleted the container unless it was killed itself.
+	deleted = ended && cmd.ProcessState != nil && cmd.ProcessState.Exited()
+	switch {
+	case ctxErr != nil:
+		res.ExitCode = -1
+		return res, deleted, ctxErr
+	case res.TimedOut:
+		res.ExitCode = backend.TimeoutExitCode
+		return res, deleted, nil
+	case !ended:
+		return res, false, waitErr
+	}
+	res.ExitCode = backendkit.ExitCode(cmd.ProcessState)
+	if res.ExitCode != 0 && readPIDFile(pidFile) == 0 {
+		// No process was started: the runtime failed (its message).
+		msg := "its message went to the command's stderr"
+		if rerr := runtimeFailure(logFile); rerr != nil {
+			msg = rerr.Error()
+		}
+		res.ExitCode = 0
+		return res, false, &runtimeError{runtime: rt.name, args: []string{"run"}, msg: msg}
+	}
+	return res, deleted, nil
+}
+
+// recordInit records the one-shot sandbox's first process in its record
+// once the command has run for recordAfter (and its start is over), until
+// the returned stop is called, which waits for it.
+func (s *Sandbox) recordInit(m *meta, pidFile string) (stop func()) {
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTimer(recordAfter)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			if pid := readPIDFile(pidFile); pid > 0 {
+				start, _ := procfs.StartTime(pid)
+				cur := *m
+				if err := s.update(&cur, func(c *meta) { c.InitPID, c.InitStart, c.Creator = pid, start, "" }); err != nil {
+					s.b.log.Debug("recording a one-shot sandbox's first process", "sandbox", s.id, "err", err)
+				}
+				return
+			}
+			t.Reset(recordAfter)
+		}
+	})
+	return func() { close(quit); wg.Wait() }
+}
+
+// readPIDFile returns the PID the runtime wrote to p, or 0.
+func readPIDFile(p string) int {
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return 0
+	}
+	return pid
+}

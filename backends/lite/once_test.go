@@ -1,0 +1,210 @@
+package lite
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+)
+
+var _ backend.OneShotRunner = (*Backend)(nil)
+
+// TestRunOnce runs commands as one-shot sandboxes' first processes: the
+// command's output, exit code, environment, working directory, user and
+// stdin, sbxd init as PID 1 (no agent), sbxd's codes for a command that
+// cannot start, and nothing left after each (the test env's check).
+func TestRunOnce(t *testing.T) {
+	e := newTestEnv(t)
+	b := e.open(t)
+	run := func(t *testing.T, req backend.ExecRequest) backend.ExecResult {
+		t.Helper()
+		res, err := b.RunOnce(t.Context(), e.spec("once"), req)
+		if err != nil {
+			t.Fatalf("RunOnce: %v", err)
+		}
+		return res
+	}
+	t.Run("output", func(t *testing.T) {
+		res := run(t, backend.ExecRequest{Shell: `echo out; echo err >&2; tr '\0' ' ' </proc/1/cmdline; ls /.sbx; exit 3`})
+		if res.ExitCode != 3 || res.TimedOut {
+			t.Fatalf("exit %d (timed out %v), want 3; stderr %q", res.ExitCode, res.TimedOut, res.Stderr)
+		}
+		out := string(res.Stdout)
+		if !strings.HasPrefix(out, "out\n") || !strings.Contains(out, sbxdPath+" init -- sh -c") {
+			t.Errorf("stdout %q: want out, then sbxd init (without the agent) as PID 1", out)
+		}
+		if strings.Contains(out, "--agent") || strings.Contains(out, agentSocket) {
+			t.Errorf("a one-shot sandbox started the agent: %q", out)
+		}
+		if string(res.Stderr) != "err\n" {
+			t.Errorf("stderr %q, want err", res.Stderr)
+		}
+	})
+	t.Run("environment", func(t *testing.T) {
+		res := run(t, backend.ExecRequest{
+			Shell: `echo "$FOO $HOSTNAME"; pwd; id -u`, Env: map[string]string{"FOO": "bar"},
+			WorkDir: "/tmp/made", User: "nobody",
+		})
+		lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+		if len(lines) != 3 || !strings.HasPrefix(lines[0], "bar ") || lines[1] != "/tmp/made" || lines[2] != "65534" {
+			t.Errorf("stdout %q: want FOO, the working directory and nobody's uid", res.Stdout)
+		}
+	})
+	t.Run("stdin", func(t *testing.T) {
+		res := run(t, backend.ExecRequest{Cmd: []string{"sh", "-c", "read line; echo got $line"}, Stdin: strings.NewReader("hello\n")})
+		if string(res.Stdout) != "got hello\n" {
+			t.Errorf("stdout %q", res.Stdout)
+		}
+		// A stdin that never ends (a file, a reader) does not keep
+		// RunOnce waiting.
+		fr, _ := ioPipe(t)
+		ir, iw := io.Pipe()
+		defer iw.Close()
+		for _, in := range []io.Reader{fr, ir} {
+			if res := run(t, backend.ExecRequest{Cmd: []string{"true"}, Stdin: in}); res.ExitCode != 0 {
+				t.Errorf("exit %d", res.ExitCode)
+			}
+		}
+	})
+	t.Run("cannot start", func(t *testing.T) {
+		res := run(t, backend.ExecRequest{Cmd: []string{"/no/such/command"}})
+		if res.ExitCode != 127 || !strings.Contains(string(res.Stderr), "/no/such/command") {
+			t.Errorf("exit %d, stderr %q: want 127 naming the command", res.ExitCode, res.Stderr)
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		spec := e.spec("own-command")
+		spec.Command = []string{"sleep", "60"}
+		req := backend.ExecRequest{Cmd: []string{"true"}}
+		if b.CanRunOnce(spec, req) {
+			t.Error("CanRunOnce takes a spec with a command of its own")
+		}
+		if _, err := b.RunOnce(t.Context(), spec, req); !errors.Is(err, errors.ErrUnsupported) {
+			t.Errorf("RunOnce: %v, want errors.ErrUnsupported", err)
+		}
+		if b.CanRunOnce(e.spec("relative"), backend.ExecRequest{Cmd: []string{"true"}, WorkDir: "sub"}) {
+			t.Error("CanRunOnce takes a relative working directory")
+		}
+	})
+}
+
+// ioPipe is an os.Pipe closed at the end of t.
+func ioPipe(t *testing.T) (*os.File, *os.File) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); w.Close() })
+	return r, w
+}
+
+// firstWrite is a writer that closes started at its first write.
+type firstWrite struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	once    sync.Once
+	started chan struct{}
+}
+
+func newFirstWrite() *firstWrite { return &firstWrite{started: make(chan struct{})} }
+
+func (w *firstWrite) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.once.Do(func() { close(w.started) })
+	return w.buf.Write(p)
+}
+
+// TestRunOnceTimeoutAndCancel: a timeout kills everything in the sandbox
+// (124, TimedOut), a cancelled context too (its error); while the command
+// runs the sandbox is listed as running under its owner, and afterwards
+// nothing is left.
+func TestRunOnceTimeoutAndCancel(t *testing.T) {
+	e := newTestEnv(t)
+	b := e.open(t)
+	spec := e.spec("long")
+	spec.Owner = "test-owner"
+	start := time.Now()
+	res, err := b.RunOnce(t.Context(), spec, backend.ExecRequest{Shell: "sleep 60 & sleep 60", Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	if !res.TimedOut || res.ExitCode != backend.TimeoutExitCode {
+		t.Errorf("exit %d, timed out %v: want 124 after the timeout", res.ExitCode, res.TimedOut)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("took %s", d)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out := newFirstWrite()
+	errc := make(chan error, 1)
+	go func() {
+		res, err := b.RunOnce(ctx, spec, backend.ExecRequest{Shell: "echo started; exec sleep 60", Stdout: out})
+		if err == nil || res.ExitCode != -1 {
+			t.Errorf("cancelled: exit %d", res.ExitCode)
+		}
+		errc <- err
+	}()
+	select {
+	case <-out.started:
+	case err := <-errc:
+		t.Fatalf("RunOnce ended before its command wrote: %v", err)
+	}
+	// The record gets the first process soon after the start.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		infos, err := b.List(t.Context(), backend.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(infos) == 1 && infos[0].State == backend.StateRunning {
+			if infos[0].Owner != "test-owner" {
+				t.Errorf("owner %q", infos[0].Owner)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the one-shot sandbox is not listed as running: %+v", infos)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("RunOnce: %v, want context.Canceled", err)
+	}
+}
+
+// TestRunOnceRuntimeFailure: a container whose first process the runtime
+// cannot start is an error naming the runtime (runc: its log), not an exit
+// code, and leaves nothing. runsc says so on the command's stderr and exits
+// 128, as a bare runsc run does: that is what RunOnce returns there.
+func TestRunOnceRuntimeFailure(t *testing.T) {
+	e := newTestEnv(t)
+	b := e.open(t)
+	notExec := filepath.Join(t.TempDir(), "sbxd")
+	if err := os.WriteFile(notExec, []byte("not a program"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.sbxd = notExec
+	res, err := b.RunOnce(t.Context(), e.spec("broken"), backend.ExecRequest{Cmd: []string{"true"}})
+	if b.runtime.gvisor() {
+		if err != nil || res.ExitCode != 128 || !strings.Contains(string(res.Stderr), sbxdPath+": permission denied") {
+			t.Errorf("RunOnce: exit %d, %v, stderr %q: want 128 and runsc's message", res.ExitCode, err, res.Stderr)
+		}
+		return
+	}
+	if err == nil || !strings.Contains(err.Error(), "runc run: ") || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("RunOnce: exit %d, %v: want the runtime's error; stderr %q", res.ExitCode, err, res.Stderr)
+	}
+}
