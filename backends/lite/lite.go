@@ -727,13 +727,19 @@ func (b *Backend) prepare(m *meta, spec backend.Spec, img *image, dir string) (b
 	if err != nil {
 		return bundleInput{}, err
 	}
+	env := processEnv(envLayers...)
+	if m.Once {
+		if err := lookCommand(newView(m, dir), args[0], m.WorkDir, env); err != nil {
+			return bundleInput{}, err
+		}
+	}
 	pids := b.cfg.pidsLimit()
 	if m.Rootless {
 		pids = 0 // no cgroup
 	}
 	return bundleInput{
 		id: m.ID, spec: spec, image: &img.config, network: m.Network, pids: pids,
-		user: user, env: processEnv(envLayers...), cwd: m.WorkDir, args: args,
+		user: user, env: env, cwd: m.WorkDir, args: args,
 		sbxdPath: b.sbxd, hosts: hosts, hostname: hostname, agentDir: agentHost,
 	}, nil
 }
@@ -744,9 +750,11 @@ func initArgs(m *meta, spec backend.Spec, img *image) []string {
 	var cmd []string
 	switch {
 	case m.Once:
-		// The command as sbx exec would run it, not as the image's
-		// entrypoint's arguments.
-		cmd = spec.Command
+		// The command itself, as a bare runc run or docker run runs it
+		// (and not as the image's entrypoint's arguments): sbxd's start
+		// would cost more than the rest of what lite adds (see
+		// Backend.RunOnce).
+		return slices.Clone(spec.Command)
 	case spec.ImageCommand:
 		cmd = append(slices.Clone(img.config.Entrypoint), img.config.Cmd...)
 	case spec.Command != nil:

@@ -34,15 +34,21 @@ func (b *Backend) CanRunOnce(spec backend.Spec, req backend.ExecRequest) bool {
 // backend.OneShotRunner). The runtime runs in the foreground, as a bare
 // `runc run` does: the command's streams are the caller's, its exit status
 // is the runtime's, and the runtime deletes the container once its first
-// process has ended. That process is sbxd init (not the agent), which
-// starts the command, reaps what it leaves and passes its exit status on,
-// with sbxd exec's codes where the command cannot start (127, 126). What a
-// sandbox made by Create adds for later commands (the agent, its hello,
-// the exec round trip, the kill at the end) is not done.
+// process has ended. That process is the command itself, as under a bare
+// runc run or docker run without --init: no sbxd, whose start alone (a Go
+// program's runtime and package initialisation, ~4 ms on the host) would
+// cost more than the rest of what lite adds. What a sandbox made by Create
+// adds for later commands (the agent, its hello, the exec round trip, the
+// kill at the end) is not done. A command the sandbox does not have, or
+// cannot execute, is found from the host before anything runs: exit code
+// 127 or 126 with sbxd exec's message on stderr.
 //
 // A runtime that fails to start the container is an error (runc's log
-// says why); gVisor's runsc prints why on the command's stderr and exits
-// 128, which RunOnce returns as the exit code, as a bare runsc run would.
+// says why; runc prints it on stderr too). Where the command's own exec
+// fails (a file that is no program), and where gVisor's runsc fails at
+// all, the runtime prints why on the command's stderr and exits (runc's
+// init 1, runsc 128): RunOnce returns that exit code, as a bare runtime
+// run would.
 func (b *Backend) RunOnce(ctx context.Context, spec backend.Spec, req backend.ExecRequest) (backend.ExecResult, error) {
 	runErr := func(err error) error { return &backend.OpError{Op: "run", Backend: Name, Err: err} }
 	if !b.CanRunOnce(spec, req) {
@@ -71,6 +77,15 @@ func (b *Backend) RunOnce(ctx context.Context, spec backend.Spec, req backend.Ex
 		return backend.ExecResult{}, runErr(err)
 	}
 	sb, m, _, err := b.makeBundle(ctx, spec, true)
+	var cs *cannotStart
+	if errors.As(err, &cs) {
+		// As sbxd says it of a command it cannot start.
+		out := backend.NewOutputs(req)
+		fmt.Fprintln(out.Stderr, cs.msg)
+		res := backend.ExecResult{ExitCode: cs.code}
+		out.Finish(&res)
+		return res, nil
+	}
 	if err != nil {
 		return backend.ExecResult{}, err
 	}
@@ -231,4 +246,72 @@ func readPIDFile(p string) int {
 		return 0
 	}
 	return pid
+}
+
+// cannotStart is a one-shot sandbox's command that cannot start: code is
+// the exit code sbxd gives such a command (127 not found, 126 not
+// executable), msg what it says.
+type cannotStart struct {
+	code int
+	msg  string
+}
+
+func (e *cannotStart) Error() string { return e.msg }
+
+// lookCommand finds the one-shot sandbox's command name in its file system
+// (v, which it closes) as the runtime's exec will: a name with a slash
+// against workDir, any other in env's PATH. It returns a *cannotStart when
+// no executable file is there. What only the exec itself can tell (the
+// user's permission, the binary's format) is left to the runtime.
+func lookCommand(v *view, name, workDir string, env []string) error {
+	defer v.close()
+	abs := func(p string) string {
+		if path.IsAbs(p) {
+			return path.Clean(p)
+		}
+		return path.Join(workDir, p)
+	}
+	var candidates []string
+	if strings.Contains(name, "/") {
+		candidates = []string{abs(name)}
+	} else {
+		var dirs string
+		for _, kv := range env {
+			if p, ok := strings.CutPrefix(kv, "PATH="); ok {
+				dirs = p
+			}
+		}
+		for _, d := range filepath.SplitList(dirs) {
+			candidates = append(candidates, abs(path.Join(d, name)))
+		}
+	}
+	denied := false
+	for _, c := range candidates {
+		real, err := v.resolve(c, true)
+		if err != nil {
+			continue
+		}
+		if isHostOnly(real) {
+			return nil // the runtime's mounts, not in the view
+		}
+		_, r, rel, err := v.route(real)
+		if err != nil {
+			continue
+		}
+		fi, err := r.Stat(rel)
+		switch {
+		case err != nil:
+		case fi.IsDir() || fi.Mode()&0o111 == 0:
+			denied = true
+		default:
+			return nil
+		}
+	}
+	switch {
+	case denied:
+		return &cannotStart{126, fmt.Sprintf("exec: %q: permission denied", name)}
+	case strings.Contains(name, "/"):
+		return &cannotStart{127, fmt.Sprintf("exec: %q: no such file or directory", name)}
+	}
+	return &cannotStart{127, fmt.Sprintf("exec: %q: executable file not found in $PATH", name)}
 }

@@ -19,7 +19,7 @@ var _ backend.OneShotRunner = (*Backend)(nil)
 
 // TestRunOnce runs commands as one-shot sandboxes' first processes: the
 // command's output, exit code, environment, working directory, user and
-// stdin, sbxd init as PID 1 (no agent), sbxd's codes for a command that
+// stdin, the command as PID 1 (no agent), sbxd's codes for a command that
 // cannot start, and nothing left after each (the test env's check).
 func TestRunOnce(t *testing.T) {
 	e := newTestEnv(t)
@@ -33,16 +33,16 @@ func TestRunOnce(t *testing.T) {
 		return res
 	}
 	t.Run("output", func(t *testing.T) {
-		res := run(t, backend.ExecRequest{Shell: `echo out; echo err >&2; tr '\0' ' ' </proc/1/cmdline; ls /.sbx; exit 3`})
+		res := run(t, backend.ExecRequest{Shell: `echo out; echo err >&2; tr '\0' ' ' </proc/1/cmdline; echo; ls -a /.sbx; exit 3`})
 		if res.ExitCode != 3 || res.TimedOut {
 			t.Fatalf("exit %d (timed out %v), want 3; stderr %q", res.ExitCode, res.TimedOut, res.Stderr)
 		}
 		out := string(res.Stdout)
-		if !strings.HasPrefix(out, "out\n") || !strings.Contains(out, sbxdPath+" init -- sh -c") {
-			t.Errorf("stdout %q: want out, then sbxd init (without the agent) as PID 1", out)
+		if !strings.HasPrefix(out, "out\nsh -c echo out;") {
+			t.Errorf("stdout %q: want out, then the command as PID 1", out)
 		}
-		if strings.Contains(out, "--agent") || strings.Contains(out, agentSocket) {
-			t.Errorf("a one-shot sandbox started the agent: %q", out)
+		if strings.Contains(out, "agent") {
+			t.Errorf("a one-shot sandbox has the agent's folder: %q", out)
 		}
 		if string(res.Stderr) != "err\n" {
 			t.Errorf("stderr %q, want err", res.Stderr)
@@ -75,9 +75,30 @@ func TestRunOnce(t *testing.T) {
 		}
 	})
 	t.Run("cannot start", func(t *testing.T) {
-		res := run(t, backend.ExecRequest{Cmd: []string{"/no/such/command"}})
-		if res.ExitCode != 127 || !strings.Contains(string(res.Stderr), "/no/such/command") {
-			t.Errorf("exit %d, stderr %q: want 127 naming the command", res.ExitCode, res.Stderr)
+		for _, c := range []struct {
+			argv []string
+			code int
+			msg  string
+		}{
+			{[]string{"/no/such/command"}, 127, `exec: "/no/such/command": no such file or directory`},
+			{[]string{"nosuch"}, 127, `exec: "nosuch": executable file not found in $PATH`},
+			{[]string{"/etc/passwd"}, 126, `exec: "/etc/passwd": permission denied`},
+			{[]string{"tmp"}, 127, `exec: "tmp": executable file not found in $PATH`},
+			{[]string{"../tmp"}, 126, `exec: "../tmp": permission denied`},
+		} {
+			res := run(t, backend.ExecRequest{Cmd: c.argv})
+			if res.ExitCode != c.code || strings.TrimSpace(string(res.Stderr)) != c.msg {
+				t.Errorf("%q: exit %d, stderr %q: want %d, %q", c.argv, res.ExitCode, res.Stderr, c.code, c.msg)
+			}
+		}
+		// Found through PATH, a link and a relative name.
+		res := run(t, backend.ExecRequest{Shell: "cd /bin && ./sh -c 'echo $0'", WorkDir: "/tmp"})
+		if res.ExitCode != 0 || string(res.Stdout) != "./sh\n" {
+			t.Errorf("exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+		}
+		res = run(t, backend.ExecRequest{Cmd: []string{"../bin/echo", "relative"}, WorkDir: "/tmp"})
+		if res.ExitCode != 0 || string(res.Stdout) != "relative\n" {
+			t.Errorf("../bin/echo from /tmp: exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, res.Stderr)
 		}
 	})
 	t.Run("refused", func(t *testing.T) {
@@ -185,26 +206,37 @@ func TestRunOnceTimeoutAndCancel(t *testing.T) {
 	}
 }
 
-// TestRunOnceRuntimeFailure: a container whose first process the runtime
-// cannot start is an error naming the runtime (runc: its log), not an exit
-// code, and leaves nothing. runsc says so on the command's stderr and exits
-// 128, as a bare runsc run does: that is what RunOnce returns there.
+// TestRunOnceRuntimeFailure: a container the runtime fails to start (a
+// memory limit below what its start uses) is an error naming the runtime
+// and saying why (runc's log), not an exit code; a command only the exec
+// itself can refuse (an executable file that is no program) gets the
+// runtime's message on its stderr and the runtime's exit code (runc's init
+// 1, runsc 128), as under a bare runc or runsc run. Neither leaves
+// anything.
 func TestRunOnceRuntimeFailure(t *testing.T) {
 	e := newTestEnv(t)
 	b := e.open(t)
-	notExec := filepath.Join(t.TempDir(), "sbxd")
-	if err := os.WriteFile(notExec, []byte("not a program"), 0o644); err != nil {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "notaprogram"), []byte("\x00\x01 no program"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	b.sbxd = notExec
-	res, err := b.RunOnce(t.Context(), e.spec("broken"), backend.ExecRequest{Cmd: []string{"true"}})
+	spec := e.spec("broken")
+	spec.Volumes = []backend.Volume{{Type: backend.VolumeBind, Source: dir, Target: "/probe", ReadOnly: true}}
+	res, err := b.RunOnce(t.Context(), spec, backend.ExecRequest{Cmd: []string{"/probe/notaprogram"}})
+	code, msg := 1, "exec format error"
 	if b.runtime.gvisor() {
-		if err != nil || res.ExitCode != 128 || !strings.Contains(string(res.Stderr), sbxdPath+": permission denied") {
-			t.Errorf("RunOnce: exit %d, %v, stderr %q: want 128 and runsc's message", res.ExitCode, err, res.Stderr)
-		}
-		return
+		code, msg = 128, "/probe/notaprogram"
 	}
-	if err == nil || !strings.Contains(err.Error(), "runc run: ") || !strings.Contains(err.Error(), "permission denied") {
+	if err != nil || res.ExitCode != code || !strings.Contains(string(res.Stderr), msg) {
+		t.Errorf("RunOnce: exit %d, %v, stderr %q: want %d and the runtime's message", res.ExitCode, err, res.Stderr, code)
+	}
+	if b.runtime.gvisor() {
+		return // runsc does not apply the limit before its start
+	}
+	spec = e.spec("too-small")
+	spec.Resources.MemoryBytes = 4096
+	res, err = b.RunOnce(t.Context(), spec, backend.ExecRequest{Cmd: []string{"true"}})
+	if err == nil || !strings.Contains(err.Error(), "runc run: ") || !strings.Contains(err.Error(), "memory limit") {
 		t.Errorf("RunOnce: exit %d, %v: want the runtime's error; stderr %q", res.ExitCode, err, res.Stderr)
 	}
 }
