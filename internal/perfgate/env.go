@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // testImage is the image every pair runs (scripts/docker-setup.sh builds it).
@@ -97,6 +98,11 @@ func newEnv() (*env, error) {
 
 func (e *env) close() {
 	exec.Command(e.sbx, "--config", e.liteConfig, "gc", "--grace", "0").Run()
+	// A newer runsc (the release) bind-mounts an empty network namespace
+	// for its gofers at ROOT/null-netns and leaves it (stacked when made
+	// concurrently): unmounted, or the run's folder stays, mounted.
+	for syscall.Unmount(filepath.Join(e.work, "lite", "runtime", "null-netns"), syscall.MNT_DETACH) == nil {
+	}
 	os.RemoveAll(e.work)
 }
 
