@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -326,6 +327,14 @@ func (s stats) samples() []float64 {
 func alternate(n int, figure, floor func() error) ([]float64, []float64, string, error) {
 	var fig, fl []float64
 	for i := -1; i < n; i++ {
+		if i == 0 {
+			// The first round (not counted) may have written much (lite
+			// unpacks its image): until the kernel has written that back,
+			// every file-system change waits on it (a new lite state
+			// folder measured 6-9 ms slower per sbx run for a minute or
+			// so). Measured is the steady state a user's machine is in.
+			syscall.Sync()
+		}
 		for _, side := range []struct {
 			run func() error
 			to  *[]float64
