@@ -148,8 +148,6 @@ func (s *Sandbox) runAttached(ctx context.Context, m *meta, req backend.ExecRequ
 	if err != nil {
 		return res, false, err
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	stopRecord := s.recordInit(m, pidFile)
 	kill := func() {
 		for _, d := range cgroupDirs(cgroupName(s.id, m.Gen)) {
@@ -159,22 +157,8 @@ func (s *Sandbox) runAttached(ctx context.Context, m *meta, req backend.ExecRequ
 			killInit(pid, 0)
 		}
 	}
-	var timer <-chan time.Time
-	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout)
-		defer t.Stop()
-		timer = t.C
-	}
 	var waitErr, ctxErr error
-	select {
-	case waitErr = <-done:
-	case <-ctx.Done():
-		ctxErr = ctx.Err()
-		waitErr = killExec(cmd, kill, done)
-	case <-timer:
-		res.TimedOut = true
-		waitErr = killExec(cmd, kill, done)
-	}
+	res.TimedOut, waitErr, ctxErr = waitExec(ctx, cmd, kill, req.Timeout)
 	stopRecord()
 	res.Duration = time.Since(start)
 	stdin.Close()

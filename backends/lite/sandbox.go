@@ -672,7 +672,13 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	}
 	var res backend.ExecResult
 	var waitErr, ctxErr error
-	res.TimedOut, waitErr, ctxErr = waitExec(ctx, cmd, func() { s.killMarked(m, execID) }, req.Timeout)
+	// sbxd ends the command at its timeout; this later deadline only
+	// guards against a wrapper that cannot (a frozen sandbox).
+	var backstop time.Duration
+	if req.Timeout > 0 {
+		backstop = req.Timeout + 30*time.Second
+	}
+	res.TimedOut, waitErr, ctxErr = waitExec(ctx, cmd, func() { s.killMarked(m, execID) }, backstop)
 	res.Duration = time.Since(start)
 	stdin.Close()
 	out.Finish(&res)
@@ -698,26 +704,24 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	return res, nil
 }
 
-// waitExec waits for the runtime's exec to end, killing the command (see
-// killExec) when ctx ends or long after timeout: sbxd ends the command at
-// timeout, and this later deadline only guards against a wrapper that
-// cannot (a frozen sandbox). It returns whether that deadline passed,
-// Wait's error and ctx's.
-func waitExec(ctx context.Context, cmd *exec.Cmd, kill func(), timeout time.Duration) (timedOut bool, waitErr, ctxErr error) {
+// waitExec waits for the started runtime command cmd to end, killing what
+// it runs (see killExec) when ctx ends or after deadline (0: none). It
+// returns whether the deadline passed, Wait's error and ctx's.
+func waitExec(ctx context.Context, cmd *exec.Cmd, kill func(), deadline time.Duration) (timedOut bool, waitErr, ctxErr error) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	var backstop <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout + 30*time.Second)
+	var timer <-chan time.Time
+	if deadline > 0 {
+		t := time.NewTimer(deadline)
 		defer t.Stop()
-		backstop = t.C
+		timer = t.C
 	}
 	select {
 	case waitErr = <-done:
 	case <-ctx.Done():
 		ctxErr = ctx.Err()
 		waitErr = killExec(cmd, kill, done)
-	case <-backstop:
+	case <-timer:
 		timedOut = true
 		waitErr = killExec(cmd, kill, done)
 	}
