@@ -28,6 +28,7 @@ var notInSuite = map[string]string{
 	"Readlinker":        "an optimisation of Readlink that no backend implements yet; fileops/fileopstest checks Readlink's results on every backend",
 	"ImageArchiver":     "moves images between backends: cmd/sbx/bundle_test.go and snapshot_test.go (sbx snapshot -o, sbx restore, sbx move) on lite, native and remotedocker",
 	"CleanResetter":     "a warm pool's choice between Reset and removal: backends/lite/reset_test.go (TestResetCrossesNoState) checks what lite's CleanReset promises",
+	"OneShotRunner":     "only lite has it (sbx run's command as the sandbox's first process): backends/lite/once_test.go on runc and both gVisors (output, exit codes, stdin, timeout, cancel, egress, runtime failures, nothing left) and cmd/sbx/run_test.go",
 }
 
 // TestEveryInterfaceHasACase: each interface package backend declares
