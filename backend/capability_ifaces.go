@@ -164,7 +164,7 @@ type Discarder interface {
 //
 // CanRunOnce says, before anything is made, whether spec and req can run
 // so (not: a spec with a command of its own or an existing sandbox, a
-// request with an output limit, a sandbox kind the backend cannot run so);
+// sandbox kind the backend cannot run so);
 // otherwise the caller creates the sandbox and runs the command in it.
 type OneShotRunner interface {
 	CanRunOnce(spec Spec, req ExecRequest) bool

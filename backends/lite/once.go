@@ -149,12 +149,11 @@ func (s *Sandbox) runAttached(ctx context.Context, m *meta, req backend.ExecRequ
 		return res, false, err
 	}
 	stopRecord := s.recordInit(m, pidFile)
+	// The cgroup holds every process of the container (gVisor's sentry
+	// and gofer too) from before its first process runs.
 	kill := func() {
 		for _, d := range cgroupDirs(cgroupName(s.id, m.Gen)) {
 			killCgroupProcs(d)
-		}
-		if pid := readPIDFile(pidFile); pid > 0 && !rt.gvisor() {
-			killInit(pid, 0)
 		}
 	}
 	var waitErr, ctxErr error

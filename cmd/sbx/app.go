@@ -258,13 +258,20 @@ func resolve(ctx context.Context, b backend.Backend, ref string) (backend.Sandbo
 // create makes a sandbox from spec, showing its image pulls and builds on
 // stderr as --progress says.
 func (a *app) create(ctx context.Context, b backend.Backend, spec backend.Spec) (backend.Sandbox, error) {
+	return showingProgress(a, spec, func(spec backend.Spec) (backend.Sandbox, error) { return b.Create(ctx, spec) })
+}
+
+// showingProgress calls f with spec set to show its image pulls and
+// builds on stderr as --progress says.
+func showingProgress[T any](a *app, spec backend.Spec, f func(backend.Spec) (T, error)) (T, error) {
 	sink, err := newProgress(a.progress, a.stderr)
 	if err != nil {
-		return nil, err
+		var zero T
+		return zero, err
 	}
-	sb, err := b.Create(ctx, withProgress(spec, sink))
+	v, err := f(withProgress(spec, sink))
 	sink.close()
-	return sb, err
+	return v, err
 }
 
 // destroy removes sb even when ctx was cancelled (by Ctrl-C), within

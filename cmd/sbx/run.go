@@ -113,12 +113,7 @@ func (a *app) runSandbox(ctx context.Context, o runOptions) error {
 		if req := a.runRequest(o); r.CanRunOnce(spec, req) {
 			// The command is the sandbox's first process: no agent starts
 			// for one command.
-			sink, err := newProgress(a.progress, a.stderr)
-			if err != nil {
-				return err
-			}
-			res, err := r.RunOnce(ctx, withProgress(spec, sink), req)
-			sink.close()
+			res, err := showingProgress(a, spec, func(spec backend.Spec) (backend.ExecResult, error) { return r.RunOnce(ctx, spec, req) })
 			return a.exitStatus(ctx, res, err, o.timeout)
 		}
 	}
