@@ -52,6 +52,9 @@ type Backend struct {
 	// agentFailed: when a pod's direct agent last did not answer
 	// (UnixNano; 0: never; see DialAgent).
 	agentFailed atomic.Int64
+
+	// holdSizes (tests only): terminal sizes wait until it is closed.
+	holdSizes <-chan struct{}
 }
 
 var (

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 
 	"k8s.io/client-go/tools/remotecommand"
 
@@ -34,13 +35,13 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 	if req.WorkDir != "" {
 		dir = s.resolve(req.WorkDir)
 	}
-	argv := withEnv(req.Cmd, env, dir)
+	argv := withSize(withEnv(req.Cmd, env, dir), req.Size)
 	var q *pipeterm.SizeQueue
 	done := make(chan struct{})
 	run := func(ctx context.Context, stdin io.Reader, stdout io.Writer) (int, error) {
 		defer close(done)
 		return s.b.execStream(ctx, s.pod, s.container, argv, remotecommand.StreamOptions{
-			Stdin: stdin, Stdout: stdout, Tty: true, TerminalSizeQueue: sizeQueue{q},
+			Stdin: stdin, Stdout: stdout, Tty: true, TerminalSizeQueue: sizeQueue{q, s.b.holdSizes},
 		})
 	}
 	q = pipeterm.NewSizeQueue(req.Size, done)
@@ -57,10 +58,34 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 	return t, nil
 }
 
-// sizeQueue is client-go's view of a pipeterm.SizeQueue.
-type sizeQueue struct{ q *pipeterm.SizeQueue }
+// sizeScript gives a terminal its first size, then runs "$@" (sh -c
+// sizeScript sh ROWS COLS ARGV...). The exec API has no size at the
+// start: sizes go on a stream of their own, and the kubelet may apply the
+// first one after the program first asked (a shell's first command then
+// saw 0x0 under load, as kubectl exec -it does). stty sets it unless a
+// size already arrived; an image without stty keeps the race.
+const sizeScript = `case $(stty size 2>/dev/null) in ""|"0 0") stty rows "$1" cols "$2" 2>/dev/null;; esac
+shift 2; exec "$@"`
+
+// withSize wraps argv in sizeScript when size is set.
+func withSize(argv []string, size backend.TermSize) []string {
+	if size.Rows <= 0 || size.Cols <= 0 {
+		return argv
+	}
+	return append([]string{"/bin/sh", "-c", sizeScript, "sh", strconv.Itoa(size.Rows), strconv.Itoa(size.Cols)}, argv...)
+}
+
+// sizeQueue is client-go's view of a pipeterm.SizeQueue. Sizes wait for
+// held to close when it is set (tests: a kubelet that applies them late).
+type sizeQueue struct {
+	q    *pipeterm.SizeQueue
+	held <-chan struct{}
+}
 
 func (s sizeQueue) Next() *remotecommand.TerminalSize {
+	if s.held != nil {
+		<-s.held
+	}
 	size, ok := s.q.Next()
 	if !ok {
 		return nil
