@@ -41,6 +41,17 @@ func TestLayering(t *testing.T) {
 			}
 		}
 	})
+	t.Run("sbx links no server and no Kubernetes", func(t *testing.T) {
+		// Every linked package's initialisers run before main: sbx
+		// hands what needs these to sbx-full (internal/cli's Features).
+		for _, p := range goDeps(t, "./cmd/sbx") {
+			switch {
+			case p == module, p == module+"/catalog", p == module+"/server", p == module+"/backends/k8s",
+				strings.HasPrefix(p, "k8s.io/"), strings.HasPrefix(p, "github.com/prometheus/"):
+				t.Errorf("cmd/sbx links %s", p)
+			}
+		}
+	})
 	t.Run("backend imports only the standard library", func(t *testing.T) {
 		// ... and internal/errdefs, the sentinels it shares with the
 		// agent, a leaf of the standard library alone.

@@ -39,6 +39,9 @@ type parser struct {
 	cfg  *Config
 	vars map[string]string
 	errs []error
+	// elsewhere: a backend of another build (Registry.Elsewhere) the file
+	// selects or configures; parse then fails with an *ElsewhereError.
+	elsewhere string
 }
 
 // errorf records a problem at key (dotted, as in the file).
@@ -54,7 +57,15 @@ func (p *parser) warnf(format string, args ...any) {
 	p.cfg.Warnings = append(p.cfg.Warnings, fmt.Sprintf(format, args...))
 }
 
-func (p *parser) err() error { return errors.Join(p.errs...) }
+// err is the parse's outcome: an *ElsewhereError for a file that names a
+// backend of another build (that build parses it again and says all),
+// else the problems found.
+func (p *parser) err() error {
+	if p.elsewhere != "" {
+		return &ElsewhereError{Backend: p.elsewhere}
+	}
+	return errors.Join(p.errs...)
+}
 
 // backendTable is a [sandbox.NAME] table of a registered backend.
 type backendTable struct {
@@ -142,6 +153,11 @@ func (p *parser) parse(data []byte) error {
 func (p *parser) splitBackendTables(sbx map[string]any) []backendTable {
 	var tables []backendTable
 	seen := map[string]string{} // backend -> table key
+	// Known before templates are expanded, so that a file with other
+	// problems is handed over too (checkBackend sees expanded values).
+	if v, ok := sbx["backend"].(string); ok && p.reg.elsewhereName(v) != "" {
+		p.elsewhere = p.reg.elsewhereName(v)
+	}
 	for _, k := range sortedKeys(sbx) {
 		if slices.Contains(sandboxKeys(), k) {
 			continue
@@ -155,6 +171,8 @@ func (p *parser) splitBackendTables(sbx map[string]any) []backendTable {
 		case ok:
 			seen[name] = k
 			tables = append(tables, backendTable{key: k, backend: name, factory: f, data: sbx[k]})
+		case p.reg.elsewhereName(k) != "":
+			p.elsewhere = p.reg.elsewhereName(k)
 		case p.reg.isPlanned(k):
 			p.warnf("%s: not checked: the %s backend is not built into this version of sandboxkit", toml.Key{"sandbox", k}, k)
 		default:
@@ -167,7 +185,7 @@ func (p *parser) splitBackendTables(sbx map[string]any) []backendTable {
 
 // backendCandidates are the table names did-you-mean offers in [sandbox].
 func (p *parser) backendCandidates() []string {
-	return slices.Concat(p.reg.Names(), p.reg.plannedNames())
+	return slices.Concat(p.reg.knownNames(), p.reg.plannedNames())
 }
 
 // checkBackend accepts a registered backend, warns about one that is planned
@@ -181,14 +199,18 @@ func (p *parser) checkBackend() {
 	if _, _, ok := p.reg.resolve(sc.Backend); ok || sc.Backend == AutoBackend {
 		return
 	}
-	known := strings.Join(p.reg.Names(), ", ")
+	if e := p.reg.elsewhereName(sc.Backend); e != "" {
+		p.elsewhere = e
+		return
+	}
+	known := strings.Join(p.reg.knownNames(), ", ")
 	if p.reg.isPlanned(sc.Backend) {
 		p.warnf("sandbox.backend: the %s backend is not built into this version of sandboxkit (known: %s); opening it will fail",
 			sc.Backend, known)
 		return
 	}
 	p.errorf("sandbox.backend", "unknown backend %q (known: %s)%s", sc.Backend, known,
-		DidYouMean(sc.Backend, slices.Concat(p.reg.Names(), p.reg.plannedNames())))
+		DidYouMean(sc.Backend, slices.Concat(p.reg.knownNames(), p.reg.plannedNames())))
 }
 
 // finishEntries names the entries and checks each one by building its Spec,

@@ -29,6 +29,9 @@ type Registry struct {
 	// planned are backends known by name but not built in (their tables
 	// load with a warning; selecting one fails with a clear message).
 	planned []string
+	// elsewhere are backends another build of the same program links
+	// (see Elsewhere), by name and alias.
+	elsewhere map[string]backend.Factory
 }
 
 // NewRegistry returns an empty registry.
@@ -92,6 +95,71 @@ func (r *Registry) resolve(name string) (string, backend.Factory, bool) {
 	return name, f, ok
 }
 
+// Elsewhere names a backend that another build of the same program links
+// and this one does not (sbx links the backends that start fast; sbx-full
+// links every one and takes over a config that names another): f carries
+// the backend's name, aliases and [extra] keys, not its code (f.Open and
+// f.NewConfig are not used). A config whose backend, --backend or
+// [sandbox.NAME] table names it fails to parse with an *ElsewhereError, and
+// so does SetBackend; Lookup and Open refuse it the same way. Messages that
+// list the known backends, and the [extra] warnings, count it as known, so
+// both builds say the same of a config neither hands over.
+func (r *Registry) Elsewhere(f backend.Factory) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f.Name == "" {
+		panic("config: Elsewhere with an empty backend name")
+	}
+	if r.elsewhere == nil {
+		r.elsewhere = map[string]backend.Factory{}
+	}
+	for _, name := range slices.Concat([]string{f.Name}, f.Aliases) {
+		_, isName := r.factories[name]
+		_, isAlias := r.aliases[name]
+		if _, there := r.elsewhere[name]; isName || isAlias || there {
+			panic("config: Elsewhere backend " + f.Name + ": the name " + name + " is already taken")
+		}
+		r.elsewhere[name] = f
+	}
+}
+
+// ElsewhereError is the error for a config that selects, or configures, a
+// backend this build does not link but another one does (see
+// Registry.Elsewhere): the program hands the whole command over to that
+// build.
+type ElsewhereError struct {
+	Backend string // the backend's registered name
+}
+
+func (e *ElsewhereError) Error() string {
+	return fmt.Sprintf("the %s backend is not linked into this build (another build of it is)", e.Backend)
+}
+
+func (e *ElsewhereError) Unwrap() error { return backend.ErrInvalidConfig }
+
+// elsewhereName returns the registered name of an Elsewhere backend name
+// or alias, else "".
+func (r *Registry) elsewhereName(name string) string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.elsewhere[name].Name
+}
+
+// knownNames are the names a message lists as known: the registered ones
+// and those of other builds, sorted.
+func (r *Registry) knownNames() []string {
+	names := r.Names()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, f := range r.elsewhere {
+		if !slices.Contains(names, f.Name) {
+			names = append(names, f.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
 func (r *Registry) isPlanned(name string) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -111,7 +179,10 @@ func (r *Registry) Lookup(name string) (backend.Factory, error) {
 	if _, f, ok := r.resolve(name); ok {
 		return f, nil
 	}
-	known := strings.Join(r.Names(), ", ")
+	if e := r.elsewhereName(name); e != "" {
+		return backend.Factory{}, &ElsewhereError{Backend: e}
+	}
+	known := strings.Join(r.knownNames(), ", ")
 	if r.isPlanned(name) {
 		return backend.Factory{}, invalidf("backend %q is not built into this version of sandboxkit (known: %s)", name, known)
 	}
@@ -132,8 +203,12 @@ func (r *Registry) extraKeyOwners() map[string][]string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	owners := map[string][]string{}
-	for _, name := range slices.Sorted(maps.Keys(r.factories)) {
-		f := r.factories[name]
+	all := maps.Clone(r.factories)
+	for _, f := range r.elsewhere {
+		all[f.Name] = f
+	}
+	for _, name := range slices.Sorted(maps.Keys(all)) {
+		f := all[name]
 		for _, k := range f.EntryExtraKeys {
 			owners[k] = append(owners[k], name)
 		}

@@ -21,14 +21,14 @@ var notInSuite = map[string]string{
 	"Settings":          "facts of the config file a Factory reads, not a sandbox's or backend's capability: config/registry_test.go",
 	"Wrapper":           "how As finds capabilities through wrappers (sbxd's client): every backend's conformance run through sbxd (sbxd.WrapBackend) finds the optional interfaces through it",
 	"BackendWrapper":    "how AsBackend finds backend-level capabilities through wrappers (sbxd.WrapBackend): the conformance runs through sbxd find VolumeManager, NetworkManager and Claimer through it",
-	"CachePruner":       "caches are backend-specific (native's sbxd volumes, lite's and local's snapshot layers): their packages' tests and cmd/sbx/snapshot_test.go (sbx gc) check pruning",
+	"CachePruner":       "caches are backend-specific (native's sbxd volumes, lite's and local's snapshot layers): their packages' tests and internal/cli/snapshot_test.go (sbx gc) check pruning",
 	"RemovalWaiter":     "only k8s has it (a pod's teardown after Destroy): backends/k8s/removed_test.go",
 	"CredentialRotator": "needs a fake internet and the real server's view of a request: each brokering backend's TestEgressCredentials rotates a value and sees the server get the new one",
 	"EgressController":  "needs a fake internet to test a policy: internal/egresstest.Run and RunBoundary, run by every backend that enforces egress",
 	"Readlinker":        "an optimisation of Readlink that no backend implements yet; fileops/fileopstest checks Readlink's results on every backend",
-	"ImageArchiver":     "moves images between backends: cmd/sbx/bundle_test.go and snapshot_test.go (sbx snapshot -o, sbx restore, sbx move) on lite, native and remotedocker",
+	"ImageArchiver":     "moves images between backends: internal/cli/bundle_test.go and snapshot_test.go (sbx snapshot -o, sbx restore, sbx move) on lite, native and remotedocker",
 	"CleanResetter":     "a warm pool's choice between Reset and removal: backends/lite/reset_test.go (TestResetCrossesNoState) checks what lite's CleanReset promises",
-	"OneShotRunner":     "only lite has it (sbx run's command as the sandbox's first process): backends/lite/once_test.go on runc and both gVisors (output, exit codes, stdin, timeout, cancel, egress, runtime failures, nothing left) and cmd/sbx/run_test.go",
+	"OneShotRunner":     "only lite has it (sbx run's command as the sandbox's first process): backends/lite/once_test.go on runc and both gVisors (output, exit codes, stdin, timeout, cancel, egress, runtime failures, nothing left) and internal/cli/run_test.go",
 }
 
 // TestEveryInterfaceHasACase: each interface package backend declares

@@ -48,9 +48,14 @@ func TestOfficialSDK(t *testing.T) {
 			t.Fatalf("npm ci: %v\n%s", err, out)
 		}
 	}
-	sbx := filepath.Join(t.TempDir(), "sbx")
-	if out, err := exec.Command("go", "build", "-o", sbx, "github.com/sandboxkit/sandboxkit/cmd/sbx").CombinedOutput(); err != nil {
-		t.Fatalf("building sbx: %v\n%s", err, out)
+	// sbx, with the sbx-full it hands sbx serve to next to it, as go
+	// install puts them.
+	bin := t.TempDir()
+	sbx := filepath.Join(bin, "sbx")
+	for _, name := range []string{"sbx", "sbx-full"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, name), "github.com/sandboxkit/sandboxkit/cmd/"+name).CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", name, err, out)
+		}
 	}
 
 	t.Run("local", func(t *testing.T) {

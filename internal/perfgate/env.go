@@ -38,8 +38,11 @@ func newEnv() (*env, error) {
 		return nil, err
 	}
 	e := &env{work: work, sbx: filepath.Join(work, "sbx"), nop: filepath.Join(work, "nop"), runcRoot: filepath.Join(work, "runc")}
-	if out, err := exec.Command("go", "build", "-o", e.sbx, "./cmd/sbx").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building sbx: %v: %s", err, out)
+	// sbx, and the sbx-full it hands the k8s backend to next to it.
+	for _, name := range []string{"sbx", "sbx-full"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(work, name), "./cmd/"+name).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("building %s: %v: %s", name, err, out)
+		}
 	}
 	nopSrc := filepath.Join(work, "nop.go")
 	if err := os.WriteFile(nopSrc, []byte("package main\n\nfunc main() {}\n"), 0o644); err != nil {
