@@ -79,6 +79,9 @@ func (a *app) benchCreate(ctx context.Context, o benchCreateOptions) error {
 	if o.n < 1 {
 		return errors.New("sbx bench create: --n must be at least 1")
 	}
+	if err := handOverFor(o.compare); err != nil {
+		return fmt.Errorf("--compare: %w", err)
+	}
 	cfg, b, err := a.open(ctx)
 	if err != nil {
 		return err

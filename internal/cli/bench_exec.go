@@ -106,6 +106,9 @@ func (a *app) benchExec(ctx context.Context, o benchExecOptions) error {
 	if o.n < 1 || o.baselineN < 1 {
 		return errors.New("sbx bench exec: --n and --baseline-n must be at least 1")
 	}
+	if err := handOverFor(o.compare); err != nil {
+		return fmt.Errorf("--compare: %w", err)
+	}
 	cfg, b, err := a.open(ctx)
 	if err != nil {
 		return err

@@ -93,6 +93,21 @@ func handOverElsewhere(err error) error {
 	return err
 }
 
+// handOverFor hands the command over when backend (a name given on the
+// command line; "" for none) is one this build does not link. It must be
+// called before the command does anything.
+func handOverFor(backend string) error {
+	if backend == "" {
+		return nil
+	}
+	if _, err := registry().Lookup(backend); err != nil {
+		if _, ok := errors.AsType[*config.ElsewhereError](err); ok {
+			return handOverElsewhere(err)
+		}
+	}
+	return nil
+}
+
 // fullsCommand is the place of a command this build does not link: it runs
 // sbx-full with the same arguments, which also answers --help.
 func fullsCommand(use, short string) *cobra.Command {

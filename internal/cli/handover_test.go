@@ -55,6 +55,7 @@ func TestHandsOverToFull(t *testing.T) {
 		{"serve", "--help"},
 		{"mcp", "--help"},
 		{"--config", localConfig, "serve", "--listen", "256.0.0.1:1"},
+		{"--config", localConfig, "bench", "create", "--n", "1", "--compare", "k8s"},
 	}
 	for _, args := range same {
 		lout, lerr, lcode := run(lean, args...)
