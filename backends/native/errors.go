@@ -36,6 +36,11 @@ func (b *Backend) translate(err error) error {
 		return fmt.Errorf("%w: %s", backend.ErrUnavailable, err.Error())
 	case cerrdefs.IsNotImplemented(err):
 		return fmt.Errorf("%w: %s", errors.ErrUnsupported, err.Error())
+	case strings.Contains(err.Error(), "no such container"):
+		// Podman, for a container its own auto-remove took away while
+		// the call ran (a kill of a stopping --rm container): status 500
+		// with libpod's "no such container".
+		return fmt.Errorf("%w: %s", backend.ErrNotFound, err.Error())
 	}
 	return errors.New(err.Error())
 }

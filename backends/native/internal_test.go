@@ -84,6 +84,8 @@ func TestTranslate(t *testing.T) {
 		{cerrdefs.ErrInvalidArgument.WithMessage("bad"), backend.ErrInvalidConfig},
 		{cerrdefs.ErrConflict.WithMessage(`name "x" is already in use`), backend.ErrAlreadyExists},
 		{cerrdefs.ErrNotImplemented, errors.ErrUnsupported},
+		// Podman's answer (500) to a kill racing its own auto-remove.
+		{cerrdefs.ErrUnknown.WithMessage(`no container with name or ID "x" found: no such container`), backend.ErrNotFound},
 	} {
 		got := b.translate(c.in)
 		if !errors.Is(got, c.want) {
