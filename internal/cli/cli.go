@@ -21,6 +21,7 @@ var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
 // Main runs sbx with the build's features and exits.
 func Main(f Features) {
 	features = f
+	keepHandOverMark(f)
 	// The first stop signal cancels the context. Handling then stops, so a
 	// second SIGINT or SIGTERM ends sbx at once (sbx gc reaps what that
 	// leaves).

@@ -52,6 +52,16 @@ const FullName = "sbx-full"
 // over again (a copy of sbx installed as sbx-full would loop).
 const envHandedOver = "SBX_HANDED_OVER"
 
+// keepHandOverMark leaves envHandedOver set only in a build that hands
+// over (a copy of sbx installed as sbx-full must see it): sbx-full drops
+// it, so that the commands it runs (host processes on local, an sbx they
+// start) do not inherit it.
+func keepHandOverMark(f Features) {
+	if f.Elsewhere == nil && f.Server != nil {
+		os.Unsetenv(envHandedOver)
+	}
+}
+
 // runFull runs sbx-full in this process's place (exec: the same process,
 // streams, arguments and environment), for what this build does not link;
 // why names it ("sbx serve", "the k8s backend"). It returns only when that

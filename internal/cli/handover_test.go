@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandboxkit/sandboxkit/config"
 )
 
 // runBin runs bin with args in dir, with env (a clean environment) and
@@ -95,4 +97,15 @@ func TestHandsOverToFull(t *testing.T) {
 	_, errOut, code = run(filepath.Join(dir, "sbx"), "serve")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "started as sbx-full")
+}
+
+// sbx-full drops the hand-over mark (the commands it runs must not inherit
+// it); a build that hands over keeps it (its loop guard).
+func TestHandOverMark(t *testing.T) {
+	t.Setenv(envHandedOver, "1")
+	keepHandOverMark(Features{Elsewhere: func(*config.Registry) {}})
+	assert.Equal(t, "1", os.Getenv(envHandedOver), "sbx keeps the mark")
+	keepHandOverMark(testFeatures)
+	_, set := os.LookupEnv(envHandedOver)
+	assert.False(t, set, "sbx-full drops the mark")
 }
