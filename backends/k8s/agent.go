@@ -18,6 +18,12 @@ var _ backend.AgentDialer = (*Sandbox)(nil)
 const (
 	// agentDialTimeout bounds one connection attempt to a pod's agent.
 	agentDialTimeout = time.Second
+	// agentDialTries is how many attempts an unanswered connection gets
+	// before the pod network counts as not answering: a new pod's first
+	// packet may wait for its address to resolve (ARP asks again after a
+	// second) or on a loaded host (CI saw one attempt time out on a pod
+	// it had just made).
+	agentDialTries = 2
 	// agentStartWait is how long a refused connection is tried again: a
 	// new pod's main process becomes sbxd init within a second of sbxd
 	// arriving (keepAlive looks once a second).
@@ -57,7 +63,7 @@ func (s *Sandbox) DialAgent(ctx context.Context) (net.Conn, error) {
 	}
 	addr := net.JoinHostPort(s.podIP, strconv.Itoa(agenttls.Port))
 	start := time.Now()
-	for {
+	for unansweredTries := 0; ; {
 		dctx, cancel := context.WithTimeout(ctx, agentDialTimeout)
 		conn, err := agenttls.Dial(dctx, addr, s.agent)
 		cancel()
@@ -76,6 +82,9 @@ func (s *Sandbox) DialAgent(ctx context.Context) (net.Conn, error) {
 			}
 		}
 		if unanswered(err) {
+			if unansweredTries++; unansweredTries < agentDialTries {
+				continue
+			}
 			s.b.agentFailed.Store(time.Now().UnixNano())
 			s.b.log.Info("the pod network does not answer; reaching sbxd through the API server's exec", "sandbox", s.id, "addr", addr, "err", err)
 		}

@@ -121,8 +121,10 @@ func TestDirectAgentFallsBack(t *testing.T) {
 
 	// The subnet's own address: no one answers.
 	silent := elsewhere("10.248.1.0")
+	start = time.Now()
 	_, err = silent.DialAgent(t.Context())
 	require.Error(t, err)
+	assert.GreaterOrEqual(t, time.Since(start), agentDialTries*agentDialTimeout, "an unanswered dial was not tried again")
 	var ne net.Error
 	t.Logf("an unanswered dial: %v (timeout %v)", err, errors.As(err, &ne) && ne.Timeout())
 	require.True(t, b.agentDown(), "an address that did not answer left the direct connections on: %v", err)
