@@ -155,8 +155,8 @@ func (p *parser) splitBackendTables(sbx map[string]any) []backendTable {
 	seen := map[string]string{} // backend -> table key
 	// Known before templates are expanded, so that a file with other
 	// problems is handed over too (checkBackend sees expanded values).
-	if v, ok := sbx["backend"].(string); ok && p.reg.elsewhereName(v) != "" {
-		p.elsewhere = p.reg.elsewhereName(v)
+	if v, ok := sbx["backend"].(string); ok {
+		p.noteElsewhere(v)
 	}
 	for _, k := range sortedKeys(sbx) {
 		if slices.Contains(sandboxKeys(), k) {
@@ -171,8 +171,7 @@ func (p *parser) splitBackendTables(sbx map[string]any) []backendTable {
 		case ok:
 			seen[name] = k
 			tables = append(tables, backendTable{key: k, backend: name, factory: f, data: sbx[k]})
-		case p.reg.elsewhereName(k) != "":
-			p.elsewhere = p.reg.elsewhereName(k)
+		case p.noteElsewhere(k):
 		case p.reg.isPlanned(k):
 			p.warnf("%s: not checked: the %s backend is not built into this version of sandboxkit", toml.Key{"sandbox", k}, k)
 		default:
@@ -181,6 +180,16 @@ func (p *parser) splitBackendTables(sbx map[string]any) []backendTable {
 		delete(sbx, k)
 	}
 	return tables
+}
+
+// noteElsewhere records name when it is a backend of another build
+// (Registry.Elsewhere), and says whether it was.
+func (p *parser) noteElsewhere(name string) bool {
+	e := p.reg.elsewhereName(name)
+	if e != "" {
+		p.elsewhere = e
+	}
+	return e != ""
 }
 
 // backendCandidates are the table names did-you-mean offers in [sandbox].
@@ -199,8 +208,7 @@ func (p *parser) checkBackend() {
 	if _, _, ok := p.reg.resolve(sc.Backend); ok || sc.Backend == AutoBackend {
 		return
 	}
-	if e := p.reg.elsewhereName(sc.Backend); e != "" {
-		p.elsewhere = e
+	if p.noteElsewhere(sc.Backend) {
 		return
 	}
 	known := strings.Join(p.reg.knownNames(), ", ")

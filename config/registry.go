@@ -46,15 +46,27 @@ func NewRegistry() *Registry {
 func (r *Registry) Register(f backend.Factory) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	switch {
-	case f.Name == "":
-		panic("config: Register with an empty backend name")
-	case f.Open == nil:
+	r.checkNames("Register", f)
+	if f.Open == nil {
 		panic("config: Register backend " + f.Name + " with a nil Open")
+	}
+	r.factories[f.Name] = f
+	for _, a := range f.Aliases {
+		r.aliases[a] = f.Name
+	}
+}
+
+// checkNames panics unless f's name and aliases can be claimed by verb
+// ("Register", "Elsewhere"): none empty, reserved, a [sandbox] key, or
+// taken by a registered backend, an alias or another build's backend. The
+// caller holds r.mu.
+func (r *Registry) checkNames(verb string, f backend.Factory) {
+	if f.Name == "" {
+		panic("config: " + verb + " with an empty backend name")
 	}
 	for _, name := range slices.Concat([]string{f.Name}, f.Aliases) {
 		if name == "" {
-			panic("config: Register backend " + f.Name + " with an empty alias")
+			panic("config: " + verb + " backend " + f.Name + " with an empty alias")
 		}
 		if name == AutoBackend {
 			panic("config: backend name " + name + " is reserved for backend = \"auto\"")
@@ -64,13 +76,10 @@ func (r *Registry) Register(f backend.Factory) {
 		}
 		_, isName := r.factories[name]
 		_, isAlias := r.aliases[name]
-		if isName || isAlias {
-			panic("config: Register backend " + f.Name + ": the name " + name + " is already taken")
+		_, isElsewhere := r.elsewhere[name]
+		if isName || isAlias || isElsewhere {
+			panic("config: " + verb + " backend " + f.Name + ": the name " + name + " is already taken")
 		}
-	}
-	r.factories[f.Name] = f
-	for _, a := range f.Aliases {
-		r.aliases[a] = f.Name
 	}
 }
 
@@ -107,18 +116,11 @@ func (r *Registry) resolve(name string) (string, backend.Factory, bool) {
 func (r *Registry) Elsewhere(f backend.Factory) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if f.Name == "" {
-		panic("config: Elsewhere with an empty backend name")
-	}
+	r.checkNames("Elsewhere", f)
 	if r.elsewhere == nil {
 		r.elsewhere = map[string]backend.Factory{}
 	}
 	for _, name := range slices.Concat([]string{f.Name}, f.Aliases) {
-		_, isName := r.factories[name]
-		_, isAlias := r.aliases[name]
-		if _, there := r.elsewhere[name]; isName || isAlias || there {
-			panic("config: Elsewhere backend " + f.Name + ": the name " + name + " is already taken")
-		}
 		r.elsewhere[name] = f
 	}
 }

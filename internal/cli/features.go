@@ -57,10 +57,14 @@ const envHandedOver = "SBX_HANDED_OVER"
 // it, so that the commands it runs (host processes on local, an sbx they
 // start) do not inherit it.
 func keepHandOverMark(f Features) {
-	if f.Elsewhere == nil && f.Server != nil {
+	if !f.handsOver() {
 		os.Unsetenv(envHandedOver)
 	}
 }
+
+// handsOver says whether the build gives anything to sbx-full: a backend
+// it does not link, or serve and mcp.
+func (f Features) handsOver() bool { return f.Elsewhere != nil || f.Server == nil }
 
 // runFull runs sbx-full in this process's place (exec: the same process,
 // streams, arguments and environment), for what this build does not link;
@@ -110,12 +114,12 @@ func handOverFor(backend string) error {
 	if backend == "" {
 		return nil
 	}
-	if _, err := registry().Lookup(backend); err != nil {
-		if _, ok := errors.AsType[*config.ElsewhereError](err); ok {
-			return handOverElsewhere(err)
-		}
+	// Any other error of the name is the command's to report.
+	_, err := registry().Lookup(backend)
+	if _, ok := errors.AsType[*config.ElsewhereError](err); !ok {
+		return nil
 	}
-	return nil
+	return handOverElsewhere(err)
 }
 
 // fullsCommand is the place of a command this build does not link: it runs

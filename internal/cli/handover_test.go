@@ -14,23 +14,6 @@ import (
 	"github.com/sandboxkit/sandboxkit/config"
 )
 
-// runBin runs bin with args in dir, with env (a clean environment) and
-// returns its stdout, stderr and exit code.
-func runBin(t *testing.T, bin, dir string, env []string, args ...string) (string, string, int) {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
-	cmd.Dir = dir
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if err != nil {
-		code = exitStatus(t, err)
-	}
-	return stdout.String(), stderr.String(), code
-}
-
 // sbx hands what it does not link (the k8s backend, sbx serve and sbx
 // mcp) to the sbx-full next to it, which runs the whole command in its
 // place: the user sees what sbx-full alone prints. Without sbx-full, sbx
@@ -45,9 +28,20 @@ func TestHandsOverToFull(t *testing.T) {
 	require.NoError(t, os.WriteFile(localConfig, []byte("[sandbox]\nbackend = \"local\"\n[sandbox.sandboxes.main]\n"), 0o644))
 	home := t.TempDir()
 	env := []string{"HOME=" + home, "SBX_STATE_DIR=" + t.TempDir(), "KUBECONFIG=" + filepath.Join(home, "none")}
+	// run runs bin with args in a clean environment and returns its
+	// stdout, stderr and exit code.
 	run := func(bin string, args ...string) (string, string, int) {
 		t.Helper()
-		return runBin(t, bin, home, env, args...)
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
+		cmd.Dir = home
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		code := 0
+		if err := cmd.Run(); err != nil {
+			code = exitStatus(t, err)
+		}
+		return stdout.String(), stderr.String(), code
 	}
 
 	same := [][]string{
