@@ -110,13 +110,14 @@ if [ -n "$podman_host" ]; then
 	}
 fi
 # lite on gVisor: its conformance and fileops suites a second time with
-# runsc as the OCI runtime (about a minute and a half; without -race, which
+# runsc as the OCI runtime, and its kills at any moment (lite makes the
+# cgroup runsc runs in) (about a minute and a half; without -race, which
 # the main run gave lite's code on runc: this pass is about the runtime).
 gvisor_release=${SBX_GVISOR_RELEASE_PATH:-/usr/local/sbin/runsc-20260905}
 if [ $# -eq 0 ]; then
 	if command -v runsc >/dev/null 2>&1 || [ -x /usr/sbin/runsc ]; then
 		echo "== lite backend on gVisor (runsc)"
-		SBX_LITE_RUNTIME=runsc go test -count=1 -timeout 10m -run '^(TestConformance|TestFileops|TestForkStandby.*|TestStandbyMadeAtLowPriority)$' ./backends/lite/ || rc=$?
+		SBX_LITE_RUNTIME=runsc go test -count=1 -timeout 10m -run '^(TestConformance|TestFileops|TestForkStandby.*|TestStandbyMadeAtLowPriority|TestKilledMidway)$' ./backends/lite/ || rc=$?
 	elif [ "${SBX_REQUIRE_RUNSC:-}" = 1 ]; then
 		echo "scripts/test.sh: no runsc for lite's gVisor pass and SBX_REQUIRE_RUNSC=1 (scripts/lite-setup.sh installs Debian's)" >&2
 		rc=1

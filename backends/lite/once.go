@@ -124,18 +124,20 @@ func (s *Sandbox) runAttached(ctx context.Context, m *meta, req backend.ExecRequ
 	pidFile := filepath.Join(bundle, "init.pid")
 	logFile := filepath.Join(s.dir, "main.log")
 	args := []string{"run", "--bundle", bundle, "--pid-file", pidFile, m.ContainerID}
+	var prefix []string
 	if rt.gvisor() {
-		if err := runscBundle(bundle); err != nil {
+		flags, p, err := runscLaunch(bundle, nil)
+		if err != nil {
 			return res, false, err
 		}
-		args = append(runscFlags(bundle), args...)
+		args, prefix = append(flags, args...), p
 	} else {
 		// The runtime's own errors, apart from the command's stderr.
 		args = append([]string{"--log", logFile, "--log-format", "json"}, args...)
 	}
 	// Not the caller's context: a cancel kills the container (below),
 	// never the runtime alone, which would leave the container running.
-	cmd := rt.command(context.Background(), args...)
+	cmd := rt.commandIn(context.Background(), prefix, args...)
 	out := backend.NewOutputs(req)
 	cmd.Stdout, cmd.Stderr = out.Stdout, out.Stderr
 	stdin, err := stdinpipe.Set(cmd, req.Stdin)

@@ -144,10 +144,11 @@ func (r *ociRuntime) launch(ctx context.Context, prefix []string, verb, id, bund
 		args = slices.Insert(args, 1, "--detach")
 	}
 	if r.gvisor() {
-		if err := runscBundle(bundle); err != nil {
+		flags, p, err := runscLaunch(bundle, prefix)
+		if err != nil {
 			return 0, err
 		}
-		args = append(runscFlags(bundle), args...)
+		args, prefix = append(flags, args...), p
 	}
 	cmd := r.commandIn(ctx, prefix, args...)
 	// The container's first process keeps these: a file, never a pipe we
@@ -192,28 +193,62 @@ func (r *ociRuntime) launch(ctx context.Context, prefix []string, verb, id, bund
 // /proc/sys/net/core/rmem_default in each (5.x and later), and refuses to
 // run its stack there. The egress enforcer holds the namespace either way.
 func runscFlags(bundle string) []string {
+	s, err := readConfig(bundle)
+	if err != nil {
+		s = &specs.Spec{}
+	}
+	return runscFlagsOf(s)
+}
+
+// runscFlagsOf is runscFlags of a bundle's config s; with --ignore-cgroups
+// where lite makes the container's cgroup (ownsCgroup).
+func runscFlagsOf(s *specs.Spec) []string {
 	network := "host"
-	if s, err := readConfig(bundle); err == nil && s.Linux != nil {
+	if s.Linux != nil {
 		for _, ns := range s.Linux.Namespaces {
 			if ns.Type == "network" && ns.Path == "" {
 				network = "none"
 			}
 		}
 	}
-	return []string{"--network=" + network, "--host-uds=all", "--overlay2=none", "--file-access=shared"}
+	flags := []string{"--network=" + network, "--host-uds=all", "--overlay2=none", "--file-access=shared"}
+	if ownsCgroup(s) {
+		flags = append(flags, "--ignore-cgroups")
+	}
+	return flags
+}
+
+// runscLaunch readies bundle for a gVisor create or run: its config
+// (runscBundle), runsc's options for it, and where lite makes the
+// container's cgroup (ownsCgroup), the cgroup and the command line prefix
+// that starts runsc in it. prefix is the launch's own (a rootless one's,
+// whose config has no cgroup): it is kept.
+func runscLaunch(bundle string, prefix []string) (flags, launchPrefix []string, err error) {
+	s, err := runscBundle(bundle)
+	if err != nil {
+		return nil, nil, err
+	}
+	flags = runscFlagsOf(s)
+	if prefix != nil || !ownsCgroup(s) {
+		return flags, prefix, nil
+	}
+	if launchPrefix, err = makeCgroup(s); err != nil {
+		return nil, nil, err
+	}
+	return flags, launchPrefix, nil
 }
 
 // runscBundle adapts a bundle's config to gVisor before each launch (see
-// runscTmp).
-func runscBundle(bundle string) error {
+// runscTmp) and returns it.
+func runscBundle(bundle string) (*specs.Spec, error) {
 	s, err := readConfig(bundle)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !runscTmp(s, bundle) {
-		return nil
+		return s, nil
 	}
-	return writeConfig(bundle, s)
+	return s, writeConfig(bundle, s)
 }
 
 // runscTmp gives gVisor's container of the bundle an explicit /tmp: a bind
