@@ -2,6 +2,7 @@ package lite
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -124,7 +125,9 @@ func unmountNullNetNS(root string) {
 
 func (e *testEnv) open(t *testing.T) *Backend {
 	t.Helper()
-	b, err := New(e.cfg)
+	// Warnings (background work that failed: a standby, a prune) show
+	// with a failure of the test.
+	b, err := New(e.cfg, WithLogger(slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	if err != nil {
 		t.Fatal(err)
 	}
