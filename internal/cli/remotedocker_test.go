@@ -9,6 +9,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
+	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
 	"github.com/sandboxkit/sandboxkit/internal/remotetest"
 )
@@ -82,8 +83,16 @@ func TestRemoteDockerBackend(t *testing.T) {
 		t.Fatalf("session %s: %d containers on the remote engine, %d on the local one; want 1 and 0", session, n, l)
 	}
 
-	must(t, "tools", "write", "main", "/shared/notes.txt", "--content", "kept on the server\n")
-	if out := must(t, "tools", "grep", "main", "server", "--path", "/shared"); !strings.Contains(out, "notes.txt") {
+	// By ID, not by the entry's name: a "main" another run left on the
+	// shared remote engine would make the name ambiguous.
+	list, err := remote.ContainerList(context.Background(), container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", "sandboxkit.session="+session))})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("session %s's container on the remote engine: %v (%v)", session, list, err)
+	}
+	id := list[0].Labels[backend.LabelID]
+	must(t, "tools", "write", id, "/shared/notes.txt", "--content", "kept on the server\n")
+	if out := must(t, "tools", "grep", id, "server", "--path", "/shared"); !strings.Contains(out, "notes.txt") {
 		t.Errorf("tools grep: %q", out)
 	}
 	if out := must(t, "status", session); !strings.Contains(out, "main") {
