@@ -97,7 +97,34 @@ func liteOnFakenet(t *testing.T) (*fakenet.Net, *lite.Backend, string) {
 		ImageDir: filepath.Join(base, "images"), RuntimeRoot: filepath.Join(base, "runtime")})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
+	destroyLeftOnCleanup(t, b)
 	return fn, b, dir
+}
+
+// destroyLeftOnCleanup removes, when t ends, the sandboxes lite backend b
+// still holds. Registered after b's folder's removal, it runs before it,
+// and after the server's Close (registered later), which leaves its
+// sandboxes running unless told to delete them: they would run on without
+// their folder.
+func destroyLeftOnCleanup(t *testing.T, b *lite.Backend) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		infos, err := b.List(ctx, backend.Filter{})
+		if err != nil {
+			t.Errorf("listing the lite sandboxes left: %v", err)
+			return
+		}
+		for _, info := range infos {
+			sb, err := b.Get(ctx, info.ID)
+			if err == nil {
+				err = sb.Destroy(ctx)
+			}
+			if err != nil {
+				t.Errorf("removing lite sandbox %s: %v", info.ID, err)
+			}
+		}
+	})
 }
 
 func TestEgressAdminLite(t *testing.T) {

@@ -114,6 +114,7 @@ func TestOpenSandboxAPILite(t *testing.T) {
 		ImageDir: filepath.Join(base, "images"), RuntimeRoot: filepath.Join(base, "runtime")})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
+	destroyLeftOnCleanup(t, b)
 	s := newServer(t, b, func(o *server.Options) {
 		o.APIKey = osbKey
 		// The fileops table builds expected paths as wd+"/"+name.
