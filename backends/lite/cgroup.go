@@ -187,6 +187,16 @@ func makeCgroup(s *specs.Spec) ([]string, error) {
 	if rel == "" || rel == "." || strings.HasPrefix(rel, "..") {
 		return nil, fmt.Errorf("cgroup path %q is not one lite makes", s.Linux.CgroupsPath)
 	}
+	var limits [][2]string // file, value
+	if r := s.Linux.Resources; r != nil {
+		if r.Pids != nil && r.Pids.Limit != nil && *r.Pids.Limit > 0 {
+			limits = append(limits, [2]string{"pids.max", strconv.FormatInt(*r.Pids.Limit, 10)})
+		}
+		if r.CPU != nil && r.CPU.Shares != nil {
+			limits = append(limits, [2]string{"cpu.shares", strconv.FormatUint(*r.CPU.Shares, 10)})
+		}
+	}
+	written := make([]bool, len(limits))
 	prefix := []string{shPath, "-c", `while [ "$1" != -- ]; do echo $$ >"$1" || exit 125; shift; done; shift; exec "$@"`, "sh"}
 	for _, root := range v1CgroupRoots() {
 		dir := filepath.Join(root, rel)
@@ -198,30 +208,18 @@ func makeCgroup(s *specs.Spec) ([]string, error) {
 		if err := inheritCpuset(root, dir); err != nil {
 			return nil, err
 		}
+		// Each limit goes where its controller is.
+		for i, l := range limits {
+			ok, err := writeExisting(filepath.Join(dir, l[0]), l[1])
+			if err != nil {
+				return nil, fmt.Errorf("setting %s of cgroup %s: %w", l[0], dir, err)
+			}
+			written[i] = written[i] || ok
+		}
 		prefix = append(prefix, filepath.Join(dir, "cgroup.procs"))
 	}
-	var limits [][2]string
-	if r := s.Linux.Resources; r != nil {
-		if r.Pids != nil && r.Pids.Limit != nil && *r.Pids.Limit > 0 {
-			limits = append(limits, [2]string{"pids.max", strconv.FormatInt(*r.Pids.Limit, 10)})
-		}
-		if r.CPU != nil && r.CPU.Shares != nil {
-			limits = append(limits, [2]string{"cpu.shares", strconv.FormatUint(*r.CPU.Shares, 10)})
-		}
-	}
-	for _, l := range limits {
-		written := false
-		for _, root := range v1CgroupRoots() {
-			p := filepath.Join(root, rel, l[0])
-			if _, err := os.Stat(p); err != nil {
-				continue
-			}
-			if err := os.WriteFile(p, []byte(l[1]), 0); err != nil {
-				return nil, fmt.Errorf("setting %s: %w", p, err)
-			}
-			written = true
-		}
-		if !written {
+	for i, l := range limits {
+		if !written[i] {
 			return nil, fmt.Errorf("setting %s of cgroup %s: no hierarchy has it", l[0], rel)
 		}
 	}

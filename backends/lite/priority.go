@@ -1,6 +1,8 @@
 package lite
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -82,14 +84,21 @@ func setNormalWeight(cgroup string) {
 }
 
 // writeExisting writes data to the file at p if it exists (a cgroup's
-// file; cgroupfs makes no files).
-func writeExisting(p, data string) {
+// file; cgroupfs makes no files) and says whether it did; a file that is
+// not there is no error.
+func writeExisting(p, data string) (bool, error) {
 	f, err := os.OpenFile(p, os.O_WRONLY, 0)
-	if err != nil {
-		return
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
 	}
-	f.WriteString(data)
-	f.Close()
+	if err != nil {
+		return false, err
+	}
+	_, err = f.WriteString(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err == nil, err
 }
 
 // lowCreate is a container being made at low CPU weight.

@@ -197,12 +197,12 @@ func runscFlags(bundle string) []string {
 	if err != nil {
 		s = &specs.Spec{}
 	}
-	return runscFlagsOf(s)
+	return runscFlagsOf(s, ownsCgroup(s))
 }
 
 // runscFlagsOf is runscFlags of a bundle's config s; with --ignore-cgroups
-// where lite makes the container's cgroup (ownsCgroup).
-func runscFlagsOf(s *specs.Spec) []string {
+// where lite makes the container's cgroup (own: ownsCgroup(s)).
+func runscFlagsOf(s *specs.Spec, own bool) []string {
 	network := "host"
 	if s.Linux != nil {
 		for _, ns := range s.Linux.Namespaces {
@@ -212,7 +212,7 @@ func runscFlagsOf(s *specs.Spec) []string {
 		}
 	}
 	flags := []string{"--network=" + network, "--host-uds=all", "--overlay2=none", "--file-access=shared"}
-	if ownsCgroup(s) {
+	if own {
 		flags = append(flags, "--ignore-cgroups")
 	}
 	return flags
@@ -228,8 +228,9 @@ func runscLaunch(bundle string, prefix []string) (flags, launchPrefix []string, 
 	if err != nil {
 		return nil, nil, err
 	}
-	flags = runscFlagsOf(s)
-	if prefix != nil || !ownsCgroup(s) {
+	own := ownsCgroup(s)
+	flags = runscFlagsOf(s, own)
+	if prefix != nil || !own {
 		return flags, prefix, nil
 	}
 	if launchPrefix, err = makeCgroup(s); err != nil {
