@@ -78,6 +78,14 @@ func TestGVisorInLitesCgroup(t *testing.T) {
 	}
 	sentry := sentryArgs(t, sb)
 	if !ownCgroupHost() {
+		// Only a host without cgroup v1's cpu and pids hierarchies may
+		// leave the cgroup to runsc (read here apart from ownCgroupHost,
+		// so that a fault of it cannot pass for such a host).
+		for _, c := range []string{"cpu", "pids"} {
+			if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", c, "cgroup.procs")); err == nil {
+				t.Fatalf("the host has cgroup v1's %s hierarchy, and lite does not make gVisor's cgroups", c)
+			}
+		}
 		// A v2-only host: runsc's own cgroups.
 		if slices.Contains(sentry, "--ignore-cgroups=true") {
 			t.Fatalf("the sentry ignores cgroups on a host where lite makes none: %q", sentry)
