@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backendkit/sbfiles"
 	"github.com/sandboxkit/sandboxkit/backends/lite"
 	"github.com/sandboxkit/sandboxkit/initializers"
+	"github.com/sandboxkit/sandboxkit/internal/harness"
 	"github.com/sandboxkit/sandboxkit/internal/rootfs"
 )
 
@@ -27,30 +27,12 @@ import (
 // cannot pull or run. See TestOpenSageInitializersRealImages for the real
 // ones.
 
-// requireLite skips t unless this host runs lite sandboxes.
-func requireLite(t *testing.T) {
-	t.Helper()
-	var missing []string
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root")
-	}
-	if _, err := exec.LookPath("runc"); err != nil {
-		missing = append(missing, "runc")
-	}
-	if _, err := rootfs.BusyboxPath(); err != nil {
-		missing = append(missing, "busybox (busybox-static)")
-	}
-	if len(missing) > 0 {
-		t.Skipf("stand-in sandboxes run on the lite backend, which needs %s", strings.Join(missing, ", "))
-	}
-}
-
 // standIn returns a running stand-in sandbox with files (path -> content,
 // all mode 0755) added to its root file system and env in its
 // environment. Its bash is busybox sh.
 func standIn(t *testing.T, files, env map[string]string) backend.Sandbox {
 	t.Helper()
-	requireLite(t)
+	harness.RequireLite(t)
 	dir, err := rootfs.Busybox()
 	if err != nil {
 		t.Fatalf("building the stand-in root file system: %v", err)

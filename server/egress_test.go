@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -83,22 +82,32 @@ func TestEgressAdminAuth(t *testing.T) {
 // DNS is its, and a busybox root file system (an image "dir:" names).
 func liteOnFakenet(t *testing.T) (*fakenet.Net, *lite.Backend, string) {
 	t.Helper()
-	if os.Geteuid() != 0 || exec.Command("runc", "--version").Run() != nil {
-		harness.Unavailable(t, "SBX_REQUIRE_LITE", "the lite backend needs root and runc")
-	}
+	harness.RequireLite(t)
 	fn := fakenet.Start(t)
+	b, dir := liteBackend(t, "sbx-egress-lite-", fn.DNS.String())
+	return fn, b, dir
+}
+
+// liteBackend returns a lite backend on runc whose folders are a new
+// temporary one's (prefix names it; not t.TempDir: overlayfs options
+// cannot hold a subtest's comma), with egressDNS as its sandboxes' DNS
+// server when set, and a busybox root file system (an image "dir:"
+// names). Both go at the end of t, after the sandboxes the backend still
+// holds.
+func liteBackend(t *testing.T, prefix, egressDNS string) (*lite.Backend, string) {
+	t.Helper()
 	dir, err := rootfs.Busybox()
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	base, err := os.MkdirTemp("", "sbx-egress-lite-")
+	base, err := os.MkdirTemp("", prefix)
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(base) })
-	b, err := lite.New(lite.Config{Runtime: "runc", StateDir: filepath.Join(base, "state"), EgressDNS: fn.DNS.String(),
+	b, err := lite.New(lite.Config{Runtime: "runc", StateDir: filepath.Join(base, "state"), EgressDNS: egressDNS,
 		ImageDir: filepath.Join(base, "images"), RuntimeRoot: filepath.Join(base, "runtime")})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 	destroyLeftOnCleanup(t, b)
-	return fn, b, dir
+	return b, dir
 }
 
 // destroyLeftOnCleanup removes, when t ends, the sandboxes lite backend b

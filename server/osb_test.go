@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,12 +24,11 @@ import (
 	"github.com/sandboxkit/sandboxkit"
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backend/backendtest"
-	"github.com/sandboxkit/sandboxkit/backends/lite"
 	"github.com/sandboxkit/sandboxkit/backends/local"
 	"github.com/sandboxkit/sandboxkit/backends/opensandbox"
 	"github.com/sandboxkit/sandboxkit/fileops/fileopstest"
 	"github.com/sandboxkit/sandboxkit/internal/dockertest"
-	"github.com/sandboxkit/sandboxkit/internal/rootfs"
+	"github.com/sandboxkit/sandboxkit/internal/harness"
 	"github.com/sandboxkit/sandboxkit/server"
 )
 
@@ -90,31 +88,8 @@ func osbRoundTrip(t *testing.T, s *server.Server, image string) {
 // TestOpenSandboxAPILite is the round trip over lite busybox sandboxes
 // (the image URI a lite "dir:" reference).
 func TestOpenSandboxAPILite(t *testing.T) {
-	var missing []string
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root")
-	}
-	if _, err := exec.LookPath("runc"); err != nil {
-		missing = append(missing, "runc")
-	}
-	if _, err := rootfs.BusyboxPath(); err != nil {
-		missing = append(missing, "busybox (busybox-static)")
-	}
-	if len(missing) > 0 {
-		t.Skipf("the lite backend needs %s", strings.Join(missing, ", "))
-	}
-	dir, err := rootfs.Busybox()
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	// Not t.TempDir: overlayfs options cannot hold a subtest's comma.
-	base, err := os.MkdirTemp("", "sbx-osb-lite-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(base) })
-	b, err := lite.New(lite.Config{Runtime: "runc", StateDir: filepath.Join(base, "state"),
-		ImageDir: filepath.Join(base, "images"), RuntimeRoot: filepath.Join(base, "runtime")})
-	require.NoError(t, err)
-	t.Cleanup(func() { b.Close() })
-	destroyLeftOnCleanup(t, b)
+	harness.RequireLite(t)
+	b, dir := liteBackend(t, "sbx-osb-lite-", "")
 	s := newServer(t, b, func(o *server.Options) {
 		o.APIKey = osbKey
 		// The fileops table builds expected paths as wd+"/"+name.

@@ -71,26 +71,23 @@ func TestRemoteDockerBackend(t *testing.T) {
 		t.Fatalf("sbx up printed no session:\n%s", up.stdout)
 	}
 	t.Cleanup(func() { sbx(t, "down", session) })
-	count := func(cli *client.Client) int {
+	// containers lists the session's containers on an engine.
+	containers := func(cli *client.Client) []container.Summary {
 		list, err := cli.ContainerList(context.Background(), container.ListOptions{All: true,
 			Filters: filters.NewArgs(filters.Arg("label", "sandboxkit.session="+session))})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(list)
+		return list
 	}
+	count := func(cli *client.Client) int { return len(containers(cli)) }
 	if n, l := count(remote), count(local); n != 1 || l != 0 {
 		t.Fatalf("session %s: %d containers on the remote engine, %d on the local one; want 1 and 0", session, n, l)
 	}
 
 	// By ID, not by the entry's name: a "main" another run left on the
 	// shared remote engine would make the name ambiguous.
-	list, err := remote.ContainerList(context.Background(), container.ListOptions{All: true,
-		Filters: filters.NewArgs(filters.Arg("label", "sandboxkit.session="+session))})
-	if err != nil || len(list) != 1 {
-		t.Fatalf("session %s's container on the remote engine: %v (%v)", session, list, err)
-	}
-	id := list[0].Labels[backend.LabelID]
+	id := containers(remote)[0].Labels[backend.LabelID]
 	must(t, "tools", "write", id, "/shared/notes.txt", "--content", "kept on the server\n")
 	if out := must(t, "tools", "grep", id, "server", "--path", "/shared"); !strings.Contains(out, "notes.txt") {
 		t.Errorf("tools grep: %q", out)

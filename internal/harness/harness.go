@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxkit/sandboxkit/internal/rootfs"
 )
 
 // Required reports whether the variable env (SBX_REQUIRE_DOCKER, ...) asks
@@ -84,4 +86,24 @@ func ReadEnv(path, script string) (map[string]string, error) {
 		}
 	}
 	return env, nil
+}
+
+// RequireLite skips t, or fails it with SBX_REQUIRE_LITE=1, unless this
+// host runs lite sandboxes of a busybox root file system: root, runc and
+// busybox-static.
+func RequireLite(t testing.TB) {
+	t.Helper()
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root")
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		missing = append(missing, "runc")
+	}
+	if _, err := rootfs.BusyboxPath(); err != nil {
+		missing = append(missing, "busybox (busybox-static)")
+	}
+	if len(missing) > 0 {
+		Unavailable(t, "SBX_REQUIRE_LITE", "the lite backend needs %s", strings.Join(missing, ", "))
+	}
 }
