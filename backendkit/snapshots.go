@@ -10,16 +10,47 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
 // SnapshotPrefix starts the image reference of a snapshot: Spec.Image
 // "snapshot:NAME" starts a sandbox from snapshot NAME.
 const SnapshotPrefix = "snapshot:"
+
+// SnapshotTempPrefix begins the name of a file or folder that a Snapshot
+// fills before renaming it into place: .snapshot-<pid>.<start>-, naming
+// its maker (process ID and start time), so that a backend's PruneCaches
+// can remove what a Snapshot killed on the way left (SnapshotTempGone),
+// at any age, and leave what a live one is still writing.
+const SnapshotTempPrefix = ".snapshot-"
+
+// SnapshotTempPattern is the pattern (for os.MkdirTemp or os.CreateTemp)
+// of a snapshot temporary made by this process.
+func SnapshotTempPattern() string {
+	start, _ := procfs.StartTime(os.Getpid())
+	return fmt.Sprintf("%s%d.%d-", SnapshotTempPrefix, os.Getpid(), start)
+}
+
+// SnapshotTempGone reports whether name is a snapshot temporary whose
+// maker is gone. Other names (an older sandboxkit's temporaries, which
+// named no maker) are not.
+func SnapshotTempGone(name string) bool {
+	rest, ok := strings.CutPrefix(name, SnapshotTempPrefix)
+	maker, _, ok2 := strings.Cut(rest, "-")
+	pidStr, startStr, ok3 := strings.Cut(maker, ".")
+	pid, err1 := strconv.Atoi(pidStr)
+	start, err2 := strconv.ParseUint(startStr, 10, 64)
+	if !ok || !ok2 || !ok3 || err1 != nil || err2 != nil || pid <= 0 {
+		return false
+	}
+	return !procfs.Alive(pid, start)
+}
 
 // SnapshotName is the name in a snapshot reference (ref without
 // SnapshotPrefix).

@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -149,30 +148,14 @@ func (s *Sandbox) snapshot(ctx context.Context, req backend.SnapshotRequest) (ba
 }
 
 // snapshotTempPrefix begins the name of the folder a Snapshot fills
-// before it renames it into place: .snapshot-<pid>.<start>-, naming its
-// maker, so that PruneCaches removes the folder of a Snapshot killed on
-// the way (its layer and image, as large as the sandbox's changes).
-const snapshotTempPrefix = ".snapshot-"
+// before it renames it into place (backendkit.SnapshotTemp), so that
+// PruneCaches removes the folder of a Snapshot killed on the way (its
+// layer and image, as large as the sandbox's changes).
+const snapshotTempPrefix = backendkit.SnapshotTempPrefix
 
 // snapshotTemp makes a Snapshot's folder in dir, named for this process.
 func snapshotTemp(dir string) (string, error) {
-	start, _ := procfs.StartTime(os.Getpid())
-	return os.MkdirTemp(dir, fmt.Sprintf("%s%d.%d-", snapshotTempPrefix, os.Getpid(), start))
-}
-
-// snapshotTempGone reports whether name is the folder of a Snapshot whose
-// maker is gone. Folders of other names (an older sandboxkit's, which
-// named no maker) are left alone.
-func snapshotTempGone(name string) bool {
-	rest, ok := strings.CutPrefix(name, snapshotTempPrefix)
-	maker, _, ok2 := strings.Cut(rest, "-")
-	pidStr, startStr, ok3 := strings.Cut(maker, ".")
-	pid, err1 := strconv.Atoi(pidStr)
-	start, err2 := strconv.ParseUint(startStr, 10, 64)
-	if !ok || !ok2 || !ok3 || err1 != nil || err2 != nil || pid <= 0 {
-		return false
-	}
-	return !procfs.Alive(pid, start)
+	return os.MkdirTemp(dir, backendkit.SnapshotTempPattern())
 }
 
 // writeUpperLayer writes the sandbox's upper layer to file as an OCI layer
@@ -434,7 +417,7 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 	}
 	entries, _ := os.ReadDir(b.images.dir)
 	for _, e := range entries {
-		if e.IsDir() && snapshotTempGone(e.Name()) {
+		if e.IsDir() && backendkit.SnapshotTempGone(e.Name()) {
 			names = append(names, filepath.Join(b.images.dir, e.Name())+" (a snapshot cut short)")
 			if !dryRun {
 				if err := removeTree(filepath.Join(b.images.dir, e.Name())); err != nil {

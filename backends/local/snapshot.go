@@ -97,10 +97,12 @@ func (s *Sandbox) snapshot(req backend.SnapshotRequest) (backend.Snapshot, error
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return backend.Snapshot{}, err
 	}
+	// The archive is written under a name naming this process and
+	// renamed into place once whole: PruneCaches removes one a killed
+	// Snapshot left at any age, without waiting out one being written.
 	archive := filepath.Join(dir, key+".tar")
-	size, err := writeArchive(archive, work)
+	size, err := writeArchive(dir, archive, work)
 	if err != nil {
-		os.Remove(archive)
 		return backend.Snapshot{}, fmt.Errorf("archiving %s: %w", work, err)
 	}
 	rec := backendkit.NewSnapshotRecord(Name, s.id, m.Session, name, key, now, req)
@@ -116,11 +118,13 @@ func (s *Sandbox) snapshot(req backend.SnapshotRequest) (backend.Snapshot, error
 	return rec.Snapshot(), nil
 }
 
-// writeArchive writes the tree at dir to a tar file and returns its size.
-// Regular files, folders and symlinks are kept with their modes and times
-// (and owners, which only root can give back); other kinds are skipped.
-func writeArchive(file, dir string) (int64, error) {
-	f, err := os.OpenFile(file, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+// writeArchive writes the tree at dir to a tar file, first as a snapshot
+// temporary in tmpDir (backendkit.SnapshotTemp), renamed to file once
+// complete, and returns its size. Regular files, folders and symlinks are
+// kept with their modes and times (and owners, which only root can give
+// back); other kinds are skipped. On failure nothing is left.
+func writeArchive(tmpDir, file, dir string) (int64, error) {
+	f, err := os.CreateTemp(tmpDir, backendkit.SnapshotTempPattern())
 	if err != nil {
 		return 0, err
 	}
@@ -138,7 +142,14 @@ func writeArchive(file, dir string) (int64, error) {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	return size, err
+	if err == nil {
+		err = os.Rename(f.Name(), file)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return 0, err
+	}
+	return size, nil
 }
 
 // unpackArchive unpacks a snapshot's archive into dst, confined to it.
@@ -218,15 +229,24 @@ func (b *Backend) PruneCaches(ctx context.Context, dryRun bool) ([]string, error
 	}
 	entries, _ := os.ReadDir(b.snapshotDir())
 	for _, e := range entries {
-		// Archives are written under their final name before their
-		// record: one younger than a minute may be a snapshot being taken.
+		// A temporary whose maker is gone goes at any age. An archive is
+		// renamed into place whole, just before its record is written:
+		// one without a record younger than statedir.HalfGrace may be
+		// waiting for its record.
 		fi, err := e.Info()
-		if !strings.HasSuffix(e.Name(), ".tar") || known[e.Name()] || err != nil || now.Sub(fi.ModTime()) < time.Minute {
+		cutShort := backendkit.SnapshotTempGone(e.Name())
+		orphan := strings.HasSuffix(e.Name(), ".tar") && !known[e.Name()] && err == nil && now.Sub(fi.ModTime()) >= statedir.HalfGrace
+		if !cutShort && !orphan {
 			continue
 		}
-		names = append(names, filepath.Join(b.snapshotDir(), e.Name()))
+		p := filepath.Join(b.snapshotDir(), e.Name())
+		if cutShort {
+			names = append(names, p+" (a snapshot cut short)")
+		} else {
+			names = append(names, p)
+		}
 		if !dryRun {
-			if err := os.Remove(filepath.Join(b.snapshotDir(), e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return names, &backend.OpError{Op: "prune", Backend: Name, Err: err}
 			}
 		}
