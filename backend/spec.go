@@ -78,6 +78,13 @@ type Spec struct {
 	// removal. Backends without such a feature remove it on Destroy as
 	// always.
 	AutoRemove bool
+	// Ahead says the sandbox is made ahead of need (a warm pool's member):
+	// no task waits for it, so a backend may make it at a lower CPU
+	// priority, that it does not slow the commands of the sandboxes in use
+	// beside it. The sandbox runs at the normal priority once made. lite
+	// runs its runtime's create at the lowest cgroup CPU weight; the other
+	// backends ignore it.
+	Ahead bool
 
 	// Build, when set, builds Image from a Dockerfile before the sandbox
 	// is created (OpenSage's *_dockerfile_path and build_args); Image

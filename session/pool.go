@@ -433,7 +433,7 @@ func (p *Pool) make(ctx context.Context, spec backend.Spec) (sb, raw backend.San
 		l.Owner, l.ID, l.Progress = spec.Owner, "", nil
 		l.forPool = func(s *backend.Spec) {
 			maps.Copy(s.Labels, spec.Labels)
-			s.TTL = spec.TTL
+			s.TTL, s.Ahead = spec.TTL, spec.Ahead
 		}
 		s, err := l.Launch(ctx, p.o.Name)
 		if err != nil {
@@ -875,6 +875,8 @@ func (p *Pool) addMember(ctx context.Context) error {
 	// provisioned, then claimed to ready by this keeper.
 	spec := p.memberSpec(backend.PoolMaking)
 	spec.Owner, spec.Session, spec.TTL = p.self, "", p.memTTL
+	// Nobody waits for it: made beside the tasks' commands, not before them.
+	spec.Ahead = true
 	sb, raw, sess, err := p.make(ctx, spec)
 	if err == nil {
 		if werr := warmUp(ctx, sb); werr != nil && ctx.Err() == nil {

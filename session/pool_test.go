@@ -409,3 +409,60 @@ func TestPoolSpecNamedOtherwise(t *testing.T) {
 		assert.Empty(t, left, "members left after Keep ended (private %v; made %d)", private, len(first))
 	}
 }
+
+// aheadSpy records, per pool state, whether Create was asked to make
+// each sandbox ahead of need (Spec.Ahead).
+type aheadSpy struct {
+	backend.Backend
+	mu    sync.Mutex
+	ahead map[string][]bool // pool state label -> Spec.Ahead of each Create
+}
+
+func (s *aheadSpy) Unwrap() backend.Backend { return s.Backend }
+
+func (s *aheadSpy) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
+	s.mu.Lock()
+	state := spec.Labels[backend.LabelPoolState]
+	s.ahead[state] = append(s.ahead[state], spec.Ahead)
+	s.mu.Unlock()
+	return s.Backend.Create(ctx, spec)
+}
+
+// A keeper makes its members ahead of need (backends may make them at a
+// lower CPU priority); a task's cold start is not.
+func TestPoolMembersMadeAhead(t *testing.T) {
+	cfg := localPoolConfig(t, 1, "")
+	ctx := t.Context()
+	b, err := cfg.Open(ctx, nil)
+	require.NoError(t, err)
+	defer b.Close()
+	spy := &aheadSpy{Backend: b, ahead: map[string][]bool{}}
+	p, err := (&session.Launcher{Config: cfg}).NewPool(spy, "main", nil)
+	require.NoError(t, err)
+	// A cold start first: the pool is not kept yet.
+	cold, err := p.Acquire(ctx, session.Binding{})
+	require.NoError(t, err)
+	assert.False(t, cold.Warm)
+	kctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Keep(kctx) }()
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	require.NoError(t, p.Ready(wctx, 1))
+	warm, err := p.Acquire(ctx, session.Binding{})
+	require.NoError(t, err)
+	assert.True(t, warm.Warm)
+	cold.Release()
+	warm.Release()
+	stop()
+	require.NoError(t, <-done)
+	require.NoError(t, p.Close(ctx))
+
+	spy.mu.Lock()
+	defer spy.mu.Unlock()
+	assert.Equal(t, []bool{false}, spy.ahead[backend.PoolClaimed], "the cold start's Spec.Ahead")
+	require.NotEmpty(t, spy.ahead[backend.PoolMaking], "no member made")
+	for i, a := range spy.ahead[backend.PoolMaking] {
+		assert.True(t, a, "member %d's Spec.Ahead", i)
+	}
+}

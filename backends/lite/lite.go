@@ -441,7 +441,7 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 	if err != nil {
 		return nil, err
 	}
-	if err := sb.start(ctx, m); err != nil {
+	if err := sb.startCreate(ctx, m, spec.Ahead); err != nil {
 		return nil, fail(err)
 	}
 	if err := b.update(m, func(cur *meta) { cur.Creator = "" }); err != nil {

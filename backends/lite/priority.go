@@ -1,6 +1,7 @@
 package lite
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -12,17 +13,19 @@ import (
 )
 
 // Containers made ahead in the background (the standby a Reset starts
-// next, the one the next fork starts) are made at the lowest CPU weight
-// their cgroup takes: their runtime's create costs tens of milliseconds
-// of CPU under runc and about a hundred under gVisor (it boots the
-// sentry), and on a small host it ran beside the command a task sent to
-// the sandbox a pool had just handed it (lite on gVisor, sbx bench ttfc
-// --mode sequential: pooled p50 13.6 ms with the standby made at the
-// normal weight, 9.8 ms with none made). The weight is the cgroup's, in
-// the OCI config (cpu shares, which runc and runsc turn into cpu.weight
-// on cgroup v2), so everything the runtime starts in the container's
-// cgroup gets it. The container gets the normal weight back before it
-// starts (normalPriority), and so does a create someone waits for
+// next, the one the next fork starts, a pool's new member: Spec.Ahead)
+// are made at the lowest CPU weight their cgroup takes: their runtime's
+// create costs tens of milliseconds of CPU under runc and about a hundred
+// under gVisor (it boots the sentry), and on a small host it ran beside
+// the command a task sent to the sandbox a pool had just handed it (lite
+// on gVisor, sbx bench ttfc --mode sequential: pooled p50 13.6 ms with the
+// standby made at the normal weight, 9.8 ms with none made; a member made
+// at the normal weight: p90 44-67 ms, at the lowest 28-37). The weight is
+// the cgroup's, in the OCI config (cpu shares, which runc and runsc turn
+// into cpu.weight on cgroup v2), so everything the runtime starts in the
+// container's cgroup gets it. A standby gets the normal weight back
+// before it starts (normalPriority), a pool's member once its runtime's
+// run has returned (startCreate), and so does a create someone waits for
 // (lowCreate.hurry): a Destroy or Reset of its sandbox, which waits for
 // its lock, or Backend.Close. Nice would not do: gVisor gives the stub
 // processes it starts for the sandbox's own processes, long after the
@@ -99,6 +102,33 @@ func writeExisting(p, data string) (bool, error) {
 		err = cerr
 	}
 	return err == nil, err
+}
+
+// startCreate starts Create's container (generation m.Gen). A sandbox
+// made ahead of need (Spec.Ahead: a pool's member) is started at low CPU
+// weight, as a standby is made, and gets the normal weight once started:
+// the runtime's work (under gVisor, the sentry's boot) yields to the
+// sandboxes in use, and what runs in the sandbox later does not.
+func (s *Sandbox) startCreate(ctx context.Context, m *meta, ahead bool) error {
+	if !ahead || m.Rootless {
+		return s.start(ctx, m)
+	}
+	bundle, cgroup := bundleDir(s.dir, m.Gen), cgroupName(s.id, m.Gen)
+	cfg, err := readConfig(bundle)
+	if err != nil {
+		return err
+	}
+	lowPriority(cfg)
+	if err := writeConfig(bundle, cfg); err != nil {
+		return err
+	}
+	done := s.b.startLow(s.id, cgroup)
+	err = s.start(ctx, m)
+	done()
+	if err != nil {
+		return err
+	}
+	return normalPriority(bundle, cgroup)
 }
 
 // lowCreate is a container being made at low CPU weight.

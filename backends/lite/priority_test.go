@@ -1,14 +1,18 @@
 package lite
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/statedir"
 )
 
 // cpuWeight returns cgroup's CPU weight as cgroup v1's cpu.shares says it
@@ -173,5 +177,75 @@ func TestLowCreateHurried(t *testing.T) {
 	b.hurry("done")
 	if w := cpuWeight(forgotten); w != "2" {
 		t.Errorf("a create that had returned was hurried: weight %q", w)
+	}
+}
+
+// A pool's new member (Spec.Ahead) is started at the lowest CPU weight,
+// as a standby is made, and runs at the normal weight once Create has
+// returned, its config no longer asking for less; a sandbox a task waits
+// for (no Ahead) is made at the normal weight throughout.
+func TestAheadMadeAtLowPriority(t *testing.T) {
+	e := newTestEnv(t)
+	b := e.open(t)
+	for _, ahead := range []bool{true, false} {
+		spec := e.spec(fmt.Sprintf("ahead-%v", ahead))
+		spec.Ahead = ahead
+		before, err := statedir.IDs(b.dir)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		type made struct {
+			sb  backend.Sandbox
+			err error
+		}
+		done := make(chan made, 1)
+		go func() {
+			sb, err := b.Create(t.Context(), spec)
+			done <- made{sb, err}
+		}()
+		// The weights the new sandbox's cgroup had while Create ran.
+		seen := map[string]bool{}
+		var id string
+		var res made
+	poll:
+		for ; ; time.Sleep(time.Millisecond) { // polls a condition
+			select {
+			case res = <-done:
+				break poll
+			default:
+			}
+			if id == "" {
+				ids, _ := statedir.IDs(b.dir)
+				for _, x := range ids {
+					if !slices.Contains(before, x) {
+						id = x
+					}
+				}
+				continue
+			}
+			if w := cpuWeight(cgroupName(id, 0)); w != "" {
+				seen[w] = true
+			}
+		}
+		if res.err != nil {
+			t.Fatalf("Create (ahead %v): %v", ahead, res.err)
+		}
+		sb := res.sb.(*Sandbox)
+		t.Cleanup(func() { sb.Destroy(context.Background()) })
+		if id != sb.id {
+			t.Fatalf("ahead %v: the sandbox polled, %q, is not the one made, %s", ahead, id, sb.id)
+		}
+		if seen["2"] != ahead {
+			t.Errorf("ahead %v: CPU weights while it was made: %v", ahead, seen)
+		}
+		if w := cpuWeight(cgroupName(sb.id, 0)); w != normalShares {
+			t.Errorf("ahead %v: CPU weight once made %q, want %s", ahead, w, normalShares)
+		}
+		if s := configShares(t, bundleDir(sb.dir, 0)); s != 0 {
+			t.Errorf("ahead %v: the config sets cpu shares %d once made (a Reset in place and the standbys start from it)", ahead, s)
+		}
+		if res, err := sb.Exec(t.Context(), backend.ExecRequest{Cmd: []string{"true"}}); err != nil || res.ExitCode != 0 {
+			t.Fatalf("ahead %v: a command: %v %+v", ahead, err, res)
+		}
 	}
 }
