@@ -19,8 +19,10 @@ import (
 // under gVisor (it boots the sentry), and on a small host it ran beside
 // the command a task sent to the sandbox a pool had just handed it (lite
 // on gVisor, sbx bench ttfc --mode sequential: pooled p50 13.6 ms with the
-// standby made at the normal weight, 9.8 ms with none made; a member made
-// at the normal weight: p90 44-67 ms, at the lowest 28-37). The weight is
+// standby made at the normal weight, 9.8 ms with none made; the pool's
+// new members made at the normal weight, p90 29-67 ms, mean 49, over six
+// runs alternating with members made at the lowest: 26-43, mean 34; p50
+// 12-17 ms either way). The weight is
 // the cgroup's, in the OCI config (cpu shares, which runc and runsc turn
 // into cpu.weight on cgroup v2), so everything the runtime starts in the
 // container's cgroup gets it. A standby gets the normal weight back
