@@ -124,6 +124,26 @@ func TestPoolAcquireBindsAndRefills(t *testing.T) {
 }
 
 // An empty pool never fails a task: it makes a sandbox, bound the same way.
+// keepReady starts keeping p and waits (a minute at most) until n members
+// are ready; stop ends the keeper and returns Keep's error.
+func keepReady(t *testing.T, p *session.Pool, n int) (stop func() error) {
+	t.Helper()
+	kctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- p.Keep(kctx) }()
+	wctx, wcancel := context.WithTimeout(t.Context(), time.Minute)
+	defer wcancel()
+	if err := p.Ready(wctx, n); err != nil {
+		cancel()
+		<-done
+		t.Fatalf("the pool did not get %d ready members: %v", n, err)
+	}
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
 func TestPoolEmptyFallsBackToCold(t *testing.T) {
 	cfg := localPoolConfig(t, 1, "")
 	b, err := cfg.Open(t.Context(), nil)
@@ -233,12 +253,7 @@ func TestSessionPool(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEqual(t, plain.Key(), p.Key(), "a session pool is a pool of its own")
 
-	kctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Keep(kctx) }()
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	require.NoError(t, p.Ready(wctx, 1))
+	stop := keepReady(t, p, 1)
 	ready, err := b.List(ctx, backend.Filter{Labels: map[string]string{backend.LabelPool: p.Key(), backend.LabelPoolState: backend.PoolReady}})
 	require.NoError(t, err)
 	require.Len(t, ready, 1)
@@ -260,8 +275,7 @@ func TestSessionPool(t *testing.T) {
 
 	// A second claim with the pool empty (the keeper is refilling, or
 	// stopped) launches a session cold.
-	stop()
-	require.NoError(t, <-done)
+	require.NoError(t, stop())
 	require.NoError(t, p.Close(ctx)) // members still being made are gone too
 	c2, err := p.Acquire(ctx, session.Binding{Owner: "someone:1:1"})
 	require.NoError(t, err)
@@ -310,12 +324,7 @@ func TestPrivatePool(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, p.Key(), other.Key(), "the same entry: only privacy keeps the other out")
 
-	kctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Keep(kctx) }()
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	require.NoError(t, p.Ready(wctx, 2))
+	stop := keepReady(t, p, 2)
 	ready, err := b.List(ctx, backend.Filter{Labels: map[string]string{backend.LabelPool: p.Key(), backend.LabelPoolState: backend.PoolReady}})
 	require.NoError(t, err)
 	assert.Empty(t, ready, "a private pool's members are never ready to other processes")
@@ -358,8 +367,7 @@ func TestPrivatePool(t *testing.T) {
 	assert.Empty(t, info.Owner)
 	c.Release()
 
-	stop()
-	require.NoError(t, <-done)
+	require.NoError(t, stop())
 	require.NoError(t, p.Close(ctx))
 	require.NoError(t, other.Close(ctx))
 	left, err := b.List(ctx, backend.Filter{Labels: map[string]string{backend.LabelPool: p.Key()}})
@@ -390,20 +398,14 @@ func TestPoolSpecNamedOtherwise(t *testing.T) {
 	for _, private := range []bool{false, true} {
 		p, err := session.NewPool(session.PoolOptions{Backend: b, Name: "main", Spec: backend.Spec{}, Settings: config.PoolConfig{Size: 2}, Private: private})
 		require.NoError(t, err)
-		kctx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- p.Keep(kctx) }()
-		wctx, cancel := context.WithTimeout(ctx, time.Minute)
-		require.NoError(t, p.Ready(wctx, 2))
+		stop := keepReady(t, p, 2)
 		first, err := b.List(ctx, backend.Filter{Labels: map[string]string{backend.LabelPool: p.Key()}})
 		require.NoError(t, err)
 		// The check runs every second and spares members younger than 2 s.
 		require.Never(t, func() bool { return p.Stats().Ready < 2 }, 3500*time.Millisecond, 50*time.Millisecond,
 			"the keeper dropped ready members (private %v)", private)
-		stop()
-		require.NoError(t, <-done)
-		require.NoError(t, p.Close(wctx))
-		cancel()
+		require.NoError(t, stop())
+		require.NoError(t, p.Close(ctx))
 		left, err := b.List(ctx, backend.Filter{Labels: map[string]string{backend.LabelPool: p.Key()}})
 		require.NoError(t, err)
 		assert.Empty(t, left, "members left after Keep ended (private %v; made %d)", private, len(first))
@@ -443,19 +445,13 @@ func TestPoolMembersMadeAhead(t *testing.T) {
 	cold, err := p.Acquire(ctx, session.Binding{})
 	require.NoError(t, err)
 	assert.False(t, cold.Warm)
-	kctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Keep(kctx) }()
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	require.NoError(t, p.Ready(wctx, 1))
+	stop := keepReady(t, p, 1)
 	warm, err := p.Acquire(ctx, session.Binding{})
 	require.NoError(t, err)
 	assert.True(t, warm.Warm)
 	cold.Release()
 	warm.Release()
-	stop()
-	require.NoError(t, <-done)
+	require.NoError(t, stop())
 	require.NoError(t, p.Close(ctx))
 
 	spy.mu.Lock()
