@@ -13,25 +13,24 @@ import (
 )
 
 // Containers made ahead in the background (the standby a Reset starts
-// next, the one the next fork starts, a pool's new member: Spec.Ahead)
-// are made at the lowest CPU weight their cgroup takes: their runtime's
-// create costs tens of milliseconds of CPU under runc and about a hundred
-// under gVisor (it boots the sentry), and on a small host it ran beside
-// the command a task sent to the sandbox a pool had just handed it (lite
-// on gVisor, sbx bench ttfc --mode sequential: pooled p50 13.6 ms with the
-// standby made at the normal weight, 9.8 ms with none made; the pool's
-// new members made at the normal weight, p90 29-67 ms, mean 49, over six
-// runs alternating with members made at the lowest: 26-43, mean 34; p50
-// 12-17 ms either way). The weight is
-// the cgroup's, in the OCI config (cpu shares, which runc and runsc turn
-// into cpu.weight on cgroup v2), so everything the runtime starts in the
-// container's cgroup gets it. A standby gets the normal weight back
-// before it starts (normalPriority), a pool's member once its runtime's
-// run has returned (startCreate), and so does a create someone waits for
-// (lowCreate.hurry): a Destroy or Reset of its sandbox, which waits for
-// its lock, or Backend.Close. Nice would not do: gVisor gives the stub
-// processes it starts for the sandbox's own processes, long after the
-// create, the sentry's priority at its boot.
+// next, the one the next fork starts, a pool's new member: Spec.Ahead) are
+// made at the lowest CPU weight their cgroup takes: their runtime's create
+// costs tens of milliseconds of CPU under runc and about a hundred under
+// gVisor (it boots the sentry), and on a small host it ran beside the
+// command a task sent to the sandbox a pool had just handed it (lite on
+// gVisor, sbx bench ttfc --mode sequential: pooled p50 13.6 ms with the
+// standby made at the normal weight, 9.8 ms with none made; the pool's new
+// members made at the normal weight, p90 29-67 ms, mean 49, over six runs
+// alternating with members made at the lowest: 26-43, mean 34; p50 12-17
+// ms either way). The weight is the cgroup's, in the OCI config (cpu
+// shares, which runc and runsc turn into cpu.weight on cgroup v2), so
+// everything the runtime starts in the container's cgroup gets it. A
+// standby gets the normal weight back before it starts (normalPriority), a
+// pool's member once its runtime's run has returned (startCreate), and so
+// does a create someone waits for (lowCreate.hurry): a Destroy or Reset of
+// its sandbox, which waits for its lock, or Backend.Close. Nice would not
+// do: gVisor gives the stub processes it starts for the sandbox's own
+// processes, long after the create, the sentry's priority at its boot.
 //
 // Rootless sandboxes have no cgroup and are made at the normal weight.
 const lowShares uint64 = 2 // the least cgroup v1 takes
