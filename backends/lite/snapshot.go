@@ -148,7 +148,7 @@ func (s *Sandbox) snapshot(ctx context.Context, req backend.SnapshotRequest) (ba
 }
 
 // snapshotTempPrefix begins the name of the folder a Snapshot fills
-// before it renames it into place (backendkit.SnapshotTemp), so that
+// before it renames it into place (backendkit.SnapshotTempPattern), so that
 // PruneCaches removes the folder of a Snapshot killed on the way (its
 // layer and image, as large as the sandbox's changes).
 const snapshotTempPrefix = backendkit.SnapshotTempPrefix

@@ -101,7 +101,7 @@ func (s *Sandbox) snapshot(req backend.SnapshotRequest) (backend.Snapshot, error
 	// renamed into place once whole: PruneCaches removes one a killed
 	// Snapshot left at any age, without waiting out one being written.
 	archive := filepath.Join(dir, key+".tar")
-	size, err := writeArchive(dir, archive, work)
+	size, err := writeArchive(archive, work)
 	if err != nil {
 		return backend.Snapshot{}, fmt.Errorf("archiving %s: %w", work, err)
 	}
@@ -119,12 +119,12 @@ func (s *Sandbox) snapshot(req backend.SnapshotRequest) (backend.Snapshot, error
 }
 
 // writeArchive writes the tree at dir to a tar file, first as a snapshot
-// temporary in tmpDir (backendkit.SnapshotTemp), renamed to file once
+// temporary beside it (backendkit.SnapshotTempPattern), renamed to file once
 // complete, and returns its size. Regular files, folders and symlinks are
 // kept with their modes and times (and owners, which only root can give
 // back); other kinds are skipped. On failure nothing is left.
-func writeArchive(tmpDir, file, dir string) (int64, error) {
-	f, err := os.CreateTemp(tmpDir, backendkit.SnapshotTempPattern())
+func writeArchive(file, dir string) (int64, error) {
+	f, err := os.CreateTemp(filepath.Dir(file), backendkit.SnapshotTempPattern())
 	if err != nil {
 		return 0, err
 	}
