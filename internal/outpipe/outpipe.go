@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/sandboxkit/sandboxkit/internal/childpipe"
 )
 
 // Pipe is one output stream of a command.
@@ -30,7 +32,7 @@ type Pipe struct {
 // call Started after starting it (or Close when it did not start), and
 // Finish after it exited.
 func New(dst io.Writer) (*Pipe, error) {
-	r, w, err := os.Pipe()
+	r, w, err := childpipe.ForOutput()
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+
+	"github.com/sandboxkit/sandboxkit/internal/childpipe"
 )
 
 // Pipe is a command's stdin fed from a reader. A nil *Pipe (no stdin, or a
@@ -17,18 +19,22 @@ type Pipe struct {
 	pr, pw *os.File
 }
 
-// Set connects src to cmd's stdin: nothing when src is nil, a file as it
+// Set connects src to cmd's stdin: /dev/null when src is nil, a file as it
 // is, any other reader through a Pipe, which it returns. Call Started once
 // cmd started (or failed to), and Close when it has exited.
 func Set(cmd *exec.Cmd, src io.Reader) (*Pipe, error) {
 	if src == nil {
+		// os/exec would open /dev/null for this command, and close it.
+		if null, err := childpipe.DevNull(); err == nil {
+			cmd.Stdin = null
+		}
 		return nil, nil
 	}
 	if f, ok := src.(*os.File); ok {
 		cmd.Stdin = f
 		return nil, nil
 	}
-	pr, pw, err := os.Pipe()
+	pw, pr, err := childpipe.ForInput()
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxkit/sandboxkit/internal/childpipe"
 )
 
 // start starts cmd with src on its stdin, as Exec does.
@@ -63,8 +65,12 @@ func TestUnreadStdin(t *testing.T) {
 // Nothing to feed, a file and a command that did not start.
 func TestNilFileAndFailedStart(t *testing.T) {
 	cmd := exec.Command("true")
-	if p, err := Set(cmd, nil); p != nil || err != nil || cmd.Stdin != nil {
-		t.Errorf("Set(nil) = %v, %v; stdin %v", p, err, cmd.Stdin)
+	null, err := childpipe.DevNull()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := Set(cmd, nil); p != nil || err != nil || cmd.Stdin != null {
+		t.Errorf("Set(nil) = %v, %v; stdin %v, want the shared /dev/null", p, err, cmd.Stdin)
 	}
 	var nilPipe *Pipe
 	nilPipe.Started(nil)

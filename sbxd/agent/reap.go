@@ -5,6 +5,8 @@ import (
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"github.com/sandboxkit/sandboxkit/internal/spawn"
 )
 
 // Orphan reaping for an agent that is its sandbox's first process (sbxd
@@ -34,7 +36,7 @@ func EnableReaping() {
 func StartCommand(cmd *exec.Cmd) error {
 	children.Lock()
 	defer children.Unlock()
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(cmd); err != nil {
 		return err
 	}
 	if children.owned != nil {

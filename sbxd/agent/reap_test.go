@@ -6,6 +6,9 @@ import (
 	"syscall"
 	"testing"
 	"unsafe"
+
+	"github.com/sandboxkit/sandboxkit/internal/childpipe"
+	"github.com/sandboxkit/sandboxkit/internal/spawn"
 )
 
 // waitExited blocks until pid has exited, leaving it waitable.
@@ -33,6 +36,13 @@ func reaped(pid int) bool {
 // and an orphan that exited behind it (the kernel names the oldest
 // first) is reaped once WaitCommand has reaped the command.
 func TestReapOrphans(t *testing.T) {
+	t.Run("os/exec", func(t *testing.T) { testReapOrphans(t, false) })
+	// Commands with files for their streams start by sbxd's own fork
+	// (package spawn), whose child must be reaped the same way.
+	t.Run("spawn", func(t *testing.T) { testReapOrphans(t, true) })
+}
+
+func testReapOrphans(t *testing.T, files bool) {
 	EnableReaping()
 
 	orphan := exec.Command("true")
@@ -46,8 +56,19 @@ func TestReapOrphans(t *testing.T) {
 	}
 
 	own := exec.Command("sh", "-c", "exit 3")
+	if files {
+		null, err := childpipe.DevNull()
+		if err != nil {
+			t.Fatal(err)
+		}
+		own.Stdin, own.Stdout, own.Stderr = null, null, null
+	}
+	before := spawn.FastStarts()
 	if err := StartCommand(own); err != nil {
 		t.Fatal(err)
+	}
+	if fast := spawn.FastStarts() > before; fast != (files && spawn.Available()) {
+		t.Errorf("started by spawn's fork: %v", fast)
 	}
 	waitExited(t, own.Process.Pid)
 	behind := exec.Command("true")
