@@ -301,3 +301,41 @@ func TestEnvironmentAsOsExec(t *testing.T) {
 		}
 	}
 }
+
+// The environment handed to a child, from entries a request may carry:
+// when environ takes it, every name appears once, with its last value, in
+// the order of those last entries, and nothing os/exec would refuse or
+// treat its own way gets through.
+func FuzzEnviron(f *testing.F) {
+	f.Add("A=1\nB=2\nA=3")
+	f.Add("PATH=/bin\nHOME=/root\nPATH=/usr/bin:/bin")
+	f.Add("=x\nA=1")
+	f.Add("A\nB=1")
+	f.Add("A=x\x00y")
+	f.Add("A==1\nA=2=3")
+	f.Fuzz(func(t *testing.T, joined string) {
+		env := strings.Split(joined, "\n")
+		got, ok := environ(&exec.Cmd{Env: env})
+		if !ok {
+			return
+		}
+		lastAt := map[string]int{}
+		for i, kv := range env {
+			name, _, found := strings.Cut(kv, "=")
+			if !found || name == "" || strings.IndexByte(kv, 0) >= 0 {
+				t.Fatalf("environ took %q", kv)
+			}
+			lastAt[name] = i
+		}
+		var want []string
+		for i, kv := range env {
+			name, _, _ := strings.Cut(kv, "=")
+			if lastAt[name] == i {
+				want = append(want, kv)
+			}
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") || len(got) != len(want) {
+			t.Fatalf("environ(%q) = %q, want %q", env, got, want)
+		}
+	})
+}
