@@ -54,10 +54,6 @@ func fast(f func()) bool {
 	return fastStarts.Load() == before+1
 }
 
-func wantFastPath(t *testing.T) bool {
-	return Available()
-}
-
 // TestMain gives the tests the fast path where the runtime raised the limit
 // of open files (soft below hard when the test started), which Start
 // leaves to os/exec: a limit the program sets itself is its children's.
@@ -89,7 +85,7 @@ func TestOutputExitCodeEnvDir(t *testing.T) {
 	cmd.Dir = dir
 	var out string
 	var code int
-	if !fast(func() { out, code = run(t, cmd) }) && wantFastPath(t) {
+	if !fast(func() { out, code = run(t, cmd) }) && Available() {
 		t.Error("not started by the fast path")
 	}
 	if want := "out\nerr\nfrom the env\n" + dir + "\n"; out != want || code != 3 {
@@ -107,7 +103,7 @@ func TestSignalsAndGroup(t *testing.T) {
 	cmd := command(t, sigs+`; read -r s < /proc/$$/stat; echo "$s"`)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var out string
-	if !fast(func() { out, _ = run(t, cmd) }) && wantFastPath(t) {
+	if !fast(func() { out, _ = run(t, cmd) }) && Available() {
 		t.Error("not started by the fast path")
 	}
 	// Compare with os/exec's own start of the same command.
@@ -158,7 +154,7 @@ func TestStartFailures(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = null, w, w
-		if !fast(func() { err = Start(cmd) }) && wantFastPath(t) {
+		if !fast(func() { err = Start(cmd) }) && Available() {
 			t.Error("not started by the fast path")
 		}
 		w.Close()
@@ -194,7 +190,7 @@ func TestCredential(t *testing.T) {
 	cmd := command(t, `id -u; id -g; id -G`)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65533, Groups: []uint32{65532}}}
 	var out string
-	if !fast(func() { out, _ = run(t, cmd) }) && wantFastPath(t) {
+	if !fast(func() { out, _ = run(t, cmd) }) && Available() {
 		t.Error("not started by the fast path")
 	}
 	if f := strings.Fields(out); len(f) < 3 || f[0] != "65534" || f[1] != "65533" || !strings.Contains(out, "65532") {
@@ -276,7 +272,7 @@ func TestEnvironmentAsOsExec(t *testing.T) {
 				return cmd
 			}
 			var got string
-			if !fast(func() { got, _ = run(t, mk()) }) && wantFastPath(t) {
+			if !fast(func() { got, _ = run(t, mk()) }) && Available() {
 				t.Error("not started by the fast path")
 			}
 			want, err := mk().Output()
