@@ -34,6 +34,7 @@ func (s *Sandbox) Attach(ctx context.Context, req backend.ExecRequest) (backend.
 		return nil, s.opErr("attach", err)
 	}
 	cmd.Stderr = req.Stderr
+	warmExec(m) // ends by itself: the command outlives this call
 	stdin, stdout, err := attach.Start(cmd)
 	if err != nil {
 		cleanup()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backendkit"
+	"github.com/sandboxkit/sandboxkit/internal/mountinfo"
 )
 
 // mountOverlay mounts the sandbox's root file system: lower (the unpacked
@@ -155,8 +156,8 @@ func mountsUnder(dir string) ([]string, error) {
 
 // mountPoints returns the mount points a mountinfo file (of /proc/PID)
 // lists, as that process sees them (from its root).
-func mountPoints(mountinfo string) ([]string, error) {
-	f, err := os.Open(mountinfo)
+func mountPoints(file string) ([]string, error) {
+	f, err := os.Open(file)
 	if err != nil {
 		return nil, err
 	}
@@ -169,28 +170,7 @@ func mountPoints(mountinfo string) ([]string, error) {
 		if len(fields) < 5 {
 			continue
 		}
-		out = append(out, unescapeMountinfo(fields[4]))
+		out = append(out, mountinfo.Unescape(fields[4]))
 	}
 	return out, sc.Err()
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space) of
-// /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var c byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &c); err == nil {
-				b.WriteByte(c)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

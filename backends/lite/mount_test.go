@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/sandboxkit/sandboxkit/internal/mountinfo"
 )
 
 // superOptions returns the super block options of the mount at target
@@ -17,7 +19,7 @@ func superOptions(t *testing.T, target string) (string, bool) {
 	opts, found := "", false
 	for _, l := range strings.Split(string(data), "\n") {
 		f := strings.Fields(l)
-		if len(f) > 5 && unescapeMountinfo(f[4]) == target {
+		if len(f) > 5 && mountinfo.Unescape(f[4]) == target {
 			opts, found = f[len(f)-1], true // the last mount there wins
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backendkit"
+	"github.com/sandboxkit/sandboxkit/internal/cgwarm"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/stdinpipe"
 )
@@ -144,6 +145,11 @@ func (s *Sandbox) runAttached(ctx context.Context, m *meta, req backend.ExecRequ
 	if err != nil {
 		return res, false, err
 	}
+	// The runtime moves the container's first process into its cgroup
+	// early in its run (lite does, for runsc): that move's lock is made
+	// warm beside it, until the process has started (see package cgwarm).
+	stopWarm := cgwarm.Start(func() bool { return readPIDFile(pidFile) > 0 })
+	defer stopWarm()
 	start := time.Now()
 	err = cmd.Start()
 	stdin.Started(err)

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandboxkit/sandboxkit/internal/cgwarm"
 )
 
 // ociRuntime drives an OCI runtime binary (runc, crun, runsc: they share
@@ -155,7 +157,13 @@ func (r *ociRuntime) launch(ctx context.Context, prefix []string, verb, id, bund
 	// would have to drain.
 	cmd.Stdout, cmd.Stderr = logf, logf
 	startOff, _ := logf.Seek(0, 2)
-	if err := cmd.Run(); err != nil {
+	// The runtime moves the container's first process into its cgroup
+	// (lite does, for runsc): that move's lock is made warm beside it
+	// (see package cgwarm).
+	stopWarm := cgwarm.Start(nil)
+	err = cmd.Run()
+	stopWarm()
+	if err != nil {
 		msg := tail(logPath, startOff)
 		if msg == "" {
 			msg = err.Error()

@@ -24,6 +24,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/agentsock"
+	"github.com/sandboxkit/sandboxkit/internal/cgwarm"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
 	"github.com/sandboxkit/sandboxkit/internal/stdinpipe"
@@ -618,6 +619,23 @@ func runtimeFailure(logFile string) error {
 	return errors.New(strings.Join(msgs, "; "))
 }
 
+// warmExec makes the cgroup lock warm (see package cgwarm) for a runtime
+// exec into m's container that is about to start: runc moves the command
+// into the container's cgroup as it starts it. runsc starts it in its
+// sentry and moves nothing. The warming ends by itself after execWarm, or
+// at stop.
+func warmExec(m *meta) (stop func()) {
+	if m.runtime().gvisor() {
+		return func() {}
+	}
+	return cgwarm.Start(cgwarm.For(execWarm))
+}
+
+// execWarm is how long a runtime exec keeps the cgroup lock warm: runc
+// has moved the command by then, unless the host is far busier than a
+// start's tens of milliseconds.
+const execWarm = 500 * time.Millisecond
+
 func newExecID(sandboxID string) (string, error) {
 	id, err := statedir.NewID()
 	if err != nil {
@@ -664,6 +682,7 @@ func (s *Sandbox) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 	if err != nil {
 		return backend.ExecResult{}, s.opErr("exec", err)
 	}
+	defer warmExec(m)()
 	start := time.Now()
 	err = cmd.Start()
 	stdin.Started(err)

@@ -63,6 +63,7 @@ func (s *Sandbox) Terminal(ctx context.Context, req backend.TerminalRequest) (ba
 	}
 	cmd.SysProcAttr.Setpgid = false
 	cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
+	warmExec(m) // ends by itself: the command outlives this call
 	err = cmd.Start()
 	tty.Close()
 	if err != nil {

@@ -1,0 +1,49 @@
+package lite
+
+import (
+	"testing"
+
+	"github.com/sandboxkit/sandboxkit/backend"
+	"github.com/sandboxkit/sandboxkit/internal/cgwarm"
+)
+
+// TestRuntimeStartsWarmTheCgroupLock: each way lite has the runtime move a
+// process into a container's cgroup (a one-shot run, a create, an exec
+// through the runtime) warms the kernel's cgroup lock beside it (package
+// cgwarm), and the warming has ended when the call returns (a create's and
+// a run's; an exec's by its own deadline at the latest).
+func TestRuntimeStartsWarmTheCgroupLock(t *testing.T) {
+	e := newTestEnv(t)
+	b := e.open(t)
+	warmed := func(t *testing.T, what string, f func()) {
+		t.Helper()
+		before := cgwarm.Started()
+		f()
+		if n := cgwarm.Started() - before; n < 1 {
+			t.Errorf("%s: no warming began", what)
+		}
+		if n := cgwarm.Running(); n != 0 {
+			t.Errorf("%s: %d warmings still running after it returned", what, n)
+		}
+	}
+	warmed(t, "RunOnce", func() {
+		res, err := b.RunOnce(t.Context(), e.spec("once"), backend.ExecRequest{Cmd: []string{"true"}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("RunOnce: exit %d, %v", res.ExitCode, err)
+		}
+	})
+	var sb backend.Sandbox
+	warmed(t, "Create", func() {
+		var err error
+		if sb, err = b.Create(t.Context(), e.spec("made")); err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+	})
+	t.Cleanup(func() { sb.Destroy(t.Context()) })
+	warmed(t, "Exec through the runtime", func() {
+		res, err := sb.Exec(t.Context(), backend.ExecRequest{Cmd: []string{"true"}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("Exec: exit %d, %v", res.ExitCode, err)
+		}
+	})
+}
