@@ -2,6 +2,7 @@ package lite
 
 import (
 	"testing"
+	"time"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/cgwarm"
@@ -17,6 +18,11 @@ func TestRuntimeStartsWarmTheCgroupLock(t *testing.T) {
 	b := e.open(t)
 	warmed := func(t *testing.T, what string, f func()) {
 		t.Helper()
+		// A terminal or attach of an earlier test may still be warming
+		// (for at most execWarm): not this call's.
+		for deadline := time.Now().Add(2 * execWarm); cgwarm.Running() != 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
 		before := cgwarm.Started()
 		f()
 		if n := cgwarm.Started() - before; n < 1 {
