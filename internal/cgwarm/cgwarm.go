@@ -151,11 +151,15 @@ func ownProcsFile(mountInfo, cgroups []byte) string {
 		if sep < 6 || len(fields) < sep+4 || fields[3] != "/" {
 			continue
 		}
+		dir := mountinfo.Unescape(fields[4])
+		if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+			continue // not a mount point the kernel writes
+		}
 		switch fields[sep+1] {
 		case "cgroup2":
-			mounts = append(mounts, mount{dir: mountinfo.Unescape(fields[4]), v2: true})
+			mounts = append(mounts, mount{dir: dir, v2: true})
 		case "cgroup":
-			mounts = append(mounts, mount{dir: mountinfo.Unescape(fields[4]), options: strings.Split(fields[sep+3], ",")})
+			mounts = append(mounts, mount{dir: dir, options: strings.Split(fields[sep+3], ",")})
 		}
 	}
 	best, bestRank := "", 0

@@ -46,6 +46,8 @@ func TestOwnProcsFile(t *testing.T) {
 			"30 1 0:26 /docker/abc /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "0::/\n", ""},
 		{"a controller list no mount has", hybridMounts, "7:memory:/m\n", ""},
 		{"a path that climbs", hybridMounts, "1:name=systemd:/../../etc\n", ""},
+		{"a mount point that is not an absolute clean path",
+			"30 1 0:26 / 0 rw - cgroup2 cgroup2 rw\n31 1 0:27 / /a/../b rw - cgroup2 cgroup2 rw\n", "0::/\n", ""},
 		{"no cgroup file system", "25 30 0:22 / /sys rw - sysfs sysfs rw\n", hybridCgroups, ""},
 		{"nothing", "", "", ""},
 	} {
