@@ -117,7 +117,7 @@ gvisor_release=${SBX_GVISOR_RELEASE_PATH:-/usr/local/sbin/runsc-20260905}
 if [ $# -eq 0 ]; then
 	if command -v runsc >/dev/null 2>&1 || [ -x /usr/sbin/runsc ]; then
 		echo "== lite backend on gVisor (runsc)"
-		SBX_LITE_RUNTIME=runsc go test -count=1 -timeout 10m -run '^(TestConformance|TestFileops|TestForkStandby.*|TestStandbyMadeAtLowPriority|TestAheadMadeAtLowPriority|TestKilledMidway)$' ./backends/lite/ || rc=$?
+		SBX_LITE_RUNTIME=runsc go test -count=1 -timeout 10m -run '^(TestConformance|TestFileops|TestForkStandby.*|TestStandbyMadeAtLowPriority|TestAheadMadeAtLowPriority|TestKilledMidway|TestRuntimeStartsWarmTheCgroupLock)$' ./backends/lite/ || rc=$?
 	elif [ "${SBX_REQUIRE_RUNSC:-}" = 1 ]; then
 		echo "scripts/test.sh: no runsc for lite's gVisor pass and SBX_REQUIRE_RUNSC=1 (scripts/lite-setup.sh installs Debian's)" >&2
 		rc=1
@@ -128,7 +128,7 @@ if [ $# -eq 0 ]; then
 	# scripts/gvisor-release.sh builds it from gVisor's module).
 	if [ -x "$gvisor_release" ]; then
 		echo "== lite backend on gVisor's release ($(basename "$gvisor_release"))"
-		SBX_LITE_RUNTIME=$gvisor_release go test -count=1 -timeout 10m -run '^(TestConformance|TestFileops|TestForkStandby.*|TestClaimKeepsConcurrentWrites|TestStandbyMadeAtLowPriority|TestAheadMadeAtLowPriority)$' ./backends/lite/ || rc=$?
+		SBX_LITE_RUNTIME=$gvisor_release go test -count=1 -timeout 10m -run '^(TestConformance|TestFileops|TestForkStandby.*|TestClaimKeepsConcurrentWrites|TestStandbyMadeAtLowPriority|TestAheadMadeAtLowPriority|TestRuntimeStartsWarmTheCgroupLock)$' ./backends/lite/ || rc=$?
 	elif [ "${SBX_REQUIRE_RUNSC:-}" = 1 ]; then
 		echo "scripts/test.sh: no $gvisor_release for lite's pass on gVisor's release and SBX_REQUIRE_RUNSC=1 (scripts/gvisor-release.sh builds it)" >&2
 		rc=1
