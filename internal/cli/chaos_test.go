@@ -36,6 +36,7 @@ import (
 	"github.com/sandboxkit/sandboxkit/internal/remotetest"
 	"github.com/sandboxkit/sandboxkit/internal/rootfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
+	"github.com/sandboxkit/sandboxkit/internal/syncbuf"
 	"github.com/sandboxkit/sandboxkit/server"
 )
 
@@ -328,6 +329,15 @@ func chaosOnce(t *testing.T, bin string, args []string, delay time.Duration, sto
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = pw
+	// sbx's stderr, shown if it does not end: read here, not by os/exec,
+	// so that Wait does not wait for what a killed sbx left holding it.
+	var stderr syncbuf.Buffer
+	sr, sw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sr.Close()
+	cmd.Stderr = sw
 	var er, ew *os.File
 	if during != nil {
 		if er, ew, err = os.Pipe(); err != nil {
@@ -339,6 +349,12 @@ func chaosOnce(t *testing.T, bin string, args []string, delay time.Duration, sto
 		t.Fatal(err)
 	}
 	pw.Close()
+	sw.Close()
+	stderrRead := make(chan struct{})
+	go func() {
+		defer close(stderrRead)
+		io.Copy(&stderr, sr)
+	}()
 	if ew != nil {
 		ew.Close()
 		defer er.Close()
@@ -372,9 +388,26 @@ func chaosOnce(t *testing.T, bin string, args []string, delay time.Duration, sto
 	select {
 	case <-exited:
 	case <-time.After(2 * time.Minute):
-		cmd.Process.Kill()
-		<-exited
-		t.Errorf("sbx %s did not end within 2 minutes of being stopped", strings.Join(args, " "))
+		// A Go program prints every goroutine's stack on SIGQUIT and
+		// exits: where it waits.
+		cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		select {
+		case <-stderrRead:
+		case <-time.After(2 * time.Second): // held by what sbx left
+		}
+		errs := stderr.String()
+		if during != nil {
+			errs = "(read by the test as it ran)"
+		} else if len(errs) > 64<<10 {
+			errs = "...\n" + errs[len(errs)-64<<10:]
+		}
+		t.Errorf("sbx %s did not end within 2 minutes of being stopped; its stderr, with its goroutines on SIGQUIT:\n%s", strings.Join(args, " "), errs)
 	}
 	pr.Close()
 	<-done
