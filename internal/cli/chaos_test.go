@@ -329,36 +329,30 @@ func chaosOnce(t *testing.T, bin string, args []string, delay time.Duration, sto
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = pw
-	// sbx's stderr, shown if it does not end: read here, not by os/exec,
-	// so that Wait does not wait for what a killed sbx left holding it.
-	var stderr syncbuf.Buffer
+	// sbx's stderr goes to during, or is kept to be shown if sbx does not
+	// end: read here, not by os/exec, so that Wait does not wait for what
+	// a killed sbx left holding it.
 	sr, sw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sr.Close()
 	cmd.Stderr = sw
-	var er, ew *os.File
-	if during != nil {
-		if er, ew, err = os.Pipe(); err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = ew
-	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	pw.Close()
 	sw.Close()
+	var stderr syncbuf.Buffer
 	stderrRead := make(chan struct{})
-	go func() {
-		defer close(stderrRead)
-		io.Copy(&stderr, sr)
-	}()
-	if ew != nil {
-		ew.Close()
-		defer er.Close()
-		go during(bufio.NewReader(er))
+	if during != nil {
+		close(stderrRead)
+		go during(bufio.NewReader(sr))
+	} else {
+		go func() {
+			defer close(stderrRead)
+			io.Copy(&stderr, sr)
+		}()
 	}
 	// Drain stdout in the background, so sbx never blocks on it.
 	var out strings.Builder
