@@ -437,7 +437,7 @@ func containerID(rt *ociRuntime, id string, gen int) string {
 func cgroupName(id string, gen int) string { return id + genSuffix(gen) }
 
 func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
-	sb, m, fail, err := b.makeBundle(ctx, spec, false)
+	sb, m, fail, err := b.makeBundle(ctx, spec, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -453,10 +453,11 @@ func (b *Backend) Create(ctx context.Context, spec backend.Spec) (backend.Sandbo
 
 // makeBundle does Create's work up to the container's start: the sandbox's
 // record, folder, root file system, egress network and OCI bundle. A
-// one-shot sandbox (RunOnce) runs spec.Command as its first process, with
-// no agent. fail removes what was made and returns err as Create's error;
-// so are makeBundle's own errors.
-func (b *Backend) makeBundle(ctx context.Context, spec backend.Spec, once bool) (sb *Sandbox, m *meta, fail func(error) error, err error) {
+// one-shot sandbox (RunOnce, once not nil) runs spec.Command as its first
+// process, with no agent, and may have its runtime started while the
+// bundle is made (see oneShot). fail removes what was made and returns
+// err as Create's error; so are makeBundle's own errors.
+func (b *Backend) makeBundle(ctx context.Context, spec backend.Spec, once *oneShot) (sb *Sandbox, m *meta, fail func(error) error, err error) {
 	createErr := func(err error) error { return &backend.OpError{Op: "create", Backend: Name, Err: err} }
 	rt, ref, img, err := b.checkCreate(ctx, spec)
 	if err != nil {
@@ -479,7 +480,7 @@ func (b *Backend) makeBundle(ctx context.Context, spec backend.Spec, once bool) 
 		network = b.cfg.network()
 	}
 	m = &meta{
-		ID: id, Name: spec.Name, Session: spec.Session, Image: ref, ImageDigest: img.config.Digest, Once: once,
+		ID: id, Name: spec.Name, Session: spec.Session, Image: ref, ImageDigest: img.config.Digest, Once: once != nil,
 		Owner: spec.Owner, Labels: maps.Clone(spec.Labels),
 		Lifecycle: statedir.Lifecycle{Creator: owner.Self()},
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond),
@@ -512,6 +513,7 @@ func (b *Backend) makeBundle(ctx context.Context, spec backend.Spec, once bool) 
 	}
 	fail = func(err error) error {
 		waitEgress()
+		once.abort()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		if derr := sb.teardown(cctx, m); derr != nil {
@@ -530,6 +532,11 @@ func (b *Backend) makeBundle(ctx context.Context, spec backend.Spec, once bool) 
 	}
 	if err := writeMeta(dir, m); err != nil {
 		return failed(err)
+	}
+	if once != nil {
+		if err := once.start(sb, m); err != nil {
+			return failed(err)
+		}
 	}
 	if len(spec.Credentials) > 0 {
 		// Before the enforcer starts: it reads them then.
@@ -570,6 +577,9 @@ func (b *Backend) makeBundle(ctx context.Context, spec backend.Spec, once bool) 
 		rootlessSpec(ociSpec)
 	}
 	if err := writeConfig(bundleDir(dir, 0), ociSpec); err != nil {
+		return failed(err)
+	}
+	if err := once.feed(ociSpec); err != nil {
 		return failed(err)
 	}
 	return sb, m, fail, nil

@@ -2,6 +2,7 @@ package lite
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -14,9 +15,12 @@ import (
 	"sync"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/backendkit"
 	"github.com/sandboxkit/sandboxkit/internal/cgwarm"
+	"github.com/sandboxkit/sandboxkit/internal/childpipe"
 	"github.com/sandboxkit/sandboxkit/internal/procfs"
 	"github.com/sandboxkit/sandboxkit/internal/stdinpipe"
 )
@@ -77,7 +81,8 @@ func (b *Backend) RunOnce(ctx context.Context, spec backend.Spec, req backend.Ex
 	if err := ctx.Err(); err != nil {
 		return backend.ExecResult{}, runErr(err)
 	}
-	sb, m, _, err := b.makeBundle(ctx, spec, true)
+	o := &oneShot{req: req}
+	sb, m, _, err := b.makeBundle(ctx, spec, o)
 	var cs *cannotStart
 	if errors.As(err, &cs) {
 		// As sbxd says it of a command it cannot start.
@@ -90,7 +95,17 @@ func (b *Backend) RunOnce(ctx context.Context, spec backend.Spec, req backend.Ex
 	if err != nil {
 		return backend.ExecResult{}, err
 	}
-	res, deleted, err := sb.runAttached(ctx, m, req)
+	var (
+		res     backend.ExecResult
+		deleted bool
+	)
+	a := o.a
+	if a == nil {
+		a, err = sb.startAttached(m, req, false)
+	}
+	if err == nil {
+		res, deleted, err = a.wait(ctx, req)
+	}
 	m.runtimeDeleted = deleted
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
@@ -113,50 +128,198 @@ const cleanupTimeout = time.Minute
 // are over sooner, and theirs is a write saved.
 const recordAfter = 20 * time.Millisecond
 
-// runAttached runs the one-shot sandbox's container in the foreground with
-// req's streams until its first process ends, killing everything in it
-// after req.Timeout or when ctx ends (the result's ExitCode is then -1,
-// the error ctx's). deleted says the runtime ended normally, having
-// deleted the container (not after a failure of its own, which may leave
-// some of it).
-func (s *Sandbox) runAttached(ctx context.Context, m *meta, req backend.ExecRequest) (res backend.ExecResult, deleted bool, err error) {
+// oneShot is RunOnce's part in makeBundle. With runc, the runtime starts
+// as soon as the sandbox's record exists, and reads its config from a pipe
+// that gets it once the bundle is made (see startAttached): runc's own
+// start (a Go program's runtime and flags, 4-5 ms here) runs beside the
+// bundle's making (its overlay, files and record, 5-6 ms) where it came
+// after it. Other runtimes start once the bundle is made: runsc reads its
+// bundle before it starts (runscLaunch), and others may read their config
+// in ways a pipe does not serve.
+type oneShot struct {
+	req backend.ExecRequest
+	a   *attached // the runtime started early, or nil
+}
+
+// start starts the runtime of the one-shot sandbox sb, whose record m
+// exists, if it can start before its bundle is made.
+func (o *oneShot) start(sb *Sandbox, m *meta) error {
+	if m.runtime().name != "runc" || m.Rootless {
+		return nil
+	}
+	a, err := sb.startAttached(m, o.req, true)
+	if err != nil {
+		return err
+	}
+	o.a = a
+	return nil
+}
+
+// feed gives the runtime started early its config, once the bundle holds
+// everything spec names.
+func (o *oneShot) feed(spec *specs.Spec) error {
+	if o == nil || o.a == nil {
+		return nil
+	}
+	return o.a.feed(spec)
+}
+
+// abort ends the runtime started early, before the bundle is removed.
+func (o *oneShot) abort() {
+	if o != nil && o.a != nil {
+		o.a.abort()
+		o.a = nil
+	}
+}
+
+// attached is a one-shot sandbox's runtime running in the foreground with
+// the command's streams, until the container's first process ends.
+type attached struct {
+	s                *Sandbox
+	m                *meta
+	cmd              *exec.Cmd
+	out              *backend.Outputs
+	stdin            *stdinpipe.Pipe
+	pidFile, logFile string
+	stopWarm         func()
+	start            time.Time
+	// config is the write end of the pipe the runtime reads its config
+	// from, until feed has written it; nil when the runtime reads the
+	// bundle's own config.json.
+	config *os.File
+}
+
+// startAttached starts the one-shot sandbox's runtime (`runc run`, as a
+// bare runc run does: the command's streams are the caller's, its exit
+// status is the runtime's, and the runtime deletes the container once its
+// first process has ended). With early, the bundle is not made yet: the
+// runtime is given a bundle folder of its own, start/, whose config.json
+// is a link to its file descriptor 3, the read end of a pipe that feed
+// writes the config into. Reading an anonymous pipe through /proc never
+// waits for a writer, and the runtime holds the read end from its start:
+// if this process dies before feeding it, the runtime reads an empty
+// config and ends, having made nothing; once fed, it has what it needs.
+func (s *Sandbox) startAttached(m *meta, req backend.ExecRequest, early bool) (*attached, error) {
 	rt := m.runtime()
 	bundle := bundleDir(s.dir, m.Gen)
-	pidFile := filepath.Join(bundle, "init.pid")
-	logFile := filepath.Join(s.dir, "main.log")
-	args := []string{"run", "--bundle", bundle, "--pid-file", pidFile, m.ContainerID}
+	a := &attached{s: s, m: m, pidFile: filepath.Join(bundle, "init.pid"), logFile: filepath.Join(s.dir, "main.log")}
+	runBundle := bundle
+	var configR *os.File
+	if early {
+		runBundle = filepath.Join(bundle, "start")
+		if err := os.MkdirAll(runBundle, 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.Symlink("/proc/self/fd/3", filepath.Join(runBundle, "config.json")); err != nil {
+			return nil, err
+		}
+		var err error
+		if a.config, configR, err = childpipe.ForInput(); err != nil {
+			return nil, err
+		}
+	}
+	args := []string{"run", "--bundle", runBundle, "--pid-file", a.pidFile, m.ContainerID}
 	var prefix []string
 	if rt.gvisor() {
 		flags, p, err := runscLaunch(bundle, nil)
 		if err != nil {
-			return res, false, err
+			return nil, err
 		}
 		args, prefix = append(flags, args...), p
 	} else {
 		// The runtime's own errors, apart from the command's stderr.
-		args = append([]string{"--log", logFile, "--log-format", "json"}, args...)
+		args = append([]string{"--log", a.logFile, "--log-format", "json"}, args...)
 	}
-	// Not the caller's context: a cancel kills the container (below),
+	// Not the caller's context: a cancel kills the container (wait),
 	// never the runtime alone, which would leave the container running.
 	cmd := rt.commandIn(context.Background(), prefix, args...)
-	out := backend.NewOutputs(req)
-	cmd.Stdout, cmd.Stderr = out.Stdout, out.Stderr
+	if configR != nil {
+		cmd.ExtraFiles = []*os.File{configR}
+	}
+	a.out = backend.NewOutputs(req)
+	cmd.Stdout, cmd.Stderr = a.out.Stdout, a.out.Stderr
 	stdin, err := stdinpipe.Set(cmd, req.Stdin)
 	if err != nil {
-		return res, false, err
+		a.closeConfig(configR)
+		return nil, err
 	}
+	a.stdin = stdin
 	// The runtime moves the container's first process into its cgroup
 	// early in its run (lite does, for runsc): that move's lock is made
 	// warm beside it, until the process has started (see package cgwarm).
-	stopWarm := cgwarm.Start(func() bool { return readPIDFile(pidFile) > 0 })
-	defer stopWarm()
-	start := time.Now()
+	a.stopWarm = cgwarm.Start(func() bool { return readPIDFile(a.pidFile) > 0 })
+	a.start = time.Now()
 	err = cmd.Start()
 	stdin.Started(err)
-	if err != nil {
-		return res, false, err
+	if configR != nil {
+		configR.Close()
 	}
-	stopRecord := s.recordInit(m, pidFile)
+	if err != nil {
+		a.stopWarm()
+		a.closeConfig(nil)
+		return nil, err
+	}
+	a.cmd = cmd
+	return a, nil
+}
+
+// closeConfig closes this process's ends of the config pipe.
+func (a *attached) closeConfig(r *os.File) {
+	if r != nil {
+		r.Close()
+	}
+	if a.config != nil {
+		a.config.Close()
+		a.config = nil
+	}
+}
+
+// feed writes spec into the config pipe of a runtime started early, with
+// the root file system's path made absolute (the runtime's bundle folder
+// is start/, not the bundle), and closes it.
+func (a *attached) feed(spec *specs.Spec) error {
+	if a.config == nil {
+		return nil
+	}
+	sp := *spec
+	if sp.Root != nil && !filepath.IsAbs(sp.Root.Path) {
+		root := *sp.Root
+		root.Path = filepath.Join(bundleDir(a.s.dir, a.m.Gen), root.Path)
+		sp.Root = &root
+	}
+	data, err := json.Marshal(&sp)
+	if err != nil {
+		return err
+	}
+	a.start = time.Now()
+	_, err = a.config.Write(data)
+	a.closeConfig(nil)
+	if err != nil {
+		return fmt.Errorf("giving %s its config: %w", a.m.runtime().name, err)
+	}
+	return nil
+}
+
+// abort ends a runtime started early that has not been fed its config:
+// it has made nothing yet (its config is what tells it what to make), so
+// a kill is all it takes.
+func (a *attached) abort() {
+	a.cmd.Process.Kill()
+	a.cmd.Wait()
+	a.stopWarm()
+	a.stdin.Close()
+	a.closeConfig(nil)
+}
+
+// wait waits for the one-shot sandbox's first process to end, killing
+// everything in it after req.Timeout or when ctx ends (the result's
+// ExitCode is then -1, the error ctx's). deleted says the runtime ended
+// normally, having deleted the container (not after a failure of its own,
+// which may leave some of it).
+func (a *attached) wait(ctx context.Context, req backend.ExecRequest) (res backend.ExecResult, deleted bool, err error) {
+	defer a.stopWarm()
+	s, m, cmd := a.s, a.m, a.cmd
+	stopRecord := s.recordInit(m, a.pidFile)
 	// The cgroup holds every process of the container (gVisor's sentry
 	// and gofer too) from before its first process runs.
 	kill := func() {
@@ -167,9 +330,9 @@ func (s *Sandbox) runAttached(ctx context.Context, m *meta, req backend.ExecRequ
 	var waitErr, ctxErr error
 	res.TimedOut, waitErr, ctxErr = waitExec(ctx, cmd, kill, req.Timeout)
 	stopRecord()
-	res.Duration = time.Since(start)
-	stdin.Close()
-	out.Finish(&res)
+	res.Duration = time.Since(a.start)
+	a.stdin.Close()
+	a.out.Finish(&res)
 	var exitErr *exec.ExitError
 	ended := waitErr == nil || errors.As(waitErr, &exitErr) || errors.Is(waitErr, exec.ErrWaitDelay)
 	// The runtime deleted the container unless it was killed itself.
@@ -185,14 +348,14 @@ func (s *Sandbox) runAttached(ctx context.Context, m *meta, req backend.ExecRequ
 		return res, false, waitErr
 	}
 	res.ExitCode = backendkit.ExitCode(cmd.ProcessState)
-	if res.ExitCode != 0 && readPIDFile(pidFile) == 0 {
+	if res.ExitCode != 0 && readPIDFile(a.pidFile) == 0 {
 		// No process was started: the runtime failed (its message).
 		msg := "its message went to the command's stderr"
-		if rerr := runtimeFailure(logFile); rerr != nil {
+		if rerr := runtimeFailure(a.logFile); rerr != nil {
 			msg = rerr.Error()
 		}
 		res.ExitCode = 0
-		return res, false, &runtimeError{runtime: rt.name, args: []string{"run"}, msg: msg}
+		return res, false, &runtimeError{runtime: m.runtime().name, args: []string{"run"}, msg: msg}
 	}
 	return res, deleted, nil
 }

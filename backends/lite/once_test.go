@@ -240,3 +240,46 @@ func TestRunOnceRuntimeFailure(t *testing.T) {
 		t.Errorf("RunOnce: exit %d, %v: want the runtime's error; stderr %q", res.ExitCode, err, res.Stderr)
 	}
 }
+
+// TestRunOnceUnfedRuntime: runc started before its one-shot sandbox's
+// bundle is made (oneShot) reads its config from a pipe. When the process
+// making the bundle goes away before writing it (killed, or its write end
+// closed as here), runc reads an empty config and ends by itself, having
+// made no container: nothing waits forever on a config that never comes
+// (the test env's leak check looks for runtime processes naming the state
+// folder, and for containers).
+func TestRunOnceUnfedRuntime(t *testing.T) {
+	e := newTestEnv(t)
+	b := e.open(t)
+	if b.runtime.name != "runc" {
+		t.Skipf("the runtime is %s: only runc starts before its bundle", b.runtime.name)
+	}
+	id := "0123456789ab"
+	sb := &Sandbox{b: b, id: id, dir: filepath.Join(b.dir, id)}
+	defer os.RemoveAll(sb.dir)
+	m := &meta{ID: id, Once: true, ContainerID: containerID(b.runtime, id, 0), Runtime: b.runtime.path, RuntimeRoot: b.runtime.root}
+	var stderr bytes.Buffer
+	a, err := sb.startAttached(m, backend.ExecRequest{Cmd: []string{"true"}, Stderr: &stderr}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.closeConfig(nil)
+	done := make(chan error, 1)
+	go func() { done <- a.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("runc run succeeded without a config")
+		}
+	case <-time.After(time.Minute):
+		a.cmd.Process.Kill()
+		t.Fatal("runc run still waits for its config a minute after its writer went away")
+	}
+	a.stopWarm()
+	if ids, err := b.runtime.list(t.Context()); err != nil || len(ids) > 0 {
+		t.Errorf("containers after an unfed run: %v, %v", ids, err)
+	}
+	if !strings.Contains(stderr.String(), "EOF") {
+		t.Errorf("runc's stderr %q: want its error reading the empty config", stderr.String())
+	}
+}
