@@ -197,7 +197,9 @@ func TestPauseResume(t *testing.T) {
 // The state Info reports right after Pause and Resume is theirs, however
 // quickly they follow each other: the engine's late pause event once left
 // it reporting "paused" after a Resume (about one cycle in 300 back to
-// back; 200 cycles here).
+// back; 200 cycles here), and once more, at cycle 108 in a CI run, after
+// Resume had seen the engine report it running (settlePaused now watches
+// the state for settleFor).
 func TestPauseResumeStateSettles(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
