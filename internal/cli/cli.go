@@ -27,12 +27,14 @@ func Main(f Features) {
 	// leaves).
 	ctx, cancel := context.WithCancelCause(context.Background())
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, stopSignals...)
-	go func() {
-		s := <-sigs
-		signal.Reset(stopSignals...)
-		cancel(interrupted{s})
-	}()
+	if stops := handledStopSignals(); len(stops) > 0 {
+		signal.Notify(sigs, stops...)
+		go func() {
+			s := <-sigs
+			signal.Reset(stops...)
+			cancel(interrupted{s})
+		}()
+	}
 	// SIGPIPE is caught and dropped: a write to a broken pipe or socket then
 	// fails with EPIPE instead of killing sbx. It is no stop signal: it comes
 	// from a write to any closed pipe or socket (a backend's stream, an
@@ -43,6 +45,23 @@ func Main(f Features) {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	go watchStdout(func() { cancel(outputGone{errors.New("its reader went away")}) })
 	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// handledStopSignals are the stop signals sbx handles: those it was not
+// started with ignored. A signal ignored from the start stays ignored, as
+// in a program that does not handle it: nohup's SIGHUP, a background
+// job's SIGINT (signal.Notify would install a handler and end that). A
+// hangup that came before the handler was installed was otherwise lost
+// (ignored then, handled after): a nohup'd `sbx pool keep` sent SIGHUP at
+// its start ran on, while one sent it later stopped.
+func handledStopSignals() []os.Signal {
+	var stops []os.Signal
+	for _, s := range stopSignals {
+		if !signal.Ignored(s) {
+			stops = append(stops, s)
+		}
+	}
+	return stops
 }
 
 // watchStdout calls gone when stdout is a pipe or socket whose reader went

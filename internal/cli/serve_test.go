@@ -10,10 +10,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,6 +39,16 @@ func TestMain(m *testing.M) {
 		Main(testFeatures)
 	}
 	features = testFeatures
+	// The sbx processes these tests start handle SIGHUP and SIGINT even
+	// when this test runs with them ignored (under nohup, as a background
+	// job), as sbx keeps an ignored stop signal ignored: a handler here
+	// gives the children the default, which they handle. Only then: a
+	// handler would keep Ctrl-C from stopping the tests.
+	for _, s := range []os.Signal{syscall.SIGHUP, os.Interrupt} {
+		if signal.Ignored(s) {
+			signal.Notify(make(chan os.Signal, 1), s)
+		}
+	}
 	os.Exit(m.Run())
 }
 

@@ -82,6 +82,36 @@ func TestStopSignalsCleanUp(t *testing.T) {
 	}
 }
 
+// A stop signal sbx was started with ignored stays ignored (nohup's
+// SIGHUP): a hangup changes nothing, and the SIGTERM after it stops sbx
+// run as SIGTERM does (exit status 143, the sandbox removed).
+func TestIgnoredHangupStaysIgnored(t *testing.T) {
+	bin := sbxBin(t)
+	setup(t)
+	nohup, err := exec.LookPath("nohup")
+	if err != nil {
+		t.Skip("no nohup on PATH")
+	}
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	// nohup execs sbx with SIGHUP ignored (its stdout, a pipe here, stays).
+	cmd := exec.Command(nohup, bin, "run", "--", "sh", "-c", `echo $$ > "$1"; exec sleep 30`, "sh", pidFile)
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pids := readPIDs(t, pidFile)
+	_ = cmd.Process.Signal(syscall.SIGHUP)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if got := exitStatus(t, cmd.Wait()); got != 128+int(syscall.SIGTERM) {
+		t.Errorf("exit status %d, want %d (SIGTERM's; a handled SIGHUP gives %d)", got, 128+int(syscall.SIGTERM), 128+int(syscall.SIGHUP))
+	}
+	expectGone(t, pids)
+	if got := listSandboxes(t); len(got) != 0 {
+		t.Errorf("sandboxes left: %+v", got)
+	}
+}
+
 // A SIGPIPE does not stop sbx: the kernel raises it for a write to any
 // closed pipe or socket (a backend's stream, an agent gone), not only
 // stdout's, whose reader going away stops sbx by other means (above). It
