@@ -533,10 +533,8 @@ func (b *Backend) makeBundle(ctx context.Context, spec backend.Spec, once *oneSh
 	if err := writeMeta(dir, m); err != nil {
 		return failed(err)
 	}
-	if once != nil {
-		if err := once.start(sb, m); err != nil {
-			return failed(err)
-		}
+	if err := once.start(sb, m); err != nil {
+		return failed(err)
 	}
 	if len(spec.Credentials) > 0 {
 		// Before the enforcer starts: it reads them then.

@@ -144,7 +144,7 @@ type oneShot struct {
 // start starts the runtime of the one-shot sandbox sb, whose record m
 // exists, if it can start before its bundle is made.
 func (o *oneShot) start(sb *Sandbox, m *meta) error {
-	if m.runtime().name != "runc" || m.Rootless {
+	if o == nil || m.runtime().name != "runc" || m.Rootless {
 		return nil
 	}
 	a, err := sb.startAttached(m, o.req, true)
@@ -217,6 +217,8 @@ func (s *Sandbox) startAttached(m *meta, req backend.ExecRequest, early bool) (*
 		if a.config, configR, err = childpipe.ForInput(); err != nil {
 			return nil, err
 		}
+		// The runtime has its own copy once started.
+		defer configR.Close()
 	}
 	args := []string{"run", "--bundle", runBundle, "--pid-file", a.pidFile, m.ContainerID}
 	var prefix []string
@@ -240,7 +242,7 @@ func (s *Sandbox) startAttached(m *meta, req backend.ExecRequest, early bool) (*
 	cmd.Stdout, cmd.Stderr = a.out.Stdout, a.out.Stderr
 	stdin, err := stdinpipe.Set(cmd, req.Stdin)
 	if err != nil {
-		a.closeConfig(configR)
+		a.closeConfig()
 		return nil, err
 	}
 	a.stdin = stdin
@@ -251,23 +253,17 @@ func (s *Sandbox) startAttached(m *meta, req backend.ExecRequest, early bool) (*
 	a.start = time.Now()
 	err = cmd.Start()
 	stdin.Started(err)
-	if configR != nil {
-		configR.Close()
-	}
 	if err != nil {
 		a.stopWarm()
-		a.closeConfig(nil)
+		a.closeConfig()
 		return nil, err
 	}
 	a.cmd = cmd
 	return a, nil
 }
 
-// closeConfig closes this process's ends of the config pipe.
-func (a *attached) closeConfig(r *os.File) {
-	if r != nil {
-		r.Close()
-	}
+// closeConfig closes this process's end of the config pipe.
+func (a *attached) closeConfig() {
 	if a.config != nil {
 		a.config.Close()
 		a.config = nil
@@ -293,7 +289,7 @@ func (a *attached) feed(spec *specs.Spec) error {
 	}
 	a.start = time.Now()
 	_, err = a.config.Write(data)
-	a.closeConfig(nil)
+	a.closeConfig()
 	if err != nil {
 		return fmt.Errorf("giving %s its config: %w", a.m.runtime().name, err)
 	}
@@ -308,7 +304,7 @@ func (a *attached) abort() {
 	a.cmd.Wait()
 	a.stopWarm()
 	a.stdin.Close()
-	a.closeConfig(nil)
+	a.closeConfig()
 }
 
 // wait waits for the one-shot sandbox's first process to end, killing

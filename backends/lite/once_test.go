@@ -263,7 +263,7 @@ func TestRunOnceUnfedRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.closeConfig(nil)
+	a.closeConfig()
 	done := make(chan error, 1)
 	go func() { done <- a.cmd.Wait() }()
 	select {
@@ -281,5 +281,38 @@ func TestRunOnceUnfedRuntime(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "EOF") {
 		t.Errorf("runc's stderr %q: want its error reading the empty config", stderr.String())
+	}
+}
+
+// TestRunOnceStartsRuncEarly: a one-shot sandbox's runc is started while
+// its bundle is made (oneShot), and runs the command once fed its config.
+func TestRunOnceStartsRuncEarly(t *testing.T) {
+	e := newTestEnv(t)
+	b := e.open(t)
+	if b.runtime.name != "runc" {
+		t.Skipf("the runtime is %s: only runc starts before its bundle", b.runtime.name)
+	}
+	var stdout bytes.Buffer
+	req := backend.ExecRequest{Cmd: []string{"echo", "fed"}, Stdout: &stdout}
+	spec := e.spec("early")
+	spec.Command = req.Cmd
+	o := &oneShot{req: req}
+	sb, m, _, err := b.makeBundle(t.Context(), spec, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.a == nil {
+		t.Fatal("makeBundle made the bundle without starting runc")
+	}
+	if o.a.config != nil {
+		t.Error("makeBundle returned with runc's config not given to it")
+	}
+	res, deleted, err := o.a.wait(t.Context(), req)
+	m.runtimeDeleted = deleted
+	if terr := sb.teardown(context.WithoutCancel(t.Context()), m); terr != nil {
+		t.Error(terr)
+	}
+	if err != nil || res.ExitCode != 0 || stdout.String() != "fed\n" {
+		t.Errorf("exit %d, %v, stdout %q: want 0 and fed", res.ExitCode, err, stdout.String())
 	}
 }

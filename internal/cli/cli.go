@@ -26,8 +26,8 @@ func Main(f Features) {
 	// second SIGINT or SIGTERM ends sbx at once (sbx gc reaps what that
 	// leaves).
 	ctx, cancel := context.WithCancelCause(context.Background())
-	sigs := make(chan os.Signal, 1)
 	if stops := handledStopSignals(); len(stops) > 0 {
+		sigs := make(chan os.Signal, 1)
 		signal.Notify(sigs, stops...)
 		go func() {
 			s := <-sigs
