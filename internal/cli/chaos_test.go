@@ -293,26 +293,14 @@ func runChaos(t *testing.T, bin string, tg chaosTarget, rng *rand.Rand) {
 			sbx(t, "down", id)
 		}
 		sbx(t, "gc", "--grace", "0").expect(t, 0)
-		var left []string
-		for _, x := range tg.move.inventory(t) {
-			if !slices.Contains(moveBefore, x) {
-				left = append(left, x)
-			}
-		}
-		if len(left) > 0 {
+		if left := added(moveBefore, tg.move.inventory(t)); len(left) > 0 {
 			t.Errorf("left behind on sbx move's other side (seed above): %v", left)
 		}
 		t.Logf("sbx move completed %d sessions", len(moved))
 		t.Setenv("SBX_CONFIG", tg.config)
 	}
 	sbx(t, "gc", "--grace", "0").expect(t, 0)
-	var left []string
-	for _, x := range inventory(t) {
-		if !slices.Contains(before, x) {
-			left = append(left, x)
-		}
-	}
-	if len(left) > 0 {
+	if left := added(before, inventory(t)); len(left) > 0 {
 		t.Errorf("left behind (seed above): %v\nhanded over: forks %v, snapshots %v", left, forks, snaps)
 		t.Logf("sbx ls --all:\n%s", sbx(t, "ls", "--all").stdout)
 	}

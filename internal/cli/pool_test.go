@@ -215,8 +215,8 @@ func testPoolAcrossProcesses(t *testing.T, bin string, ct chaosTarget) {
 	// its create is cancelled, and the engine may finish that removal
 	// after the keeper exited: wait for the inventory to settle. A leak
 	// stays.
-	if after := settledInventory(t, before, inventory); !slices.Equal(before, after) {
-		t.Errorf("left behind:\nbefore: %v\nafter:  %v", before, after)
+	if left := leftBehind(t, before, inventory); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
 	}
 }
 
@@ -313,10 +313,8 @@ func TestPoolReusesLiteCleanly(t *testing.T) {
 		<-kept
 		p.Close(context.Background())
 		b.Close() // waits for lite's background removals
-		for _, x := range settledInventory(t, before, ct.inventory) {
-			if !slices.Contains(before, x) {
-				t.Errorf("left behind: %s", x)
-			}
+		if left := leftBehind(t, before, ct.inventory); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
 		}
 	}()
 	wait := func() {
@@ -404,17 +402,30 @@ func appendToFile(t *testing.T, p, text string) {
 	}
 }
 
-// settledInventory is inventory once it equals before again, or after 30
-// seconds. What a removal the engine or a background goroutine finishes
-// late leaves goes meanwhile, and so does what other packages' tests,
-// running alongside, hold for a moment in the places the inventory
-// reads machine-wide (lite's cgroups); a leak stays.
-func settledInventory(t *testing.T, before []string, inventory func(*testing.T) []string) []string {
+// leftBehind is what inventory holds that before did not, once that is
+// nothing or after 30 seconds. What a removal the engine or a background
+// goroutine finishes late leaves goes meanwhile, and so does what other
+// packages' tests, running alongside, hold for a moment in the places the
+// inventory reads machine-wide (lite's cgroups, the engine's images); a leak
+// stays. What went since before (another package's test removed its image)
+// is not this test's doing and does not count.
+func leftBehind(t *testing.T, before []string, inventory func(*testing.T) []string) []string {
 	t.Helper()
-	after := inventory(t)
-	for deadline := time.Now().Add(30 * time.Second); !slices.Equal(before, after) && time.Now().Before(deadline); {
+	left := added(before, inventory(t))
+	for deadline := time.Now().Add(30 * time.Second); len(left) > 0 && time.Now().Before(deadline); {
 		time.Sleep(200 * time.Millisecond) // polls a condition
-		after = inventory(t)
+		left = added(before, inventory(t))
 	}
-	return after
+	return left
+}
+
+// added is what after holds that before does not.
+func added(before, after []string) []string {
+	var out []string
+	for _, x := range after {
+		if !slices.Contains(before, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -258,8 +257,8 @@ func TestShellBackends(t *testing.T) {
 			if ct.inventory == nil {
 				return
 			}
-			if after := ct.inventory(t); !slices.Equal(before, after) {
-				t.Errorf("left behind:\nbefore: %v\nafter:  %v", before, after)
+			if left := leftBehind(t, before, ct.inventory); len(left) > 0 {
+				t.Errorf("left behind: %v", left)
 			}
 		})
 	}
