@@ -24,12 +24,11 @@ while IFS= read -r line; do
 	# which has ten targets).
 	bin=$bins/${dir//\//_}.test
 	if [ -z "${built[$dir]:-}" ]; then
-		if ! go test -c -fuzz=. -o "$bin" "$pkg"; then
-			rc=1
-			continue
-		fi
-		built[$dir]=$(go list "$pkg")
+		# A package that does not build fails once, not once per target.
+		built[$dir]=-
+		go test -c -fuzz=. -o "$bin" "$pkg" && built[$dir]=$(go list "$pkg") || rc=1
 	fi
+	[ "${built[$dir]}" = - ] && continue
 	log=$(mktemp)
 	# As go test runs it: in the package's folder (its testdata/fuzz seeds
 	# are read and a failing input is written there), with go's cache of
