@@ -274,7 +274,7 @@ func (b *Backend) writeForkBundle(p *forkPlan, cfg *specs.Spec, parent *Sandbox,
 		return err
 	}
 	if ahead {
-		lowPriority(fcfg)
+		lowPriority(fcfg, m.runtime())
 	}
 	return writeConfig(bundleDir(dir, 0), fcfg)
 }

@@ -87,7 +87,7 @@ func (s *Sandbox) makeForkStandby(ctx context.Context, p *forkPlan, cfg *specs.S
 	if err := mountOverlay(m.Lower, dir, 0); err != nil {
 		return err
 	}
-	done := s.b.startLow(m.ID, cgroupName(m.ID, 0))
+	done := s.b.startLow(m, cgroupName(m.ID, 0))
 	pid, err := m.runtime().launch(ctx, nil, "create", m.ContainerID, bundleDir(dir, 0), filepath.Join(dir, "main.log"))
 	done()
 	if err != nil {

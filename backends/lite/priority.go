@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -32,6 +33,9 @@ import (
 // do: gVisor gives the stub processes it starts for the sandbox's own
 // processes, long after the create, the sentry's priority at its boot.
 //
+// Under runc on cgroup v1 the low weight is not in the config but in the
+// cgroup, which lite makes before the create (see lowByCgroup).
+//
 // Rootless sandboxes have no cgroup and are made at the normal weight.
 const lowShares uint64 = 2 // the least cgroup v1 takes
 
@@ -42,9 +46,10 @@ const (
 	normalWeight = "100"
 )
 
-// lowPriority sets cfg's container to be made at low CPU weight.
-func lowPriority(cfg *specs.Spec) {
-	if cfg.Linux == nil || cfg.Linux.CgroupsPath == "" {
+// lowPriority sets cfg's container, to be made by rt, to be made at low
+// CPU weight: in cfg, unless its cgroup carries the weight (lowByCgroup).
+func lowPriority(cfg *specs.Spec, rt *ociRuntime) {
+	if cfg.Linux == nil || cfg.Linux.CgroupsPath == "" || lowByCgroup(rt) {
 		return
 	}
 	if cfg.Linux.Resources == nil {
@@ -76,6 +81,42 @@ func normalPriority(bundle, cgroup string) error {
 		r.CPU = nil
 	}
 	return writeConfig(bundle, cfg)
+}
+
+// lowByCgroup reports whether a container of runtime rt made at low CPU
+// weight gets it from its cgroup, which lite makes with the weight in it
+// before the create (makeLowCgroup), rather than from its OCI config: on a
+// host with cgroup v1's cpu hierarchy, under any runtime but gVisor's. runc
+// writes the cpu shares a config asks for there and reads them back,
+// failing the create when they differ ("the minimum allowed cpu-shares is
+// 1024"), which they did when hurry wrote the normal weight in between; a
+// runtime joins a cgroup that exists and writes no weight its config does
+// not ask for. runsc reads nothing back, nor does runc on cgroup v2.
+func lowByCgroup(rt *ociRuntime) bool {
+	return !rt.gvisor() && cpuV1Root() != ""
+}
+
+// cpuV1Root returns the root of cgroup v1's cpu hierarchy, or "".
+var cpuV1Root = sync.OnceValue(func() string {
+	for _, root := range cgroupRoots() {
+		if _, err := os.Stat(filepath.Join(root, "cpu.shares")); err == nil {
+			return root
+		}
+	}
+	return ""
+})
+
+// makeLowCgroup makes cgroup in cgroup v1's cpu hierarchy with the lowest
+// CPU weight, for a container that will join it (lowByCgroup). A failure
+// leaves the container to be made at the normal weight; what was made goes
+// with the container's cgroup (removeCgroups).
+func makeLowCgroup(cgroup string) error {
+	d := filepath.Join(cpuV1Root(), cgroupParent, cgroup)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return err
+	}
+	_, err := writeExisting(filepath.Join(d, "cpu.shares"), strconv.FormatUint(lowShares, 10))
+	return err
 }
 
 // setNormalWeight writes the normal CPU weight into cgroup, in the
@@ -119,11 +160,11 @@ func (s *Sandbox) startCreate(ctx context.Context, m *meta, ahead bool) error {
 	if err != nil {
 		return err
 	}
-	lowPriority(cfg)
+	lowPriority(cfg, m.runtime())
 	if err := writeConfig(bundle, cfg); err != nil {
 		return err
 	}
-	done := s.b.startLow(s.id, cgroup)
+	done := s.b.startLow(m, cgroup)
 	err = s.start(ctx, m)
 	done()
 	if err != nil {
@@ -139,10 +180,17 @@ type lowCreate struct {
 	once   sync.Once
 }
 
-// startLow records that a container of sandbox id, of cgroup, is being
-// made at low weight; done forgets it once the create has returned. A
-// backend waiting for its background work hurries it at once.
-func (b *Backend) startLow(id, cgroup string) (done func()) {
+// startLow records that a container of sandbox m, of cgroup, is being
+// made at low weight, making its cgroup where that carries the weight
+// (lowByCgroup); done forgets it once the create has returned. A backend
+// waiting for its background work hurries it at once.
+func (b *Backend) startLow(m *meta, cgroup string) (done func()) {
+	id := m.ID
+	if !m.Rootless && lowByCgroup(m.runtime()) {
+		if err := makeLowCgroup(cgroup); err != nil {
+			b.log.Debug("making a cgroup at low CPU weight; the container is made at the normal one", "sandbox", id, "err", err)
+		}
+	}
 	l := &lowCreate{cgroup: cgroup, done: make(chan struct{})}
 	b.lows.Store(id, l)
 	// After the store: a waitBackground that began meanwhile either

@@ -107,8 +107,13 @@ func TestStandbyMadeAtLowPriority(t *testing.T) {
 		if w := cpuWeight(cgroupName(sb.id, gen)); w != normal {
 			t.Errorf("round %d: the standby's CPU weight once waited for is %q, want %s", round, w, normal)
 		}
-		if s := configShares(t, bundleDir(sb.dir, gen)); s != lowShares {
-			t.Errorf("round %d: the standby's config sets cpu shares %d, want %d", round, s, lowShares)
+		// Where the cgroup carries the low weight, the config asks for none.
+		want := lowShares
+		if lowByCgroup(m.runtime()) {
+			want = 0
+		}
+		if s := configShares(t, bundleDir(sb.dir, gen)); s != want {
+			t.Errorf("round %d: the standby's config sets cpu shares %d, want %d", round, s, want)
 		}
 	}
 	if res, err := sb.Exec(ctx, backend.ExecRequest{Cmd: []string{"true"}}); err != nil || res.ExitCode != 0 {
@@ -154,7 +159,7 @@ func TestLowCreateHurried(t *testing.T) {
 		}
 	}
 	a, c := lowCgroup("hurry-test-a"), lowCgroup("hurry-test-c")
-	doneA, doneC := b.startLow("a", a), b.startLow("c", c)
+	doneA, doneC := b.startLow(&meta{ID: "a"}, a), b.startLow(&meta{ID: "c"}, c)
 	b.hurry("a")
 	waitNormal("a hurried create", a)
 	if w := cpuWeight(c); w != "2" {
@@ -167,13 +172,13 @@ func TestLowCreateHurried(t *testing.T) {
 
 	late := lowCgroup("hurry-test-late")
 	b.urgent.Add(1) // as while waitBackground waits
-	doneLate := b.startLow("late", late)
+	doneLate := b.startLow(&meta{ID: "late"}, late)
 	waitNormal("a create started while the backend waits for its background work", late)
 	doneLate()
 	b.urgent.Add(-1)
 
 	forgotten := lowCgroup("hurry-test-done")
-	b.startLow("done", forgotten)()
+	b.startLow(&meta{ID: "done"}, forgotten)()
 	b.hurry("done")
 	if w := cpuWeight(forgotten); w != "2" {
 		t.Errorf("a create that had returned was hurried: weight %q", w)
@@ -248,4 +253,73 @@ func TestAheadMadeAtLowPriority(t *testing.T) {
 			t.Fatalf("ahead %v: a command: %v %+v", ahead, err, res)
 		}
 	}
+}
+
+// A standby made at low weight while its cgroup gets the normal weight
+// written into it all the time (hurry writes it every 5 ms while a Reset,
+// Destroy or Close waits for the standby) is made all the same. On cgroup
+// v1, runc reads back the cpu shares a config asks for and failed the
+// create ("the minimum allowed cpu-shares is 1024") when the normal weight
+// came in between its write and its read.
+func TestStandbyMadeWhileHurried(t *testing.T) {
+	e := newTestEnv(t)
+	b := e.open(t)
+	sb := create(t, b, e.spec("hurried-standby"))
+	ctx := t.Context()
+	writes := 0 // of the normal weight into a standby's cgroup
+	for round := 1; round <= 20; round++ {
+		before, err := readMeta(sb.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		hammered := make(chan struct{})
+		go func() {
+			defer close(hammered)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for g := before.Gen + 1; g <= before.Gen+3; g++ {
+					for _, d := range cgroupDirs(cgroupName(sb.id, g)) { // as setNormalWeight
+						for file, w := range map[string]string{"cpu.shares": normalShares, "cpu.weight": normalWeight} {
+							if ok, _ := writeExisting(filepath.Join(d, file), w); ok {
+								writes++
+							}
+						}
+					}
+				}
+			}
+		}()
+		err = sb.Reset(ctx)
+		if err == nil {
+			b.waitBackground()
+		}
+		close(stop)
+		<-hammered
+		if err != nil {
+			t.Fatalf("round %d: Reset: %v", round, err)
+		}
+		m, err := readMeta(sb.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !m.Standby.ready() || m.Standby.Gen != m.Gen+1 {
+			t.Fatalf("round %d: no standby after a Reset whose standby was hurried while made (generation %d): %+v (main.log: %s)", round, m.Gen, m.Standby, tailFile(filepath.Join(sb.dir, "main.log")))
+		}
+	}
+	if writes == 0 {
+		t.Fatal("the normal weight was never written into a standby's cgroup while it was made: the test hurried nothing")
+	}
+}
+
+// tailFile returns the last 500 bytes of the file at p, or why not.
+func tailFile(p string) string {
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return err.Error()
+	}
+	return string(data[max(0, len(data)-500):])
 }

@@ -489,7 +489,7 @@ func (s *Sandbox) makeStandby(ctx context.Context, m *meta) error {
 		}
 		cfg.Linux.CgroupsPath = "/" + cgroupParent + "/" + cgroupName(s.id, gen)
 	}
-	lowPriority(cfg) // made ahead
+	lowPriority(cfg, m.runtime()) // made ahead
 	if err := writeConfig(bundleDir(s.dir, gen), cfg); err != nil {
 		return err
 	}
@@ -497,7 +497,7 @@ func (s *Sandbox) makeStandby(ctx context.Context, m *meta) error {
 	if err != nil {
 		return err
 	}
-	done := s.b.startLow(s.id, cgroupName(s.id, gen))
+	done := s.b.startLow(m, cgroupName(s.id, gen))
 	pid, err := m.runtime().launch(ctx, prefix, "create", containerID(m.runtime(), s.id, gen), bundleDir(s.dir, gen), filepath.Join(s.dir, "main.log"))
 	done()
 	if err != nil {
