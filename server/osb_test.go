@@ -72,7 +72,8 @@ func TestOpenSandboxAPILocal(t *testing.T) {
 // OpenSandbox API of server s, sandboxes made from image.
 func osbRoundTrip(t *testing.T, s *server.Server, image string) {
 	t.Run("conformance", func(t *testing.T) {
-		backendtest.Run(t, func(t *testing.T) backend.Backend { return osbClientOf(t, s, false) }, backendtest.WithImage(image))
+		backendtest.Run(t, func(t *testing.T) backend.Backend { return osbClientOf(t, s, false) }, backendtest.WithImage(image),
+			backendtest.WithIdleTTL("the OpenSandbox API's timeout is an idle window that every call renews (docs/serve.md)"))
 	})
 	t.Run("fileops", func(t *testing.T) {
 		c := osbClientOf(t, s, true)

@@ -186,6 +186,13 @@ func (s *suite) checkInfo(t *testing.T, what string, info backend.Info, id strin
 	switch {
 	case spec.TTL == 0 && !info.ExpiresAt.IsZero():
 		t.Errorf("%s: ExpiresAt = %v, want zero (no TTL)", what, info.ExpiresAt)
+	case spec.TTL != 0 && s.cfg.idleTTL != "":
+		// The window started again at the latest with the call that
+		// returned info.
+		least, most := info.CreatedAt.Add(spec.TTL), time.Now().Add(spec.TTL)
+		if info.ExpiresAt.Before(least.Add(-skew)) || info.ExpiresAt.After(most.Add(skew)) {
+			t.Errorf("%s: ExpiresAt = %v, want between CreatedAt + TTL (%v) and now + TTL (%v): the TTL is an idle window (%s)", what, info.ExpiresAt, least, most, s.cfg.idleTTL)
+		}
 	case spec.TTL != 0:
 		want := info.CreatedAt.Add(spec.TTL)
 		if d := info.ExpiresAt.Sub(want); d < -skew || d > skew {

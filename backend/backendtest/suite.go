@@ -69,6 +69,8 @@ type config struct {
 	agentCheck   func(ctx context.Context, id string, conn net.Conn) error
 	// noTermSignals: why the backend's terminals raise no signals.
 	noTermSignals string
+	// idleTTL: why the backend's TTL is an idle window.
+	idleTTL string
 }
 
 // WithSpec sets the base Spec of every sandbox the suite creates. The suite
@@ -116,6 +118,16 @@ func WithAgentCheck(check func(ctx context.Context, id string, conn net.Conn) er
 // signals with that reason.
 func WithoutTerminalSignals(why string) Option {
 	return func(c *config) { c.noTermSignals = why }
+}
+
+// WithIdleTTL says why the backend's TTL is an idle window that each use
+// of the sandbox starts again (sbx serve's OpenSandbox API, whose timeout is
+// one), not a lifetime from CreatedAt. Info's ExpiresAt is then checked to
+// be at least CreatedAt + TTL and at most TTL after the Info call, where a
+// lifetime is checked to be CreatedAt + TTL: on a slow machine a minute
+// and more passes between a create and an Info, which renews the window.
+func WithIdleTTL(why string) Option {
+	return func(c *config) { c.idleTTL = why }
 }
 
 // Limits on how long the suite waits for the backend. They are generous

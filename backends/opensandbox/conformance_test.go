@@ -58,7 +58,7 @@ func TestConformanceInProcessServer(t *testing.T) {
 	cfg := opensandbox.Config{Domain: srv.Domain(), APIKey: testAPIKey}
 	backendtest.Run(t, func(t *testing.T) backend.Backend {
 		return newBackend(t, cfg)
-	}, backendtest.WithImage(testImage))
+	}, backendtest.WithImage(testImage), backendtest.WithIdleTTL("sbx serve's OpenSandbox API takes a timeout for an idle window that every call renews (docs/serve.md)"))
 }
 
 // TestFileopsInProcessServer runs the fileops table, with execd reached
