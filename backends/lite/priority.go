@@ -33,7 +33,7 @@ import (
 // do: gVisor gives the stub processes it starts for the sandbox's own
 // processes, long after the create, the sentry's priority at its boot.
 //
-// Under runc on cgroup v1 the low weight is not in the config but in the
+// Under runc or crun on cgroup v1 the low weight is not in the config but in the
 // cgroup, which lite makes before the create (see lowByCgroup).
 //
 // Rootless sandboxes have no cgroup and are made at the normal weight.
