@@ -55,6 +55,7 @@ type result struct {
 	Passed        bool
 	Err           error
 	Note          string
+	Took          time.Duration // the pair's measurements, attempts included (the gate's own cost shows)
 }
 
 func main() {
@@ -90,6 +91,7 @@ func main() {
 			fatalf("perfgate: %s has no budget with a max and a reason in %s", p.name, *budgetsFile)
 		}
 		r := &result{Name: p.name, Figure: p.figure, Floor: p.floor, Budget: b}
+		start := time.Now()
 		if missing := p.needs(env); missing != "" {
 			if *skipMissing {
 				fmt.Printf("%-16s skipped: %s\n", p.name, missing)
@@ -106,6 +108,7 @@ func main() {
 				r.Passed = r.Ratio <= b.Max && (b.MaxP90 == 0 || r.RatioP90 <= b.MaxP90)
 			}
 		}
+		r.Took = time.Since(start)
 		results = append(results, r)
 		report(os.Stdout, r)
 		failed = failed || !r.Passed
@@ -130,7 +133,7 @@ func main() {
 func report(w io.Writer, r *result) {
 	switch {
 	case r.Err != nil:
-		fmt.Fprintf(w, "%-16s ERROR %v\n", r.Name, r.Err)
+		fmt.Fprintf(w, "%-16s ERROR %v (%s)\n", r.Name, r.Err, r.Took.Round(time.Second))
 	default:
 		status := "ok"
 		if !r.Passed {
@@ -148,8 +151,8 @@ func report(w io.Writer, r *result) {
 		if r.Budget.MaxP90 > 0 {
 			tail = fmt.Sprintf("; p90 %s of the floor's p50 (budget %s)", fmtRatio(r.RatioP90), fmtRatio(r.Budget.MaxP90))
 		}
-		fmt.Fprintf(w, "%-16s %-6s %s (budget %s%s%s): %s p50 %.1f ms against %s p50 %.1f ms, n=%d, attempts %d%s\n",
-			r.Name, status, fmtRatio(r.Ratio), fmtRatio(r.Budget.Max), target, tail, r.Figure, p50(r.FigureMs), r.Floor, p50(r.FloorMs), len(r.FigureMs), r.Attempts, noteOf(r))
+		fmt.Fprintf(w, "%-16s %-6s %s (budget %s%s%s): %s p50 %.1f ms against %s p50 %.1f ms, n=%d, attempts %d, %s%s\n",
+			r.Name, status, fmtRatio(r.Ratio), fmtRatio(r.Budget.Max), target, tail, r.Figure, p50(r.FigureMs), r.Floor, p50(r.FloorMs), len(r.FigureMs), r.Attempts, r.Took.Round(time.Second), noteOf(r))
 	}
 }
 
