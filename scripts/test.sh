@@ -93,21 +93,49 @@ rc=0
 # and native packages, a few minutes each under -race on 2 cores); then
 # each package's time, slowest first, so that growth shows.
 log=$(mktemp)
-go test -race -count=1 -timeout 25m ./... "$@" 2>&1 | tee "$log" || rc=$?
+# The slowest packages first (measured, CI run of 2026-12-02): go test
+# starts the packages in the order it is given them, two at a time on 2
+# cores, and one of several minutes started last ran alone at the end.
+mod=$(go list -m)
+all=$(go list ./...)
+pkgs=()
+for p in backends/native backends/k8s server backends/lite internal/cli backends/remotedocker session sbxd; do
+	grep -qxF "$mod/$p" <<<"$all" && pkgs+=("$mod/$p")
+done
+while IFS= read -r p; do
+	case " ${pkgs[*]} " in *" $p "*) ;; *) pkgs+=("$p") ;; esac
+done <<<"$all"
+go test -race -count=1 -timeout 25m "${pkgs[@]}" "$@" 2>&1 | tee "$log" || rc=$?
 echo "== package test times (slowest first)"
 awk '$1 == "ok" || $1 == "FAIL" { if ($3 ~ /s$/) print $3, $2 }' "$log" | sort -rn | head -15
 rm -f "$log"
 if [ -n "$podman_host" ]; then
 	echo "== native backend on Podman ($podman_host)"
-	DOCKER_HOST=$podman_host go test -race -count=1 \
-		-run '^(TestConformanceBusybox|TestScratchImage|TestCheckpoint|TestSharedVolume|TestBuild|TestLabelsAndInfo|TestClaim.*|TestPruneClaimRecords)$' \
-		./backends/native/ || {
-		rc=$?
-		# What Podman said about a failure (a build step's runtime was
-		# once killed with no reason in the test's output).
+	podman_log=$(mktemp)
+	podman_pass() {
+		DOCKER_HOST=$podman_host go test -race -count=1 -run "$1" ./backends/native/ 2>&1 | tee "$podman_log"
+	}
+	podman_rc=0
+	podman_pass '^(TestConformanceBusybox|TestScratchImage|TestCheckpoint|TestSharedVolume|TestBuild|TestLabelsAndInfo|TestClaim.*|TestPruneClaimRecords)$' || podman_rc=$?
+	# Podman's builder now and then has a RUN step's runtime killed with
+	# no reason given ("while running runtime: signal: killed", in TestBuild
+	# twice in CI here; containers/podman#17918, "random signal: killed
+	# when building"). Only then, the tests that failed run once more.
+	if [ "$podman_rc" != 0 ] && grep -q 'while running runtime: signal: killed' "$podman_log"; then
+		again=$(grep -oE '^--- FAIL: Test[A-Za-z0-9_]+' "$podman_log" | awk '{print $3}' | sort -u | paste -sd'|')
+		if [ -n "$again" ]; then
+			echo "== Podman killed a build step's runtime (containers/podman#17918): $again once more"
+			podman_rc=0
+			podman_pass "^($again)\$" || podman_rc=$?
+		fi
+	fi
+	if [ "$podman_rc" != 0 ]; then
+		rc=$podman_rc
+		# What Podman said about the failure.
 		echo "== last lines of the Podman service's log" >&2
 		tail -n 40 "${SBX_PODMAN_DIR:-/run/sandboxkit-podman}/service.log" >&2 || true
-	}
+	fi
+	rm -f "$podman_log"
 fi
 # lite on gVisor: its conformance and fileops suites a second time with
 # runsc as the OCI runtime, and its kills at any moment (lite makes the
