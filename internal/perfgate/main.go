@@ -10,7 +10,7 @@
 // quiet CI run passes with a margin: the gate catches regressions of 1.5x
 // and more, not noise.
 //
-//	go run ./internal/perfgate [-n 15] [-only NAME,...] [-budgets bench/budgets.toml] [-out docs]
+//	go run ./internal/perfgate [-n 15] [-only NAME,...] [-skip NAME,...] [-budgets bench/budgets.toml] [-out docs]
 //
 // It needs what scripts/test.sh sets up (Docker with the test images,
 // runc, the k8s harness for the k8s figures); a pair whose tools are
@@ -61,6 +61,7 @@ type result struct {
 func main() {
 	n := flag.Int("n", 15, "measurements of each side of a pair")
 	only := flag.String("only", "", "comma-separated pair names to run (default: all)")
+	skip := flag.String("skip", "", "comma-separated pair names not to run")
 	budgetsFile := flag.String("budgets", "bench/budgets.toml", "the budgets file")
 	out := flag.String("out", "docs", "folder for benchmarks.md and its plots (\"\": none)")
 	skipMissing := flag.Bool("skip-missing", false, "skip pairs whose tools are missing instead of failing")
@@ -76,14 +77,26 @@ func main() {
 	}
 	defer env.close()
 
-	var names []string
+	var names, skipped []string
 	if *only != "" {
 		names = strings.Split(*only, ",")
+	}
+	if *skip != "" {
+		skipped = strings.Split(*skip, ",")
+		for _, name := range skipped {
+			if !slices.ContainsFunc(pairs, func(p pair) bool { return p.name == name }) {
+				fatalf("perfgate: -skip names %q, which is no pair (known: %s)", name, pairNames())
+			}
+		}
 	}
 	var results []*result
 	failed := false
 	for _, p := range pairs {
 		if names != nil && !slices.Contains(names, p.name) {
+			continue
+		}
+		if slices.Contains(skipped, p.name) {
+			fmt.Printf("%-16s skipped (-skip)\n", p.name)
 			continue
 		}
 		b, ok := budgets[p.name]
