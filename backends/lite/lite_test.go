@@ -3,6 +3,7 @@ package lite
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,10 +12,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sandboxkit/sandboxkit/backend"
 	"github.com/sandboxkit/sandboxkit/internal/rootfs"
 	"github.com/sandboxkit/sandboxkit/internal/statedir"
+	"golang.org/x/sys/unix"
 )
 
 // envRequire makes the tests fail, instead of skipping, when the host
@@ -87,9 +90,9 @@ func busyboxRootfs(t testing.TB) string {
 // testEnv is one test's backend with private state, image and runtime
 // folders, and what it needs to check that nothing is left behind.
 type testEnv struct {
-	cfg     Config
-	image   string
-	cgroups []string // sandboxkit-lite cgroups before the test
+	cfg   Config
+	image string
+	made  *madeIDs // the sandbox folders made in cfg.StateDir
 }
 
 func newTestEnv(t *testing.T) *testEnv {
@@ -104,8 +107,8 @@ func newTestEnv(t *testing.T) *testEnv {
 			ImageDir:    filepath.Join(base, "images"),
 			RuntimeRoot: filepath.Join(base, "runtime"),
 		},
-		image:   "dir:" + rootfs,
-		cgroups: liteCgroups(),
+		image: "dir:" + rootfs,
+		made:  watchMade(t, filepath.Join(base, "state")),
 	}
 	// Registered before any sandbox's cleanup, so it runs after all of
 	// them.
@@ -218,15 +221,13 @@ func (e *testEnv) checkNothingLeft(t *testing.T) {
 	if vols, err := os.ReadDir(filepath.Join(e.cfg.StateDir, volumesDir)); err == nil {
 		t.Errorf("leak check: the volumes folder is left, holding %d entries", len(vols))
 	}
-	// Cgroups are removed by the runtime; give the kernel a moment.
+	// Cgroups are removed by the runtime; give the kernel a moment. Only
+	// this test's sandboxes count: another test binary (the CLI's, the
+	// server's) runs lite sandboxes under the same parent at the same time.
+	ours := e.made.ids(t)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		var leaked []string
-		for _, cg := range liteCgroups() {
-			if !slices.Contains(e.cgroups, cg) && strings.Contains(cg, "/sandboxkit-lite/") {
-				leaked = append(leaked, cg)
-			}
-		}
+		leaked := cgroupsOf(ours)
 		if len(leaked) == 0 {
 			return
 		}
@@ -235,6 +236,78 @@ func (e *testEnv) checkNothingLeft(t *testing.T) {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// cgroupsOf returns the lite cgroups of the sandboxes ids (a cgroup is
+// named for its sandbox's ID and generation).
+func cgroupsOf(ids map[string]bool) []string {
+	var out []string
+	for _, cg := range liteCgroups() {
+		if name := filepath.Base(cg); len(name) >= 12 && ids[name[:12]] {
+			out = append(out, cg)
+		}
+	}
+	return out
+}
+
+// madeIDs records the names of the folders made in a state folder from
+// when it is watched (inotify), so that a leak check can tell the test's
+// own sandboxes from those other processes make meanwhile.
+type madeIDs struct {
+	dir  string
+	fd   int             // the inotify instance, non-blocking
+	seen map[string]bool // the IDs its events named so far
+}
+
+// watchMade makes dir (as New would) and watches it until t ends.
+func watchMade(t *testing.T, dir string) *madeIDs {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatalf("inotify: %v", err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_ONLYDIR); err != nil {
+		unix.Close(fd)
+		t.Fatalf("inotify watch of %s: %v", dir, err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return &madeIDs{dir: dir, fd: fd, seen: map[string]bool{}}
+}
+
+// ids returns the sandbox IDs of the folders made in the watched folder
+// so far, those there now included; t fails if the kernel dropped events
+// (the IDs would be incomplete).
+func (m *madeIDs) ids(t *testing.T) map[string]bool {
+	entries, _ := os.ReadDir(m.dir)
+	for _, en := range entries {
+		m.add(en.Name())
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.Read(m.fd, buf)
+		if n <= 0 || err != nil {
+			break
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			name := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
+			off += unix.SizeofInotifyEvent + int(ev.Len)
+			if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
+				t.Errorf("leak check: inotify dropped events of %s", m.dir)
+			}
+			m.add(strings.TrimRight(string(name), "\x00"))
+		}
+	}
+	return maps.Clone(m.seen)
+}
+
+func (m *madeIDs) add(name string) {
+	if statedir.ValidID(name) {
+		m.seen[name] = true
 	}
 }
 
@@ -266,5 +339,48 @@ func TestSmoke(t *testing.T) {
 	}
 	if want := "hello\n0\n/\n" + sb.ID() + "\n"; res.ExitCode != 0 || string(res.Stdout) != want {
 		t.Errorf("exit %d, stdout %q, stderr %q; want 0, %q", res.ExitCode, res.Stdout, res.Stderr, want)
+	}
+}
+
+// TestLeakCheckOwnCgroups checks that the leak check counts the cgroups of
+// the sandboxes its test made, also those whose folder is gone, and not
+// those of another process's sandboxes under the same parent.
+func TestLeakCheckOwnCgroups(t *testing.T) {
+	root := "/sys/fs/cgroup/pids"
+	if _, err := os.Stat(root); err != nil {
+		root = "/sys/fs/cgroup" // cgroup v2
+	}
+	var dirs []string
+	t.Cleanup(func() { // after the leak check: registered before it
+		for _, d := range dirs {
+			syscall.Rmdir(d)
+		}
+	})
+	e := newTestEnv(t)
+	mkCgroup := func(id string) string {
+		d := filepath.Join(root, cgroupParent, id)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, d)
+		return d
+	}
+	foreignID, _ := statedir.NewID()
+	ownID, _ := statedir.NewID()
+	foreign := mkCgroup(foreignID)
+	// A sandbox of this test whose folder came and went.
+	if err := os.Mkdir(filepath.Join(e.cfg.StateDir, ownID), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(e.cfg.StateDir, ownID)); err != nil {
+		t.Fatal(err)
+	}
+	own := mkCgroup(ownID + genSuffix(1))
+	got := cgroupsOf(e.made.ids(t))
+	if !slices.Contains(got, own) || slices.Contains(got, foreign) {
+		t.Fatalf("the leak check's cgroups: %v, want %s and not %s", got, own, foreign)
+	}
+	if err := syscall.Rmdir(own); err != nil {
+		t.Fatal(err)
 	}
 }
