@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -83,12 +84,12 @@ func main() {
 	}
 	if *skip != "" {
 		skipped = strings.Split(*skip, ",")
-		for _, name := range skipped {
-			if !slices.ContainsFunc(pairs, func(p pair) bool { return p.name == name }) {
-				fatalf("perfgate: -skip names %q, which is no pair (known: %s)", name, pairNames())
-			}
-		}
 	}
+	// A name that is no pair is a typo: refused before anything runs (an
+	// -only of none would pass having measured nothing).
+	checkPairNames("-only", names)
+	checkPairNames("-skip", skipped)
+	checkPairNames(*budgetsFile, slices.Collect(maps.Keys(budgets)))
 	var results []*result
 	failed := false
 	for _, p := range pairs {
@@ -125,11 +126,6 @@ func main() {
 		results = append(results, r)
 		report(os.Stdout, r)
 		failed = failed || !r.Passed
-	}
-	for name := range budgets {
-		if !slices.ContainsFunc(pairs, func(p pair) bool { return p.name == name }) {
-			fatalf("perfgate: %s names %q, which is no pair (known: %s)", *budgetsFile, name, pairNames())
-		}
 	}
 	if *out != "" && names == nil {
 		if err := writeDocs(*out, results, env); err != nil {
@@ -197,6 +193,16 @@ func machine() string {
 		load = strings.Join(strings.Fields(string(data))[:3], " ")
 	}
 	return fmt.Sprintf("%d cores (%s), %s/%s, load %s, %s", runtime.NumCPU(), model, runtime.GOOS, runtime.GOARCH, load, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+}
+
+// checkPairNames exits naming where (a flag or file) if one of names is
+// no pair's.
+func checkPairNames(where string, names []string) {
+	for _, name := range names {
+		if !slices.ContainsFunc(pairs, func(p pair) bool { return p.name == name }) {
+			fatalf("perfgate: %s names %q, which is no pair (known: %s)", where, name, pairNames())
+		}
+	}
 }
 
 func pairNames() string {
