@@ -163,21 +163,6 @@ func create(t *testing.T, b *Backend, spec backend.Spec) *Sandbox {
 	return sb.(*Sandbox)
 }
 
-// liteCgroups lists the cgroups lite sandboxes have, in every hierarchy.
-func liteCgroups() []string {
-	var out []string
-	for _, pattern := range []string{"/sys/fs/cgroup/*/sandboxkit-lite/*", "/sys/fs/cgroup/sandboxkit-lite/*"} {
-		m, _ := filepath.Glob(pattern)
-		for _, p := range m {
-			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-				out = append(out, p)
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // checkNothingLeft asserts that the runtime knows no container, nothing is
 // mounted under the state folder, no sandbox folder remains and no cgroup
 // was left.
@@ -239,15 +224,17 @@ func (e *testEnv) checkNothingLeft(t *testing.T) {
 	}
 }
 
-// cgroupsOf returns the lite cgroups of the sandboxes ids (a cgroup is
-// named for its sandbox's ID and generation).
+// cgroupsOf returns the lite cgroups of the sandboxes ids, in every
+// hierarchy (a cgroup is named for its sandbox's ID and generation).
 func cgroupsOf(ids map[string]bool) []string {
 	var out []string
-	for _, cg := range liteCgroups() {
-		if name := filepath.Base(cg); len(name) >= 12 && ids[name[:12]] {
-			out = append(out, cg)
+	for id := range ids {
+		for _, root := range cgroupRoots() {
+			m, _ := filepath.Glob(filepath.Join(root, cgroupParent, id+"*"))
+			out = append(out, m...)
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 
@@ -279,13 +266,9 @@ func watchMade(t *testing.T, dir string) *madeIDs {
 }
 
 // ids returns the sandbox IDs of the folders made in the watched folder
-// so far, those there now included; t fails if the kernel dropped events
-// (the IDs would be incomplete).
+// so far (it was empty when watched); t fails if the kernel dropped
+// events (the IDs would be incomplete).
 func (m *madeIDs) ids(t *testing.T) map[string]bool {
-	entries, _ := os.ReadDir(m.dir)
-	for _, en := range entries {
-		m.add(en.Name())
-	}
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := unix.Read(m.fd, buf)
