@@ -140,6 +140,15 @@ type Resetter interface {
 	Reset(ctx context.Context) error
 }
 
+// Settler is a sandbox whose Reset leaves work running after it returns
+// (lite makes the container for the next Reset ahead). Settle returns once
+// that work is done, or when ctx ends. A warm pool settles a used sandbox
+// before it is ready again, so that the work does not run beside the next
+// task's first command.
+type Settler interface {
+	Settle(ctx context.Context) error
+}
+
 // Discarder is a sandbox whose platform finishes removing it alone:
 // Discard ends it and returns once its removal is certain, not done (the
 // Docker backends: a kill of a container made with Spec.AutoRemove, which

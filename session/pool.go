@@ -46,16 +46,19 @@ type Pool struct {
 	reuse   bool
 	memTTL  time.Duration
 
-	mu      sync.Mutex
-	ready   []*warm // this process's ready members, oldest first
-	making  int
-	keeping bool
-	kick    chan struct{}
-	changed chan struct{}   // closed and replaced when ready grows
-	out     map[string]bool // sandboxes this process handed to tasks
-	st      counters
-	bg      sync.WaitGroup
-	firsts  firstRuns // tasks' first commands running now
+	mu     sync.Mutex
+	ready  []*warm // this process's ready members, oldest first
+	making int
+	// returning counts used sandboxes on their way back (released, being
+	// reset): the keeper makes no replacement for them.
+	returning int
+	keeping   bool
+	kick      chan struct{}
+	changed   chan struct{}   // closed and replaced when ready grows
+	out       map[string]bool // sandboxes this process handed to tasks
+	st        counters
+	bg        sync.WaitGroup
+	firsts    firstRuns // tasks' first commands running now
 }
 
 // firstRuns counts the first commands of tasks running now, so that
@@ -544,6 +547,7 @@ type Claimed struct {
 	dir      string
 	labels   []string
 	released sync.Once
+	counted  bool          // Release counted it in the pool's returning
 	recorded chan struct{} // closed when a private claim is recorded (nil: it was at once)
 	// A private claim is recorded once firstDone is closed (by the first
 	// Exec's end) and the pool's first commands are over, or at once when
@@ -647,6 +651,11 @@ func (c *Claimed) Exec(ctx context.Context, req backend.ExecRequest) (backend.Ex
 func (c *Claimed) Release() {
 	c.released.Do(func() {
 		p := c.pool
+		if c.counted = c.goesBack(); c.counted {
+			p.mu.Lock()
+			p.returning++
+			p.mu.Unlock()
+		}
 		if c.recorded != nil {
 			c.kick()
 			// After its claim is recorded, so that the two never race.
@@ -660,6 +669,17 @@ func (c *Claimed) Release() {
 	})
 }
 
+// goesBack reports whether the released sandbox is to go back to the
+// pool: the pool reuses sandboxes, is kept, and the sandbox can be reset
+// and is no session's.
+func (c *Claimed) goesBack() bool {
+	p := c.pool
+	_, ok := backend.As[backend.Resetter](c.raw)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.reuse && p.keeping && ok && c.Session == ""
+}
+
 func (c *Claimed) release() {
 	p := c.pool
 	rs, ok := backend.As[backend.Resetter](c.raw)
@@ -668,15 +688,30 @@ func (c *Claimed) release() {
 	back := p.reuse && p.keeping && ok && c.Session == ""
 	p.mu.Unlock()
 	if !back {
+		p.returned(c)
 		p.destroyLater(c.Sandbox, c.Session)
 		return
 	}
 	p.bg.Go(func() {
-		if err := p.giveBack(c, rs); err != nil {
+		err := p.giveBack(c, rs)
+		p.returned(c)
+		if err != nil {
 			p.o.Logger.Warn("pool: a used sandbox could not go back to the pool; removing it", "pool", p.o.Name, "sandbox", c.raw.ID(), "err", err)
 			p.destroyNow(c.Sandbox, "")
 		}
 	})
+}
+
+// returned ends c's count in returning, if Release counted it, and wakes
+// the keeper, which makes a replacement for one that did not come back.
+func (p *Pool) returned(c *Claimed) {
+	if !c.counted {
+		return
+	}
+	p.mu.Lock()
+	p.returning--
+	p.mu.Unlock()
+	p.wake()
 }
 
 // giveBack resets a used sandbox and makes it a ready member again.
@@ -696,6 +731,15 @@ func (p *Pool) giveBack(c *Claimed, rs backend.Resetter) error {
 	if err := warmUp(ctx, sb); err != nil {
 		closeQuietly(sb)
 		return err
+	}
+	// Ready once the backend's own work for it is done too (lite makes
+	// the container of the next Reset): a task claiming it would compete
+	// with that work.
+	if st, ok := backend.As[backend.Settler](c.raw); ok {
+		if err := st.Settle(ctx); err != nil {
+			closeQuietly(sb)
+			return fmt.Errorf("settling after the reset: %w", err)
+		}
 	}
 	p.mu.Lock()
 	keeping := p.keeping
@@ -841,7 +885,7 @@ func (p *Pool) fill(ctx context.Context, made chan<- error) {
 		p.retire(ctx, w, nil)
 	}
 	p.mu.Lock()
-	n := min(p.o.Settings.Size-len(p.ready)-p.making, p.o.Settings.Refill-p.making)
+	n := min(p.o.Settings.Size-len(p.ready)-p.making-p.returning, p.o.Settings.Refill-p.making)
 	p.making += max(n, 0)
 	p.mu.Unlock()
 	for range n {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -461,4 +462,93 @@ func TestPoolMembersMadeAhead(t *testing.T) {
 	for i, a := range spy.ahead[backend.PoolMaking] {
 		assert.True(t, a, "member %d's Spec.Ahead", i)
 	}
+}
+
+// settleSpy makes local sandboxes resettable (a Reset that does nothing,
+// and a clean one for the pool) whose Settle waits until gate is closed:
+// a backend whose Reset leaves work in the background (lite's standby).
+type settleSpy struct {
+	backend.Backend
+	gate   chan struct{}
+	resets atomic.Int32
+}
+
+func (s *settleSpy) Unwrap() backend.Backend           { return s.Backend }
+func (s *settleSpy) CleanReset(backend.Spec) bool      { return true }
+func (s *settleSpy) wrap(sb backend.Sandbox) *settling { return &settling{Sandbox: sb, spy: s} }
+
+func (s *settleSpy) Create(ctx context.Context, spec backend.Spec) (backend.Sandbox, error) {
+	sb, err := s.Backend.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return s.wrap(sb), nil
+}
+
+func (s *settleSpy) Get(ctx context.Context, id string) (backend.Sandbox, error) {
+	sb, err := s.Backend.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.wrap(sb), nil
+}
+
+type settling struct {
+	backend.Sandbox
+	spy *settleSpy
+}
+
+func (s *settling) Unwrap() backend.Sandbox { return s.Sandbox }
+
+func (s *settling) Reset(context.Context) error {
+	s.spy.resets.Add(1)
+	return nil
+}
+
+func (s *settling) Settle(ctx context.Context) error {
+	select {
+	case <-s.spy.gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// A used sandbox on its way back to a pool that reuses sandboxes is ready
+// again only once it has settled (the backend's own work after the Reset
+// is done), and the keeper makes no replacement for it meanwhile: the
+// work and a replacement's create would run beside the next task's first
+// command, and the replacement would be removed again as one too many.
+func TestPoolReturnSettlesAndIsNotReplaced(t *testing.T) {
+	cfg := localPoolConfig(t, 1, "")
+	ctx := t.Context()
+	b, err := cfg.Open(ctx, nil)
+	require.NoError(t, err)
+	defer b.Close()
+	spy := &settleSpy{Backend: b, gate: make(chan struct{})}
+	p, err := (&session.Launcher{Config: cfg}).NewPool(spy, "main", nil)
+	require.NoError(t, err)
+	require.True(t, p.Reuses(), "the pool does not reuse its sandboxes")
+	stop := keepReady(t, p, 1)
+	c, err := p.Acquire(ctx, session.Binding{})
+	require.NoError(t, err)
+	require.True(t, c.Warm)
+	res, err := c.Exec(ctx, backend.ExecRequest{Cmd: []string{"true"}})
+	require.NoError(t, err)
+	require.Zero(t, res.ExitCode)
+	c.Release()
+	require.Eventually(t, func() bool { return spy.resets.Load() == 1 }, time.Minute, 5*time.Millisecond, "the used sandbox was not reset")
+	// Far longer than the keeper's refill delay after a claim.
+	require.Never(t, func() bool { st := p.Stats(); return st.Ready > 0 || st.Created > 1 }, time.Second, 10*time.Millisecond,
+		"before it settled, the used sandbox was ready again or a replacement was made")
+	close(spy.gate)
+	require.Eventually(t, func() bool { return p.Stats().Returned == 1 && p.Stats().Ready == 1 }, time.Minute, 5*time.Millisecond,
+		"the settled sandbox did not come back: %+v", p.Stats())
+	assert.Equal(t, int64(1), p.Stats().Created, "members made: a replacement was made for the returning one")
+	again, err := p.Acquire(ctx, session.Binding{})
+	require.NoError(t, err)
+	assert.Equal(t, c.ID(), again.ID(), "the next task got another sandbox than the returned one")
+	again.Release()
+	require.NoError(t, stop())
+	require.NoError(t, p.Close(ctx))
 }

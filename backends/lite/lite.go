@@ -72,6 +72,9 @@ type Backend struct {
 	// 0 they are hurried (see waitBackground).
 	lows   sync.Map // id -> *lowCreate
 	urgent atomic.Int32
+	// settling holds, by sandbox ID, a channel closed when the background
+	// work of the sandbox's last Reset is done (see Sandbox.Settle).
+	settling sync.Map // id -> chan struct{}
 	// noForkStandby: forks make no container ahead for the next fork
 	// (tests and benchmarks of the other way).
 	noForkStandby bool

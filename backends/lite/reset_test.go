@@ -303,3 +303,55 @@ func TestCleanResetSpecs(t *testing.T) {
 		t.Error("lite is no backend.CleanResetter")
 	}
 }
+
+// TestSettleWaitsForResetWork: Settle returns only once the background
+// work a Reset started is done (the old generation gone, the standby for
+// the next Reset made), so that a pool that settles a used sandbox hands
+// it out with nothing of its own running beside the task.
+func TestSettleWaitsForResetWork(t *testing.T) {
+	e := newTestEnv(t)
+	b := e.open(t)
+	ctx := t.Context()
+	sbx, err := b.Create(ctx, e.spec("settle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := sbx.(*Sandbox)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := sb.Destroy(ctx); err != nil {
+			t.Errorf("Destroy: %v", err)
+		}
+	})
+	if err := sb.Settle(ctx); err != nil {
+		t.Fatalf("Settle before any Reset: %v, want nil at once", err)
+	}
+	for round := 1; round <= 2; round++ { // in place, then from the standby
+		// Held back, the Reset's background work has not begun: Settle
+		// waits for it.
+		b.bgHold.Lock()
+		err := sb.Reset(ctx)
+		if err != nil {
+			b.bgHold.Unlock()
+			t.Fatalf("round %d: Reset: %v", round, err)
+		}
+		sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err = sb.Settle(sctx)
+		cancel()
+		b.bgHold.Unlock()
+		if err == nil {
+			t.Fatalf("round %d: Settle returned while the Reset's background work was held back", round)
+		}
+		if err := sb.Settle(ctx); err != nil {
+			t.Fatalf("round %d: Settle: %v", round, err)
+		}
+		m, err := readMeta(sb.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !m.Standby.ready() || len(m.Retired) > 0 {
+			t.Fatalf("round %d: after Settle the standby is %+v and the retired generations %v; want a ready standby and none", round, m.Standby, m.Retired)
+		}
+	}
+}

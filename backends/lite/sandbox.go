@@ -335,7 +335,7 @@ func (s *Sandbox) Reset(ctx context.Context) error {
 	if !m.Paused && m.Standby.ready() {
 		err := s.switchToStandby(ctx, m)
 		if err == nil {
-			s.b.background(s.prepareStandby)
+			s.afterReset()
 			return nil
 		}
 		s.b.log.Debug("starting the standby container failed; resetting in place", "sandbox", s.id, "err", err)
@@ -343,8 +343,43 @@ func (s *Sandbox) Reset(ctx context.Context) error {
 	if err := s.resetInPlace(ctx, m); err != nil {
 		return s.opErr("reset", err)
 	}
-	s.b.background(s.prepareStandby)
+	s.afterReset()
 	return nil
+}
+
+// afterReset prepares the next standby in the background; Settle waits
+// for it.
+func (s *Sandbox) afterReset() {
+	done := make(chan struct{})
+	s.b.settling.Store(s.id, done)
+	s.b.background(func() {
+		defer func() {
+			s.b.settling.CompareAndDelete(s.id, done)
+			close(done)
+		}()
+		s.prepareStandby()
+	})
+}
+
+var _ backend.Settler = (*Sandbox)(nil)
+
+// Settle waits until the background work of the sandbox's last Reset in
+// this process is done: the old generation removed and the standby for
+// the next Reset made (backend.Settler). A warm pool settles a used
+// sandbox before it is ready again, so that this work, a runtime's create
+// and a mount, does not run beside the next task's first command (on 2
+// cores it made that command's p50 2-3x and its p90 6x).
+func (s *Sandbox) Settle(ctx context.Context) error {
+	v, ok := s.b.settling.Load(s.id)
+	if !ok {
+		return nil
+	}
+	select {
+	case <-v.(chan struct{}):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // switchToStandby ends the running container and starts the standby in
