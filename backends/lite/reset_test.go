@@ -98,18 +98,7 @@ func checkResetCrossesNoState(t *testing.T, b *Backend, spec backend.Spec) {
 		t.Fatal("CleanReset is false for the test's spec")
 	}
 	ctx := t.Context()
-	sbx, err := b.Create(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb := sbx.(*Sandbox)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := sb.Destroy(ctx); err != nil {
-			t.Errorf("Destroy: %v", err)
-		}
-	})
+	sb := create(t, b, spec)
 	run := func(what string, sb backend.Sandbox, shell string) []string {
 		t.Helper()
 		res, err := sb.Exec(ctx, backend.ExecRequest{Shell: shell})
@@ -312,18 +301,7 @@ func TestSettleWaitsForResetWork(t *testing.T) {
 	e := newTestEnv(t)
 	b := e.open(t)
 	ctx := t.Context()
-	sbx, err := b.Create(ctx, e.spec("settle"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb := sbx.(*Sandbox)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := sb.Destroy(ctx); err != nil {
-			t.Errorf("Destroy: %v", err)
-		}
-	})
+	sb := create(t, b, e.spec("settle"))
 	if err := sb.Settle(ctx); err != nil {
 		t.Fatalf("Settle before any Reset: %v, want nil at once", err)
 	}
