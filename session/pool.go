@@ -714,6 +714,10 @@ func (p *Pool) returned(c *Claimed) {
 	p.wake()
 }
 
+// settleWait bounds how long a used sandbox waits to settle (see
+// backend.Settler) before it is ready again anyway.
+const settleWait = 5 * time.Second
+
 // giveBack resets a used sandbox and makes it a ready member again.
 func (p *Pool) giveBack(c *Claimed, rs backend.Resetter) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -734,9 +738,14 @@ func (p *Pool) giveBack(c *Claimed, rs backend.Resetter) error {
 	}
 	// Ready once the backend's own work for it is done too (lite makes
 	// the container of the next Reset): a task claiming it would compete
-	// with that work.
+	// with that work. Not longer than settleWait, though: that work is
+	// made at low CPU weight, which a busy host starves, and a pool whose
+	// members wait for it serves cold starts meanwhile.
 	if st, ok := backend.As[backend.Settler](c.raw); ok {
-		if err := st.Settle(ctx); err != nil {
+		sctx, cancel := context.WithTimeout(ctx, settleWait)
+		err := st.Settle(sctx)
+		cancel()
+		if err != nil && ctx.Err() != nil {
 			closeQuietly(sb)
 			return fmt.Errorf("settling after the reset: %w", err)
 		}

@@ -552,3 +552,26 @@ func TestPoolReturnSettlesAndIsNotReplaced(t *testing.T) {
 	require.NoError(t, stop())
 	require.NoError(t, p.Close(ctx))
 }
+
+// A used sandbox that does not settle (its backend's work starved on a
+// busy host) is ready again after a bounded wait all the same, rather than
+// keeping the pool short of a member.
+func TestPoolReturnSettlesWithinBound(t *testing.T) {
+	cfg := localPoolConfig(t, 1, "")
+	ctx := t.Context()
+	b, err := cfg.Open(ctx, nil)
+	require.NoError(t, err)
+	defer b.Close()
+	spy := &settleSpy{Backend: b, gate: make(chan struct{})} // never closed
+	p, err := (&session.Launcher{Config: cfg}).NewPool(spy, "main", nil)
+	require.NoError(t, err)
+	stop := keepReady(t, p, 1)
+	c, err := p.Acquire(ctx, session.Binding{})
+	require.NoError(t, err)
+	c.Release()
+	require.Eventually(t, func() bool { st := p.Stats(); return st.Returned == 1 && st.Ready == 1 }, 30*time.Second, 10*time.Millisecond,
+		"the unsettled sandbox did not come back: %+v", p.Stats())
+	assert.Equal(t, int64(1), p.Stats().Created, "members made: a replacement was made for the returning one")
+	require.NoError(t, stop())
+	require.NoError(t, p.Close(ctx))
+}
