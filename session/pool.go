@@ -1107,9 +1107,12 @@ type PoolStats struct {
 	Pool    string `json:"pool"`
 	Backend string `json:"backend"`
 	Size    int    `json:"size"`
-	// Ready: members this process keeps ready; Making: being made.
-	Ready  int `json:"ready"`
-	Making int `json:"making"`
+	// Ready: members this process keeps ready; Making: being made;
+	// Returning: used sandboxes on their way back (being reset and
+	// settled), for which no replacement is made.
+	Ready     int `json:"ready"`
+	Making    int `json:"making"`
+	Returning int `json:"returning"`
 	// Claimed: tasks served from the pool (Foreign of them with members
 	// of another keeper); ColdFallbacks: tasks that found it empty.
 	Claimed       int64 `json:"claimed"`
@@ -1139,7 +1142,7 @@ func (p *Pool) Stats() PoolStats {
 	now := time.Now()
 	s := PoolStats{
 		Entry: p.o.Name, Pool: p.key, Backend: p.o.Backend.Name(), Size: p.o.Settings.Size,
-		Ready: len(p.ready), Making: p.making,
+		Ready: len(p.ready), Making: p.making, Returning: p.returning,
 		Claimed: p.st.claimed, Foreign: p.st.foreign, ColdFallbacks: p.st.cold,
 		Created: p.st.created, Recycled: p.st.recycled, Returned: p.st.returned, Failed: p.st.failed,
 		RefillPerMinute: len(pruneMinute(p.st.made, now)), Keeping: p.keeping, Private: p.o.Private, Reuse: p.reuse, LastError: p.st.lastErr,

@@ -539,10 +539,10 @@ func TestPoolReturnSettlesAndIsNotReplaced(t *testing.T) {
 	c.Release()
 	require.Eventually(t, func() bool { return spy.resets.Load() == 1 }, time.Minute, 5*time.Millisecond, "the used sandbox was not reset")
 	// Far longer than the keeper's refill delay after a claim.
-	require.Never(t, func() bool { st := p.Stats(); return st.Ready > 0 || st.Created > 1 }, time.Second, 10*time.Millisecond,
-		"before it settled, the used sandbox was ready again or a replacement was made")
+	require.Never(t, func() bool { st := p.Stats(); return st.Ready > 0 || st.Created > 1 || st.Returning != 1 }, time.Second, 10*time.Millisecond,
+		"before it settled, the used sandbox was ready again, was not counted as returning, or a replacement was made")
 	close(spy.gate)
-	require.Eventually(t, func() bool { return p.Stats().Returned == 1 && p.Stats().Ready == 1 }, time.Minute, 5*time.Millisecond,
+	require.Eventually(t, func() bool { st := p.Stats(); return st.Returned == 1 && st.Ready == 1 && st.Returning == 0 }, time.Minute, 5*time.Millisecond,
 		"the settled sandbox did not come back: %+v", p.Stats())
 	assert.Equal(t, int64(1), p.Stats().Created, "members made: a replacement was made for the returning one")
 	again, err := p.Acquire(ctx, session.Binding{})
