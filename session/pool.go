@@ -682,12 +682,11 @@ func (c *Claimed) goesBack() bool {
 
 func (c *Claimed) release() {
 	p := c.pool
-	rs, ok := backend.As[backend.Resetter](c.raw)
 	p.mu.Lock()
 	delete(p.out, c.raw.ID())
-	back := p.reuse && p.keeping && ok && c.Session == ""
 	p.mu.Unlock()
-	if !back {
+	rs, _ := backend.As[backend.Resetter](c.raw)
+	if !c.goesBack() {
 		p.returned(c)
 		p.destroyLater(c.Sandbox, c.Session)
 		return
