@@ -77,12 +77,11 @@ type runOptions struct {
 }
 
 func (a *app) runSandbox(ctx context.Context, o runOptions) error {
+	open := a.open
 	if o.entry == "" {
-		if err := a.launchable(); err != nil {
-			return err
-		}
+		open = a.openLaunching
 	}
-	cfg, b, err := a.open(ctx)
+	cfg, b, err := open(ctx)
 	if err != nil {
 		return err
 	}

@@ -76,12 +76,11 @@ type upResult struct {
 }
 
 func (a *app) up(ctx context.Context, names []string, opts upOptions) error {
+	open := a.open
 	if len(names) == 0 {
-		if err := a.launchable(); err != nil {
-			return err
-		}
+		open = a.openLaunching
 	}
-	cfg, b, err := a.open(ctx)
+	cfg, b, err := open(ctx)
 	if err != nil {
 		return err
 	}
@@ -113,16 +112,6 @@ func (a *app) up(ctx context.Context, names []string, opts upOptions) error {
 		return err
 	}
 	return a.printSession(res)
-}
-
-// launchable fails, before any backend is opened, when the config has no
-// sandbox entries to launch (a valid config, for sbx config check).
-func (a *app) launchable() error {
-	cfg, err := registry().LoadConfig(a.configPath) // quiet: open prints its warnings
-	if err != nil {
-		return nil // open reports it
-	}
-	return cfg.NothingToLaunch()
 }
 
 // pooledUp names the entry whose session pool sbx up claims from: a
