@@ -42,7 +42,9 @@ func startMarked(t *testing.T, ctx context.Context, sb backend.Sandbox, text, fi
 
 // testResetter checks that Reset brings the sandbox back to its image: a
 // file written before is gone, a background process is gone, the sandbox
-// keeps its ID and labels and runs commands again.
+// keeps its ID and labels and runs commands again. A Settler's Settle then
+// returns (its work after the Reset ends) and leaves the sandbox running
+// commands.
 func (s *suite) testResetter(t *testing.T, sb backend.Sandbox) {
 	if _, ok := backend.As[backend.Resetter](sb); !ok {
 		t.Skip("the sandbox is not a Resetter")
@@ -83,5 +85,15 @@ func (s *suite) testResetter(t *testing.T, sb backend.Sandbox) {
 	} else {
 		res := mustExec(t, ctx, got, backend.ExecRequest{Cmd: []string{"echo", "reattached"}})
 		checkOutput(t, "stdout through Get after Reset", res.Stdout, "reattached\n")
+	}
+	if st, ok := backend.As[backend.Settler](sb); ok {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := st.Settle(sctx)
+		cancel()
+		if err != nil {
+			t.Errorf("Settle after Reset: %v", err)
+		}
+		res := mustExec(t, ctx, sb, backend.ExecRequest{Cmd: []string{"echo", "settled"}})
+		checkOutput(t, "stdout after Settle", res.Stdout, "settled\n")
 	}
 }
