@@ -514,22 +514,29 @@ func (s *settling) Settle(ctx context.Context) error {
 	}
 }
 
+// settlingPool is a kept pool of one local sandbox, on a settleSpy whose
+// gate is closed, full and reusing its sandboxes; stop ends its keeper.
+func settlingPool(t *testing.T) (*session.Pool, *settleSpy, func() error) {
+	t.Helper()
+	cfg := localPoolConfig(t, 1, "")
+	b, err := cfg.Open(t.Context(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	spy := &settleSpy{Backend: b, gate: make(chan struct{})}
+	p, err := (&session.Launcher{Config: cfg}).NewPool(spy, "main", nil)
+	require.NoError(t, err)
+	require.True(t, p.Reuses(), "the pool does not reuse its sandboxes")
+	return p, spy, keepReady(t, p, 1)
+}
+
 // A used sandbox on its way back to a pool that reuses sandboxes is ready
 // again only once it has settled (the backend's own work after the Reset
 // is done), and the keeper makes no replacement for it meanwhile: the
 // work and a replacement's create would run beside the next task's first
 // command, and the replacement would be removed again as one too many.
 func TestPoolReturnSettlesAndIsNotReplaced(t *testing.T) {
-	cfg := localPoolConfig(t, 1, "")
 	ctx := t.Context()
-	b, err := cfg.Open(ctx, nil)
-	require.NoError(t, err)
-	defer b.Close()
-	spy := &settleSpy{Backend: b, gate: make(chan struct{})}
-	p, err := (&session.Launcher{Config: cfg}).NewPool(spy, "main", nil)
-	require.NoError(t, err)
-	require.True(t, p.Reuses(), "the pool does not reuse its sandboxes")
-	stop := keepReady(t, p, 1)
+	p, spy, stop := settlingPool(t)
 	c, err := p.Acquire(ctx, session.Binding{})
 	require.NoError(t, err)
 	require.True(t, c.Warm)
@@ -557,15 +564,8 @@ func TestPoolReturnSettlesAndIsNotReplaced(t *testing.T) {
 // busy host) is ready again after a bounded wait all the same, rather than
 // keeping the pool short of a member.
 func TestPoolReturnSettlesWithinBound(t *testing.T) {
-	cfg := localPoolConfig(t, 1, "")
 	ctx := t.Context()
-	b, err := cfg.Open(ctx, nil)
-	require.NoError(t, err)
-	defer b.Close()
-	spy := &settleSpy{Backend: b, gate: make(chan struct{})} // never closed
-	p, err := (&session.Launcher{Config: cfg}).NewPool(spy, "main", nil)
-	require.NoError(t, err)
-	stop := keepReady(t, p, 1)
+	p, _, stop := settlingPool(t) // its gate is never opened
 	c, err := p.Acquire(ctx, session.Binding{})
 	require.NoError(t, err)
 	c.Release()
