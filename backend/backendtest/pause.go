@@ -139,12 +139,9 @@ func stepTimes(t *testing.T, out []byte) map[int]time.Duration {
 		if !strings.HasSuffix(line, "\n") {
 			break
 		}
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			t.Fatalf("bt-steps has the line %s, want a step and the uptime", quote([]byte(line)))
-		}
-		n, err := strconv.Atoi(f[0])
-		up, uerr := strconv.ParseFloat(f[1], 64)
+		step, upText, _ := strings.Cut(strings.TrimSpace(line), " ")
+		n, err := strconv.Atoi(step)
+		up, uerr := strconv.ParseFloat(upText, 64)
 		if err != nil || uerr != nil {
 			t.Fatalf("bt-steps has the line %s, want a step and the uptime", quote([]byte(line)))
 		}

@@ -209,28 +209,29 @@ func (a *app) loadConfig(path string) (*config.Config, error) {
 // open loads the config and opens its backend. The caller closes the
 // backend.
 func (a *app) open(ctx context.Context) (*config.Config, backend.Backend, error) {
-	return a.openChecked(ctx, nil)
+	cfg, err := a.loadConfig(a.configPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	return a.openLoaded(ctx, cfg)
 }
 
 // openLaunching is open for a command that launches the config's entries
 // (sbx run or sbx up naming none): a config with no sandbox entries (valid,
 // for sbx config check) fails before any backend is opened.
 func (a *app) openLaunching(ctx context.Context) (*config.Config, backend.Backend, error) {
-	return a.openChecked(ctx, (*config.Config).NothingToLaunch)
-}
-
-// openChecked loads the config, checks it with check (when not nil) and
-// opens its backend.
-func (a *app) openChecked(ctx context.Context, check func(*config.Config) error) (*config.Config, backend.Backend, error) {
 	cfg, err := a.loadConfig(a.configPath)
 	if err != nil {
 		return nil, nil, err
 	}
-	if check != nil {
-		if err := check(cfg); err != nil {
-			return nil, nil, err
-		}
+	if err := cfg.NothingToLaunch(); err != nil {
+		return nil, nil, err
 	}
+	return a.openLoaded(ctx, cfg)
+}
+
+// openLoaded opens the backend of the loaded config cfg.
+func (a *app) openLoaded(ctx context.Context, cfg *config.Config) (*config.Config, backend.Backend, error) {
 	b, err := cfg.Open(ctx, a.logger)
 	if err != nil {
 		return nil, nil, err
